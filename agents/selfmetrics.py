@@ -1,0 +1,20 @@
+"""The agent's own Prometheus metrics (served on its health/metrics port)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+RECORDS_PUBLISHED = Counter(
+    "gpuattr_agent_records_published_total", "Records published to Kafka", ["kind"]
+)
+SOURCE_ERRORS = Counter(
+    "gpuattr_agent_source_errors_total",
+    "Errors reading a source, by source and kind of error",
+    ["source", "error"],
+)
+REJECTED_LINES = Counter(
+    "gpuattr_agent_rejected_metric_lines_total", "dcgm-exporter lines that could not be parsed"
+)
+SOURCE_UP = Gauge(
+    "gpuattr_agent_source_up", "1 when the last read of a source succeeded", ["source"]
+)

@@ -1,0 +1,127 @@
+"""``gpuattr``: the command line. Each subcommand builds typed settings and calls one runner."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpuattr.settings import (
+    DcgmSettings,
+    KafkaSettings,
+    KubeletSettings,
+    LocalKafkaSettings,
+    WorkerSettings,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpuattr", description=__doc__)
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (env GPUATTR_KAFKA_BOOTSTRAP)")
+    p.add_argument("--log-level", default=os.environ.get("GPUATTR_LOG_LEVEL", "INFO"))
+    sub = p.add_subparsers(dest="command", required=True)
+
+    k = sub.add_parser("kafka", help="run the embedded single-node Apache Kafka (KRaft)")
+    k.add_argument("--data-dir", type=Path)
+    k.add_argument("--port", type=int)
+
+    sub.add_parser("topics", help="create the topics (partitions, retention) on the Kafka cluster")
+
+    a = sub.add_parser("agent", help="run the node agent for one node")
+    a.add_argument(
+        "--node", default=os.environ.get("NODE_NAME"), required="NODE_NAME" not in os.environ
+    )
+    a.add_argument("--kubelet-socket", type=Path)
+    a.add_argument("--dcgm-url")
+
+    sub.add_parser("worker", help="run a Faust worker (scale out by running more)")
+
+    d = sub.add_parser("demo", help="local Kafka + simulated cluster + agents + worker, live")
+    d.add_argument("--scenario", default="exclusive")
+    d.add_argument("--duration", type=float, help="seconds, then exit 0 (default: until Ctrl-C)")
+    d.add_argument("--json", action="store_true", help="one JSON attribution event per line")
+    d.add_argument("--speed", type=float, default=1.0, help="scenario time per wall second")
+    d.add_argument("--workdir", type=Path, help="keep logs and data here (default: temp dir)")
+    return p
+
+
+def _kafka(args: argparse.Namespace) -> KafkaSettings:
+    kafka = KafkaSettings()
+    return kafka.model_copy(update={"bootstrap": args.bootstrap}) if args.bootstrap else kafka
+
+
+def _run_worker(kafka: KafkaSettings, worker: WorkerSettings) -> int:
+    import faust
+
+    from streams.app import build_app
+
+    app = build_app(kafka, worker)
+    faust.Worker(app, loglevel=worker.loglevel, quiet=True).execute_from_commandline()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    kafka = _kafka(args)
+    if args.command == "kafka":
+        from gpuattr.localkafka import LocalKafkaConfig, run_forever
+
+        local = LocalKafkaSettings()
+        config = LocalKafkaConfig(
+            data_dir=args.data_dir or local.data_dir,
+            port=args.port or local.port,
+            controller_port=local.controller_port,
+        )
+        return asyncio.run(run_forever(config))
+    if kafka.bootstrap is None and args.command in ("topics", "agent", "worker"):
+        print(
+            "gpuattr: no Kafka configured: set GPUATTR_KAFKA_BOOTSTRAP or --bootstrap "
+            "(or run `gpuattr kafka` for a local broker)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.command == "topics":
+        from gpuattr.kafka_admin import create_topics
+        from gpuattr.topics import topic_specs
+
+        assert kafka.bootstrap is not None
+        asyncio.run(create_topics(kafka.bootstrap, topic_specs(kafka)))
+        return 0
+    if args.command == "agent":
+        from agents.main import run_agent
+
+        kubelet = KubeletSettings()
+        if args.kubelet_socket:
+            kubelet = kubelet.model_copy(update={"socket_path": args.kubelet_socket})
+        dcgm = DcgmSettings()
+        if args.dcgm_url:
+            dcgm = dcgm.model_copy(update={"url": args.dcgm_url})
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(run_agent(args.node, kafka, kubelet, dcgm))
+        return 0
+    if args.command == "worker":
+        return _run_worker(kafka, WorkerSettings())
+    if args.command == "demo":
+        from gpuattr.demo import run_demo
+
+        try:
+            return asyncio.run(
+                run_demo(kafka, args.scenario, args.duration, args.json, args.speed, args.workdir)
+            )
+        except KeyboardInterrupt:
+            return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

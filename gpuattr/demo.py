@@ -1,0 +1,149 @@
+"""``gpuattr demo``: local Kafka, a simulated cluster, one agent per node, a worker, live output."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaConsumer
+from rich.console import Console
+from rich.live import Live
+
+from gpuattr import codec
+from gpuattr.demo_view import render
+from gpuattr.kafka_admin import create_topics
+from gpuattr.kafka_client import client_options
+from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
+from gpuattr.procs import Child, settings_env
+from gpuattr.settings import KafkaSettings
+from gpuattr.topics import topic_specs
+from sim.runner import ScenarioClock, SimulatedCluster
+from sim.scenario import load
+
+log = logging.getLogger(__name__)
+
+
+async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, title: str) -> int:
+    consumer = AIOKafkaConsumer(
+        kafka.topic("attribution"),
+        bootstrap_servers=kafka.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+        **client_options(kafka),
+    )
+    await consumer.start()
+    count = 0
+    latest: dict[str, dict[str, object]] = {}
+    live = None if json_out else Live(render(latest, title), console=Console(), auto_refresh=False)
+    try:
+        if live:
+            live.start()
+        while deadline is None or time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for messages in batch.values():
+                for msg in messages:
+                    count += 1
+                    if json_out:
+                        sys.stdout.buffer.write((msg.value or b"") + b"\n")
+                        continue
+                    event = codec.to_dict(codec.decode(msg.value or b""))
+                    latest[(msg.key or b"").decode()] = event
+            if json_out:
+                sys.stdout.flush()
+            elif live:
+                live.update(render(latest, title), refresh=True)
+    finally:
+        if live:
+            live.stop()
+        await consumer.stop()
+    return count
+
+
+async def run_demo(
+    kafka: KafkaSettings,
+    scenario_name: str,
+    duration_s: float | None,
+    json_out: bool,
+    speed: float = 1.0,
+    workdir: Path | None = None,
+) -> int:
+    scenario = load(scenario_name)
+    run_id = uuid.uuid4().hex[:8]
+    with contextlib.ExitStack() as files:
+        root = workdir or Path(files.enter_context(tempfile.TemporaryDirectory(prefix="gpuattr-")))
+        async with contextlib.AsyncExitStack() as stack:
+            if not kafka.bootstrap:
+                broker = LocalKafka(
+                    LocalKafkaConfig(data_dir=root / "kafka", log_file=root / "kafka.log")
+                )
+                await stack.enter_async_context(broker)
+                kafka = kafka.model_copy(update={"bootstrap": broker.bootstrap})
+            else:
+                kafka = kafka.model_copy(update={"topic_prefix": f"gpuattr-demo-{run_id}."})
+            assert kafka.bootstrap is not None
+            await create_topics(kafka.bootstrap, topic_specs(kafka))
+            sim = await stack.enter_async_context(
+                SimulatedCluster(scenario, root / "sim", ScenarioClock(speed))
+            )
+            common = settings_env(
+                KAFKA_BOOTSTRAP=kafka.bootstrap,
+                KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
+                KAFKA_PARTITIONS=kafka.partitions,
+            )
+            children = [
+                Child(
+                    "worker",
+                    ["worker"],
+                    {
+                        **common,
+                        **settings_env(
+                            WORKER_APP_ID=f"gpuattr-demo-{run_id}",
+                            WORKER_DATA_DIR=root / "worker",
+                            WORKER_WEB_ENABLED="false",
+                        ),
+                    },
+                    root / "worker.log",
+                ),
+            ]
+            for ep in sim.endpoints():
+                children.append(
+                    Child(
+                        f"agent-{ep.node}",
+                        ["agent", "--node", ep.node],
+                        {
+                            **common,
+                            **settings_env(
+                                KUBELET_SOCKET_PATH=ep.kubelet_socket,
+                                KUBELET_POLL_INTERVAL_S=0.5,
+                                KUBELET_SNAPSHOT_INTERVAL_S=30,
+                                DCGM_URL=ep.exporter_url,
+                                DCGM_SCRAPE_INTERVAL_S=2,
+                            ),
+                        },
+                        root / f"agent-{ep.node}.log",
+                    )
+                )
+            for child in children:
+                await child.start()
+                stack.push_async_callback(child.stop)
+            deadline = None if duration_s is None else time.monotonic() + duration_s
+            title = f"gpuattr demo · scenario {scenario.name} · logs in {root}"
+            try:
+                count = await _stream(kafka, deadline, json_out, title)
+            except asyncio.CancelledError:
+                count = -1
+            print(
+                orjson.dumps({"demo": scenario.name, "events": count}).decode()
+                if json_out
+                else f"{count} attribution events",
+                file=sys.stderr,
+            )
+    return 0

@@ -1,0 +1,92 @@
+"""Typed settings, one group per concern, one env prefix (``GPUATTR_``), passed explicitly.
+
+Examples: ``GPUATTR_KAFKA_BOOTSTRAP=broker:9092``, ``GPUATTR_KUBELET_SOCKET_PATH=...``,
+``GPUATTR_DCGM_URL=http://localhost:9400/metrics``. Secrets are ``SecretStr`` and never logged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+TopicRole = Literal[
+    "podresources", "dcgm", "k8s", "inventory", "attribution", "alerts", "deadletter", "flags"
+]
+
+DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+MICROK8S_KUBELET_SOCKET = Path(
+    "/var/snap/microk8s/common/var/lib/kubelet/pod-resources/kubelet.sock"
+)
+
+
+class KafkaSettings(BaseSettings):
+    """Where Kafka is and how to talk to it. No bootstrap → the embedded local broker."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_KAFKA_", frozen=True)
+
+    bootstrap: str | None = None
+    topic_prefix: str = "gpuattr."
+    partitions: int = Field(default=8, ge=1)
+    replication: int = Field(default=1, ge=1)
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+
+    def topic(self, role: TopicRole) -> str:
+        return f"{self.topic_prefix}{role}"
+
+
+class KubeletSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_KUBELET_", frozen=True)
+
+    socket_path: Path = DEFAULT_KUBELET_SOCKET
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    snapshot_interval_s: float = Field(default=60.0, gt=0)
+    rpc_timeout_s: float = Field(default=5.0, gt=0)
+
+
+class DcgmSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_DCGM_", frozen=True)
+
+    url: str = "http://localhost:9400/metrics"
+    scrape_interval_s: float = Field(default=5.0, gt=0)
+    timeout_s: float = Field(default=4.0, gt=0)
+
+
+class KubeSettings(BaseSettings):
+    """How the agent reaches the API server: explicit URL, in-cluster, or a kubeconfig."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_KUBE_", frozen=True)
+
+    enabled: bool = True
+    api_url: str | None = None
+    kubeconfig: Path | None = None
+    context: str | None = None
+    watch_timeout_s: int = Field(default=300, gt=0)
+    max_backoff_s: float = Field(default=30.0, gt=0)
+
+
+class WorkerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_WORKER_", frozen=True)
+
+    app_id: str = "gpuattr-worker"
+    data_dir: Path = Path("./.gpuattr/worker")
+    web_enabled: bool = True
+    web_port: int = 6066
+    web_host: str = "127.0.0.1"
+    loglevel: str = "warn"
+
+
+class LocalKafkaSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_LOCAL_KAFKA_", frozen=True)
+
+    data_dir: Path = Path("./.gpuattr/kafka")
+    port: int = 9092
+    controller_port: int = 9093

@@ -1,0 +1,1 @@
+"""Protocol-faithful doubles of the kubelet, dcgm-exporter and API server, driven by scenarios."""

@@ -1,0 +1,167 @@
+"""A simulated cluster at scenario time ``t``: what each double serves. Pure given ``t``.
+
+The kubelet double serves :meth:`Cluster.podresources`, the exporter double
+:meth:`Cluster.exporter_rows` and the API-server double the pod and node objects, all derived
+from one :class:`~sim.scenario.Scenario`, so the three views always agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agents.events import AllocatableDevice, DeviceAssignment
+from sim.exporter_rows import ExporterRow
+from sim.scenario import NodeSpec, PodSpec, Scenario, gpu_uuid, mig_uuid
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    gpu: int
+    gi: int | None
+    replica: int | None
+
+
+def parse_slot(text: str) -> Slot:
+    base, _, replica = text.partition("::")
+    gpu, _, gi = base.partition("/gi")
+    return Slot(int(gpu), int(gi) if gi else None, int(replica) if replica else None)
+
+
+def resource_name(node: NodeSpec, slot: Slot) -> str:
+    if slot.gi is not None and node.mig is not None:
+        return f"nvidia.com/mig-{node.mig.profile}"
+    if node.sharing != "none" and node.rename_shared:
+        return "nvidia.com/gpu.shared"
+    return "nvidia.com/gpu"
+
+
+def device_id(node: NodeSpec, slot: Slot) -> str:
+    base = (
+        mig_uuid(node.name, slot.gpu, slot.gi)
+        if slot.gi is not None
+        else gpu_uuid(node.name, slot.gpu)
+    )
+    return base if slot.replica is None else f"{base}::{slot.replica}"
+
+
+def holds_at(pod: PodSpec, t: float) -> bool:
+    """The pod holds its slots from start until its containers stop after the grace period."""
+    released = pod.released_s
+    return pod.start_s <= t and (released is None or t < released)
+
+
+class Cluster:
+    """Answers every double's question from the scenario and a scenario clock."""
+
+    def __init__(self, scenario: Scenario, clock: Callable[[], float]) -> None:
+        self.scenario = scenario
+        self.clock = clock
+
+    def holders(self, node: str, t: float | None = None) -> list[PodSpec]:
+        t = self.clock() if t is None else t
+        return [p for p in self.scenario.pods if p.node == node and holds_at(p, t)]
+
+    def podresources(
+        self, node: str
+    ) -> tuple[tuple[DeviceAssignment, ...], tuple[AllocatableDevice, ...]]:
+        spec = self.scenario.node(node)
+        rows = []
+        for pod in self.holders(node):
+            for text in pod.slots:
+                slot = parse_slot(text)
+                rows.append(
+                    DeviceAssignment(
+                        pod.namespace,
+                        pod.name,
+                        pod.container,
+                        resource_name(spec, slot),
+                        device_id(spec, slot),
+                    )
+                )
+        return tuple(sorted(set(rows))), self.allocatable(spec)
+
+    def allocatable(self, spec: NodeSpec) -> tuple[AllocatableDevice, ...]:
+        out = []
+        replicas = spec.replicas if spec.sharing != "none" else 1
+        for gpu in range(spec.gpus):
+            gis: list[int | None] = (
+                list(spec.mig.instances) if spec.mig and gpu in spec.mig.gpus else [None]
+            )
+            for gi in gis:
+                for r in range(replicas):
+                    slot = Slot(gpu, gi, r if replicas > 1 else None)
+                    out.append(AllocatableDevice(resource_name(spec, slot), device_id(spec, slot)))
+        return tuple(out)
+
+    def exporter_rows(self, node: str, scrape: int) -> list[ExporterRow]:
+        """The rows dcgm-exporter would print on scrape number ``scrape``."""
+        spec = self.scenario.node(node)
+        active = self.holders(node)
+        rows: list[ExporterRow] = []
+        for gpu in range(spec.gpus):
+            uuid = gpu_uuid(node, gpu)
+            gis: list[int | None] = (
+                list(spec.mig.instances) if spec.mig and gpu in spec.mig.gpus else [None]
+            )
+            for gi in gis:
+                pods = [
+                    p
+                    for p in active
+                    if any((s.gpu, s.gi) == (gpu, gi) for s in map(parse_slot, p.slots))
+                ]
+                rows.extend(self._rows(spec, gpu, uuid, gi, pods, scrape))
+        return rows
+
+    def _rows(
+        self, spec: NodeSpec, gpu: int, uuid: str, gi: int | None, pods: list[PodSpec], scrape: int
+    ) -> list[ExporterRow]:
+        util = min(100.0, sum(p.util_pct for p in pods))
+        total = spec.memory_mib if gi is None else spec.memory_mib // 8
+        used = min(float(total), sum(p.memory_mib for p in pods))
+        values: list[tuple[str, float]] = [
+            ("DCGM_FI_DEV_GPU_TEMP", 34.0 + util / 5),
+            ("DCGM_FI_DEV_POWER_USAGE", 60.0 + util * 2.5),
+            ("DCGM_FI_DEV_GPU_UTIL", 0.0 if gi is not None else util),
+            ("DCGM_FI_DEV_FB_FREE", float(total) - used),
+            ("DCGM_FI_DEV_FB_USED", used),
+            ("DCGM_FI_DEV_XID_ERRORS", 0.0),
+            ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", util / 100.0),
+        ]
+        base = dict(
+            gpu=gpu,
+            uuid=uuid,
+            model=spec.model,
+            hostname=spec.name,
+            pci_bus_id=f"00000000:{0x17 + gpu:02X}:00.0",
+            mig_profile=spec.mig.profile if gi is not None and spec.mig else None,
+            mig_instance_id=gi,
+            values=tuple(values),
+        )
+        labelled = self._claims(spec, pods, gi, scrape)
+        if not labelled:
+            return [ExporterRow(**base)]  # type: ignore[arg-type]
+        return [
+            ExporterRow(**base, pod=(p.namespace, p.name, p.container), extra_labels=extra)  # type: ignore[arg-type]
+            for p, extra in labelled
+        ]
+
+    def _claims(
+        self, spec: NodeSpec, pods: list[PodSpec], gi: int | None, scrape: int
+    ) -> list[tuple[PodSpec, tuple[tuple[str, str], ...]]]:
+        """Which pods dcgm-exporter stamps on the device's row(s), as the real one does."""
+        if not pods:
+            return []
+        shared = spec.sharing != "none" and spec.replicas > 1
+        if shared and spec.rename_shared:
+            return []  # renamed resource: the exporter does not look it up (dcgm-exporter #151)
+        if not shared or len(pods) == 1:
+            return [(pods[0], ())]
+        if spec.exporter_mode == "none":
+            return []
+        if spec.exporter_mode == "copies":
+            return [(p, (("vgpu", str(i)),)) for i, p in enumerate(pods)]
+        # default mode: one arbitrary holder per scrape, flipping between scrapes
+        digest = hashlib.blake2b(f"{spec.name}/{gi}/{scrape}".encode(), digest_size=2).digest()
+        return [(pods[int.from_bytes(digest) % len(pods)], ())]

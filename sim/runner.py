@@ -1,0 +1,84 @@
+"""Run every double of a scenario: per node a kubelet (gRPC on a unix socket) and an exporter."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sim.cluster import Cluster
+from sim.exporter_rows import ExporterRow
+from sim.exporter_server import ExporterDouble
+from sim.kubelet_server import KubeletDouble
+from sim.scenario import Scenario
+
+
+class ScenarioClock:
+    """Scenario seconds since :meth:`start`, ``speed`` times faster than wall time."""
+
+    def __init__(self, speed: float = 1.0, offset_s: float = 0.0) -> None:
+        self.speed = speed
+        self.offset_s = offset_s
+        self._t0: float | None = None
+
+    def start(self) -> None:
+        self._t0 = time.monotonic()
+
+    def __call__(self) -> float:
+        if self._t0 is None:
+            return self.offset_s
+        return self.offset_s + (time.monotonic() - self._t0) * self.speed
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEndpoints:
+    node: str
+    kubelet_socket: Path
+    exporter_url: str
+
+
+class SimulatedCluster:
+    """Starts the doubles of every node of a scenario; stops them on exit."""
+
+    def __init__(self, scenario: Scenario, workdir: Path, clock: ScenarioClock) -> None:
+        self.scenario = scenario
+        self.workdir = workdir
+        self.clock = clock
+        self.cluster = Cluster(scenario, clock)
+        self.kubelets: dict[str, KubeletDouble] = {}
+        self.exporters: dict[str, ExporterDouble] = {}
+        self._stack = contextlib.AsyncExitStack()
+
+    def _rows(self, node: str) -> Callable[[], list[ExporterRow]]:
+        scrapes = iter(range(1 << 62))
+        return lambda: self.cluster.exporter_rows(node, next(scrapes))
+
+    async def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for spec in self.scenario.nodes:
+            node = spec.name
+            sock = self.workdir / f"{node}.kubelet.sock"
+            kubelet = KubeletDouble(sock, lambda n=node: self.cluster.podresources(n))
+            exporter = ExporterDouble(self._rows(node))
+            self.kubelets[node] = await self._stack.enter_async_context(kubelet)
+            self.exporters[node] = await self._stack.enter_async_context(exporter)
+        self.clock.start()
+
+    async def stop(self) -> None:
+        await self._stack.aclose()
+
+    async def __aenter__(self) -> SimulatedCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    def endpoints(self) -> list[NodeEndpoints]:
+        return [
+            NodeEndpoints(n, self.kubelets[n].socket_path, self.exporters[n].url)
+            for n in self.kubelets
+        ]

@@ -1,0 +1,160 @@
+"""Scenario files: one simulated cluster, read by the kubelet, exporter and API-server doubles.
+
+A scenario is TOML (``sim/scenarios/<name>.toml``). Nodes declare their GPUs and how they are
+shared; pods declare which slots they hold and when. Slot notation on a pod: ``"0"`` whole GPU 0,
+``"0::3"`` replica 3 of GPU 0, ``"0/gi3"`` MIG GPU instance 3 of GPU 0, ``"0/gi3::1"`` a replica
+of that MIG device. Times are scenario seconds; a pod holds its slots from ``start_s`` until
+``stop_s + grace_s`` (deletion at ``stop_s``, containers stop after the grace period).
+"""
+
+from __future__ import annotations
+
+import tomllib
+import uuid
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+ExporterMode = Literal["arbitrary", "copies", "none"]
+
+_NS = uuid.UUID("6f1c3e58-3c59-4a8e-9d7c-1b2a3c4d5e6f")
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A stable, realistic-looking GPU UUID for a simulated GPU."""
+    return f"GPU-{uuid.uuid5(_NS, f'{node}/gpu{index}')}"
+
+
+def mig_uuid(node: str, index: int, gi: int) -> str:
+    return f"MIG-{uuid.uuid5(_NS, f'{node}/gpu{index}/gi{gi}')}"
+
+
+def pod_uid(namespace: str, name: str, start_s: float) -> str:
+    return str(uuid.uuid5(_NS, f"pod/{namespace}/{name}/{start_s}"))
+
+
+@dataclass(frozen=True, slots=True)
+class MigSpec:
+    gpus: tuple[int, ...]
+    profile: str
+    instances: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    model: str
+    gpus: int
+    sharing: Literal["none", "time-slicing", "mps"] = "none"
+    replicas: int = 1
+    rename_shared: bool = False
+    mig: MigSpec | None = None
+    exporter_mode: ExporterMode = "arbitrary"
+    memory_mib: int = 40960
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    namespace: str
+    name: str
+    node: str
+    slots: tuple[str, ...]
+    start_s: float
+    stop_s: float | None = None
+    grace_s: float = 0.0
+    container: str = "main"
+    util_pct: float = 0.0
+    memory_mib: float = 0.0
+    workload_kind: str = "Deployment"
+    workload_name: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def uid(self) -> str:
+        return pod_uid(self.namespace, self.name, self.start_s)
+
+    @property
+    def released_s(self) -> float | None:
+        return None if self.stop_s is None else self.stop_s + self.grace_s
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    nodes: tuple[NodeSpec, ...]
+    pods: tuple[PodSpec, ...] = field(default=())
+
+    def node(self, name: str) -> NodeSpec:
+        return next(n for n in self.nodes if n.name == name)
+
+
+def _pairs(table: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in (table or {}).items()))
+
+
+def parse(doc: dict[str, Any]) -> Scenario:
+    nodes = []
+    for n in doc.get("nodes", []):
+        mig = n.get("mig")
+        nodes.append(
+            NodeSpec(
+                name=n["name"],
+                model=n["model"],
+                gpus=int(n["gpus"]),
+                sharing=n.get("sharing", "none"),
+                replicas=int(n.get("replicas", 1)),
+                rename_shared=bool(n.get("rename_shared", False)),
+                mig=MigSpec(tuple(mig["gpus"]), mig["profile"], tuple(mig["instances"]))
+                if mig
+                else None,
+                exporter_mode=n.get("exporter_mode", "arbitrary"),
+                memory_mib=int(n.get("memory_mib", 40960)),
+                labels=_pairs(n.get("labels")),
+            )
+        )
+    pods = []
+    for p in doc.get("pods", []):
+        wl = str(p.get("workload", "")).partition("/")
+        pods.append(
+            PodSpec(
+                namespace=p["namespace"],
+                name=p["name"],
+                node=p["node"],
+                slots=tuple(str(s) for s in p["slots"]),
+                start_s=float(p.get("start_s", 0)),
+                stop_s=float(p["stop_s"]) if "stop_s" in p else None,
+                grace_s=float(p.get("grace_s", 0)),
+                container=p.get("container", "main"),
+                util_pct=float(p.get("util_pct", 0)),
+                memory_mib=float(p.get("memory_mib", 0)),
+                workload_kind=wl[0] if wl[2] else "Pod",
+                workload_name=wl[2] or p["name"],
+                labels=_pairs(p.get("labels")),
+                annotations=_pairs(p.get("annotations")),
+            )
+        )
+    return Scenario(doc["name"], doc.get("description", ""), tuple(nodes), tuple(pods))
+
+
+def builtin_names() -> list[str]:
+    folder = resources.files("sim") / "scenarios"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load(name_or_path: str) -> Scenario:
+    """Load a built-in scenario by name, or a scenario file by path."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" and path.exists():
+        text = path.read_text()
+    else:
+        ref = resources.files("sim") / "scenarios" / f"{name_or_path}.toml"
+        if not ref.is_file():
+            raise ValueError(
+                f"no scenario {name_or_path!r}; built-in: {', '.join(builtin_names())}"
+            )
+        text = ref.read_text()
+    return parse(tomllib.loads(text))

@@ -1,0 +1,1 @@
+"""Stream processing: Faust workers that join node records into attribution events and alerts."""

@@ -1,0 +1,146 @@
+"""The Faust app factory: topics, tables and one thin agent over the node-keyed input topics.
+
+All input topics are keyed by node and share one partition count, so Faust assigns partition N
+of every input topic (and of every table's changelog) to the same worker: a node's snapshots,
+diffs, samples and watch events meet in one place. More workers split the nodes between them.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from typing import Any
+
+import faust
+
+from gpuattr import codec
+from gpuattr.settings import KafkaSettings, WorkerSettings
+from streams import selfmetrics
+from streams.events import AttributionEvent, DeadLetter, ExporterMisattribution
+from streams.faust_codecs import CODEC, KEY_CODEC, register
+from streams.processor import Output, Processor, Tables
+
+log = logging.getLogger(__name__)
+
+INPUT_ROLES = ("podresources", "dcgm", "k8s")
+
+
+def broker_credentials(kafka: KafkaSettings) -> Any:
+    """Faust credentials for TLS / SASL, or ``None`` for plaintext."""
+    ssl_context = None
+    if kafka.security_protocol in ("SSL", "SASL_SSL"):
+        ssl_context = faust.auth.ssl.create_default_context(
+            purpose=faust.auth.ssl.Purpose.SERVER_AUTH, cafile=kafka.ssl_cafile
+        )
+        if kafka.ssl_certfile:
+            ssl_context.load_cert_chain(kafka.ssl_certfile, kafka.ssl_keyfile)
+    if kafka.security_protocol.startswith("SASL"):
+        password = kafka.sasl_password.get_secret_value() if kafka.sasl_password else ""
+        mechanism = kafka.sasl_mechanism or "PLAIN"
+        if mechanism == "PLAIN":
+            return faust.SASLCredentials(
+                username=kafka.sasl_username, password=password, ssl_context=ssl_context
+            )
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=password,
+            ssl_context=ssl_context,
+            mechanism=mechanism,
+        )
+    if ssl_context is not None:
+        return faust.SSLCredentials(ssl_context)
+    return None
+
+
+def output_key(record: Output) -> bytes:
+    return f"{record.node}/{record.device_uuid}".encode()
+
+
+def build_app(kafka: KafkaSettings, worker: WorkerSettings) -> faust.App:
+    """Create the worker's Faust app from explicit settings."""
+    if not kafka.bootstrap:
+        raise ValueError("the worker needs a Kafka bootstrap address")
+    register()
+    app = faust.App(
+        worker.app_id,
+        broker=[f"kafka://{b}" for b in kafka.bootstrap.split(",")],
+        broker_credentials=broker_credentials(kafka),
+        store="memory://",
+        datadir=str(worker.data_dir),
+        topic_partitions=kafka.partitions,
+        topic_replication_factor=kafka.replication,
+        web_enabled=worker.web_enabled,
+        web_port=worker.web_port,
+        web_bind=worker.web_host,
+        web_host=worker.web_host,
+        producer_acks=-1,
+        processing_guarantee="at_least_once",
+    )
+    raw = {
+        "key_type": bytes,
+        "value_type": bytes,
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+    }
+    inputs = app.topic(*(kafka.topic(r) for r in INPUT_ROLES), **raw)
+    attribution = app.topic(kafka.topic("attribution"), partitions=kafka.partitions, **raw)
+    flags = app.topic(kafka.topic("flags"), partitions=kafka.partitions, **raw)
+    deadletter = app.topic(kafka.topic("deadletter"), partitions=kafka.partitions, **raw)
+
+    def table(name: str) -> Any:
+        return app.Table(
+            name, partitions=kafka.partitions, key_serializer=KEY_CODEC, value_serializer=CODEC
+        )
+
+    tables = Tables(
+        slot_holders=table("slot-holders"),
+        node_devices=table("node-devices"),
+        inventories=table("inventories"),
+        pods=table("pods"),
+        node_pods=table("node-pods"),
+        nodes=table("nodes"),
+    )
+    processor = Processor(tables)
+
+    async def dead_letter(event: Any, error: str) -> None:
+        msg = event.message
+        selfmetrics.DEAD_LETTERED.labels(msg.topic).inc()
+        log.error("dead-lettering %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, error)
+        record = DeadLetter(
+            source_topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+            key=msg.key.decode(errors="replace") if msg.key is not None else None,
+            error=error,
+            payload_b64=base64.b64encode(msg.value or b"").decode(),
+            ts_ms=int(time.time() * 1000),
+        )
+        await deadletter.send(key=msg.key, value=codec.encode(record))
+
+    async def node_events(stream: Any) -> None:
+        async for event in stream.events():
+            topic = event.message.topic
+            selfmetrics.EVENTS_IN.labels(topic).inc()
+            try:
+                record = codec.decode(event.value)
+            except codec.DecodeError as exc:
+                selfmetrics.ERRORS.labels("decode").inc()
+                await dead_letter(event, f"undecodable: {exc}")
+                continue
+            try:
+                outputs = processor.handle(record)
+            except (TypeError, ValueError, KeyError) as exc:
+                selfmetrics.ERRORS.labels("process").inc()
+                await dead_letter(event, f"{type(exc).__name__}: {exc}")
+                continue
+            for out in outputs:
+                target = attribution if isinstance(out, AttributionEvent) else flags
+                await target.send(key=output_key(out), value=codec.encode(out))
+                selfmetrics.EVENTS_OUT.labels(type(out).__name__).inc()
+
+    app.agent(inputs, name="node-events")(node_events)
+    return app
+
+
+__all__ = ["INPUT_ROLES", "ExporterMisattribution", "build_app"]

@@ -1,0 +1,37 @@
+"""Faust serializers backed by :mod:`gpuattr.codec`, so tables and changelogs hold our records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faust.serializers import codecs
+
+from gpuattr import codec
+
+CODEC = "gpuattr"
+KEY_CODEC = "gpuattr-key"
+
+
+class RecordCodec(codecs.Codec):  # type: ignore[misc]
+    """Table values: versioned orjson records."""
+
+    def _dumps(self, obj: Any) -> bytes:
+        return codec.encode(obj)
+
+    def _loads(self, s: bytes) -> Any:
+        return codec.decode(s)
+
+
+class KeyCodec(codecs.Codec):  # type: ignore[misc]
+    """Table keys: plain UTF-8 strings (``node/device``), readable on the changelog."""
+
+    def _dumps(self, obj: Any) -> bytes:
+        return str(obj).encode()
+
+    def _loads(self, s: bytes) -> Any:
+        return s.decode()
+
+
+def register() -> None:
+    codecs.register(CODEC, RecordCodec())
+    codecs.register(KEY_CODEC, KeyCodec())

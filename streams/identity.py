@@ -1,0 +1,107 @@
+"""Device identity: every device ID the kubelet hands out, mapped to a physical GPU and a slot.
+
+Pure. Forms the NVIDIA and GKE device plugins use (see docs/ARCHITECTURE.md):
+
+- ``GPU-<uuid>`` whole GPU; ``GPU-<uuid>::<n>`` its n-th replica (time-slicing or MPS)
+- ``MIG-<uuid>`` MIG device (parent not encoded: needs the node's inventory);
+  ``MIG-<uuid>::<n>`` a replica of a time-sliced MIG device
+- ``MIG-GPU-<parent-uuid>/<gi>/<ci>`` legacy MIG device (parent and GPU instance encoded)
+- GKE: ``nvidia0``, ``nvidia0/vgpu1`` (replica), ``nvidia0/gi3`` and ``nvidia0/gi3/vgpu0`` (MIG)
+
+A *device key* names what the hardware reports on: ``GPU-<uuid>`` for a whole GPU or
+``GPU-<uuid>/gi<N>`` for one MIG GPU instance. dcgm-exporter rows map to the same keys.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+Family = Literal["gpu", "mig", "mig-legacy", "gke", "other"]
+
+_GKE = re.compile(r"^nvidia(?P<index>\d+)(?:/gi(?P<gi>\d+))?(?:/vgpu(?P<replica>\d+))?$")
+_LEGACY_MIG = re.compile(r"^MIG-(?P<parent>GPU-[^/]+)/(?P<gi>\d+)/(?P<ci>\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceId:
+    """A kubelet device ID taken apart: its base device and the replica it names, if any."""
+
+    raw: str
+    base: str
+    replica: int | None
+    family: Family
+    gpu_uuid: str | None = None
+    gpu_index: int | None = None
+    mig_gi: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG device from the node's inventory (NVML or a static file)."""
+
+    mig_uuid: str
+    parent_uuid: str
+    gi: int
+    profile: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """What the node agent knows of its GPUs: index → UUID and MIG UUID → parent."""
+
+    gpus: Mapping[int, str]
+    migs: Mapping[str, MigDevice]
+
+
+EMPTY_INVENTORY = Inventory(gpus={}, migs={})
+
+
+def parse_device_id(raw: str) -> DeviceId:
+    """Split a kubelet device ID into base device and replica (split on the first ``::``)."""
+    base, sep, rest = raw.partition("::")
+    replica = int(rest) if sep and rest.isdigit() else None
+    if sep and replica is None:
+        base = raw  # "::" followed by something that is not a replica index: keep it whole
+    if m := _LEGACY_MIG.match(base):
+        return DeviceId(raw, base, replica, "mig-legacy", m["parent"], None, int(m["gi"]))
+    if base.startswith("GPU-"):
+        return DeviceId(raw, base, replica, "gpu", gpu_uuid=base)
+    if base.startswith("MIG-"):
+        return DeviceId(raw, base, replica, "mig")
+    if m := _GKE.match(raw):
+        gi = int(m["gi"]) if m["gi"] is not None else None
+        gke_base = f"nvidia{m['index']}" + (f"/gi{gi}" if gi is not None else "")
+        gke_replica = int(m["replica"]) if m["replica"] is not None else None
+        return DeviceId(raw, gke_base, gke_replica, "gke", None, int(m["index"]), gi)
+    return DeviceId(raw, base, replica, "other")
+
+
+def device_key(gpu_uuid: str, mig_gi: int | None) -> str:
+    """The key of what the hardware reports on: a whole GPU or one of its GPU instances."""
+    return gpu_uuid if mig_gi is None else f"{gpu_uuid}/gi{mig_gi}"
+
+
+def resolve(dev: DeviceId, inventory: Inventory) -> str | None:
+    """The device key a kubelet device ID occupies, or ``None`` when the inventory lacks it."""
+    if dev.family == "gpu" and dev.gpu_uuid is not None:
+        return device_key(dev.gpu_uuid, None)
+    if dev.family == "mig-legacy" and dev.gpu_uuid is not None:
+        return device_key(dev.gpu_uuid, dev.mig_gi)
+    if dev.family == "mig":
+        mig = inventory.migs.get(dev.base)
+        return device_key(mig.parent_uuid, mig.gi) if mig else None
+    if dev.family == "gke" and dev.gpu_index is not None:
+        uuid = inventory.gpus.get(dev.gpu_index)
+        return device_key(uuid, dev.mig_gi) if uuid else None
+    return None
+
+
+def mig_uuid_for(key_uuid: str, gi: int, inventory: Inventory) -> str | None:
+    """The MIG device UUID of GPU instance ``gi`` on ``key_uuid``, when the inventory has it."""
+    for mig in inventory.migs.values():
+        if mig.parent_uuid == key_uuid and mig.gi == gi:
+            return mig.mig_uuid
+    return None

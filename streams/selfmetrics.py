@@ -1,0 +1,12 @@
+"""The worker's own Prometheus metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+EVENTS_IN = Counter("gpuattr_worker_events_in_total", "Input records read", ["topic"])
+EVENTS_OUT = Counter("gpuattr_worker_events_out_total", "Output records sent", ["kind"])
+ERRORS = Counter("gpuattr_worker_errors_total", "Errors by kind", ["kind"])
+DEAD_LETTERED = Counter(
+    "gpuattr_worker_dead_lettered_total", "Inputs sent to the dead-letter topic", ["topic"]
+)

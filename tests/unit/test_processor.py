@@ -1,0 +1,65 @@
+"""The processor over plain dict tables: the same code the Faust agent runs."""
+
+from __future__ import annotations
+
+from agents.events import DcgmSample, PodResourcesDiff, PodResourcesSnapshot
+from agents.events import DeviceAssignment as A
+from streams.events import AttributionEvent
+from streams.identity import Inventory, MigDevice
+from streams.processor import Processor, Tables
+
+G0, G1 = "GPU-aaaa", "GPU-bbbb"
+
+
+def proc() -> Processor:
+    return Processor(
+        Tables(slot_holders={}, node_devices={}, inventories={}, pods={}, node_pods={}, nodes={})
+    )
+
+
+def sample(ts: int, uuid: str = G0, **kw: object) -> DcgmSample:
+    return DcgmSample(
+        node="n1",
+        ts_ms=ts,
+        uuid=uuid,
+        gpu_index=0,
+        model="A100",  # type: ignore[arg-type]
+        hostname="n1",
+        util_pct=50.0,
+        **kw,
+    )
+
+
+def only_event(out: list[object]) -> AttributionEvent:
+    events = [o for o in out if isinstance(o, AttributionEvent)]
+    assert len(events) == 1
+    return events[0]
+
+
+def test_holders_follow_snapshots_and_diffs() -> None:
+    p = proc()
+    a = A("ml", "a", "c", "nvidia.com/gpu", G0)
+    b = A("ml", "b", "c", "nvidia.com/gpu", G0)
+    assert p.handle(PodResourcesSnapshot("n1", 100, (a,))) == []
+    assert [h.pod for h in only_event(p.handle(sample(150))).holders] == ["a"]
+    p.handle(PodResourcesDiff("n1", 200, added=(b,), removed=(a,)))
+    assert [h.pod for h in only_event(p.handle(sample(250))).holders] == ["b"]
+    # a sample taken before the hand-over but processed after it still joins the old holder
+    assert [h.pod for h in only_event(p.handle(sample(180))).holders] == ["a"]
+
+
+def test_sample_for_unknown_node_is_unallocated() -> None:
+    ev = only_event(proc().handle(sample(1, G1)))
+    assert ev.state == "unallocated"
+
+
+def test_mig_sample_joins_instance_holder_via_inventory() -> None:
+    p = proc()
+    p.set_inventory("n1", Inventory({0: G0}, {"MIG-1": MigDevice("MIG-1", G0, 3, "1g.10gb")}))
+    p.handle(PodResourcesSnapshot("n1", 1, (A("ml", "m", "c", "nvidia.com/mig-1g.10gb", "MIG-1"),)))
+    ev = only_event(p.handle(sample(5, mig_instance_id=3, gr_engine_active=0.5)))
+    assert (ev.device_uuid, ev.state, ev.sharing) == ("MIG-1", "exclusive", "mig")
+    assert [h.pod for h in ev.holders] == ["m"]
+    parent = only_event(p.handle(sample(5)))
+    assert parent.state == "mig-parent"
+    assert parent.holders == ()
