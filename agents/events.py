@@ -151,6 +151,35 @@ class NodeRecord:
     resource_version: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    index: int
+    uuid: str
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MigInfo:
+    """One MIG device: new-style MIG UUIDs do not encode their parent, NVML does."""
+
+    mig_uuid: str
+    parent_uuid: str
+    gi: int
+    ci: int | None = None
+    profile: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInventory:
+    """A node's GPUs and MIG devices, read through NVML (or a static file where NVML is absent)."""
+
+    node: str
+    ts_ms: int
+    source: str
+    gpus: tuple[GpuInfo, ...]
+    migs: tuple[MigInfo, ...] = ()
+
+
 #: Record kinds the agents publish, with their schema versions (see :mod:`gpuattr.codec`).
 KINDS: dict[str, tuple[type, int]] = {
     "podresources.snapshot": (PodResourcesSnapshot, 1),
@@ -159,4 +188,5 @@ KINDS: dict[str, tuple[type, int]] = {
     "k8s.pod": (PodRecord, 1),
     "k8s.pod-list": (PodListSnapshot, 1),
     "k8s.node": (NodeRecord, 1),
+    "inventory": (DeviceInventory, 1),
 }

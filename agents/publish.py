@@ -17,6 +17,7 @@ from aiokafka.errors import KafkaError
 
 from agents.events import (
     DcgmSample,
+    DeviceInventory,
     NodeRecord,
     PodListSnapshot,
     PodRecord,
@@ -38,6 +39,7 @@ ROLE_OF: dict[type, TopicRole] = {
     PodRecord: "k8s",
     PodListSnapshot: "k8s",
     NodeRecord: "k8s",
+    DeviceInventory: "inventory",
 }
 
 

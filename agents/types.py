@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from agents.events import (
     DcgmSample,
+    DeviceInventory,
     NodeRecord,
     PodListSnapshot,
     PodRecord,
@@ -14,7 +15,13 @@ from agents.events import (
 )
 
 AgentRecord = (
-    PodResourcesSnapshot | PodResourcesDiff | DcgmSample | PodRecord | PodListSnapshot | NodeRecord
+    PodResourcesSnapshot
+    | PodResourcesDiff
+    | DcgmSample
+    | PodRecord
+    | PodListSnapshot
+    | NodeRecord
+    | DeviceInventory
 )
 
 #: Where collectors hand their records: the publisher routes them to topics keyed by node.

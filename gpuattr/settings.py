@@ -73,6 +73,15 @@ class KubeSettings(BaseSettings):
     max_backoff_s: float = Field(default=30.0, gt=0)
 
 
+class InventorySettings(BaseSettings):
+    """Where the agent reads the node's device inventory when NVML is not available."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_INVENTORY_", frozen=True)
+
+    file: Path | None = None
+    interval_s: float = Field(default=300.0, gt=0)
+
+
 class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUATTR_WORKER_", frozen=True)
 

@@ -30,6 +30,9 @@ TOPICS: tuple[TopicDoc, ...] = (
     TopicDoc(
         "k8s", "node", "pod and node watch records (k8s.pod, k8s.pod-list, k8s.node)", 7 * DAY_MS
     ),
+    TopicDoc(
+        "inventory", "node", "inventory: GPU index/UUID and MIG UUID → parent GPU", 7 * DAY_MS
+    ),
     TopicDoc("attribution", "node/device-uuid", "attribution events, one per sample", 7 * DAY_MS),
     TopicDoc(
         "flags",

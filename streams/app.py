@@ -15,7 +15,7 @@ from typing import Any
 import faust
 
 from gpuattr import codec
-from gpuattr.settings import KafkaSettings, WorkerSettings
+from gpuattr.settings import KafkaSettings, TopicRole, WorkerSettings
 from streams import selfmetrics
 from streams.events import AttributionEvent, DeadLetter, ExporterMisattribution
 from streams.faust_codecs import CODEC, KEY_CODEC, register
@@ -23,7 +23,7 @@ from streams.processor import Output, Processor, Tables
 
 log = logging.getLogger(__name__)
 
-INPUT_ROLES = ("podresources", "dcgm", "k8s")
+INPUT_ROLES: tuple[TopicRole, ...] = ("podresources", "dcgm", "k8s", "inventory")
 
 
 def broker_credentials(kafka: KafkaSettings) -> Any:

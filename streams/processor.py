@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from agents.events import (
     DcgmSample,
     DeviceAssignment,
+    DeviceInventory,
     NodeRecord,
     PodListSnapshot,
     PodRecord,
@@ -24,7 +25,14 @@ from agents.events import (
 from streams.attribution import DeviceContext, PodIdentity, attribute
 from streams.events import AttributionEvent, ExporterMisattribution
 from streams.holders import NodeDevices, SlotHolders, apply_podresources, reindex
-from streams.identity import EMPTY_INVENTORY, Inventory, device_key, mig_uuid_for, parse_device_id
+from streams.identity import (
+    EMPTY_INVENTORY,
+    Inventory,
+    MigDevice,
+    device_key,
+    mig_uuid_for,
+    parse_device_id,
+)
 from streams.pods import NodePods, PodNames, apply_pod, apply_pod_list, name_key, resolve
 from streams.sharing import sharing_from_labels
 
@@ -47,6 +55,15 @@ def holder_key(node: str, base: str) -> str:
     return f"{node}/{base}"
 
 
+def inventory_of(record: DeviceInventory) -> Inventory:
+    return Inventory(
+        gpus={g.index: g.uuid for g in record.gpus},
+        migs={
+            m.mig_uuid: MigDevice(m.mig_uuid, m.parent_uuid, m.gi, m.profile) for m in record.migs
+        },
+    )
+
+
 class Processor:
     """Applies records to :class:`Tables` and returns what to publish."""
 
@@ -64,6 +81,9 @@ class Processor:
             return []
         if isinstance(record, PodListSnapshot):
             self._on_pod_list(record)
+            return []
+        if isinstance(record, DeviceInventory):
+            self.set_inventory(record.node, inventory_of(record))
             return []
         if isinstance(record, NodeRecord):
             self.tables.nodes[record.node] = record

@@ -1,0 +1,100 @@
+"""The node's device inventory: GPU index → UUID and MIG UUID → parent GPU and instance.
+
+New-style MIG device IDs (``MIG-<uuid>``) do not name their parent GPU, and GKE's plugin names
+devices by index (``nvidia0``): the worker needs this inventory to place them. Read through NVML
+with the official ``nvidia-ml-py`` bindings when the driver library loads, else from a static
+JSON file (``GPUATTR_INVENTORY_FILE``), as simulated clusters and NVML-less nodes do.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pydantic
+
+from agents.events import DeviceInventory, GpuInfo, MigInfo
+
+log = logging.getLogger(__name__)
+
+
+class InventoryError(RuntimeError):
+    """No inventory source worked."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _profile_from_name(name: str) -> str | None:
+    # NVML names MIG devices like "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+    _, sep, profile = name.partition(" MIG ")
+    return profile.strip() or None if sep else None
+
+
+def read_nvml(nvml: Any, node: str, ts_ms: int) -> DeviceInventory:
+    """Read the inventory through an initialised ``pynvml`` module."""
+    gpus: list[GpuInfo] = []
+    migs: list[MigInfo] = []
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        gpus.append(GpuInfo(index, uuid, _text(nvml.nvmlDeviceGetName(handle))))
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        except nvml.NVMLError:
+            continue  # not MIG-capable
+        if current != nvml.NVML_DEVICE_MIG_ENABLE:
+            continue
+        for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError:
+                continue  # empty slot
+            migs.append(
+                MigInfo(
+                    mig_uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
+                    parent_uuid=uuid,
+                    gi=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
+                    ci=int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
+                    profile=_profile_from_name(_text(nvml.nvmlDeviceGetName(mig))),
+                )
+            )
+    return DeviceInventory(node, ts_ms, "nvml", tuple(gpus), tuple(migs))
+
+
+class _FileInventory(pydantic.BaseModel):
+    gpus: list[GpuInfo]
+    migs: list[MigInfo] = []
+
+
+def read_file(path: Path, node: str, ts_ms: int) -> DeviceInventory:
+    """Read ``{"gpus": [{index, uuid, model}], "migs": [{mig_uuid, parent_uuid, gi, ...}]}``."""
+    try:
+        doc = _FileInventory.model_validate(orjson.loads(path.read_bytes()))
+    except (OSError, orjson.JSONDecodeError, pydantic.ValidationError) as exc:
+        raise InventoryError(f"inventory file {path}: {exc}") from exc
+    return DeviceInventory(node, ts_ms, "file", tuple(doc.gpus), tuple(doc.migs))
+
+
+def read_inventory(node: str, ts_ms: int, file: Path | None) -> DeviceInventory | None:
+    """NVML first, the static file second; ``None`` when neither is available."""
+    try:
+        import pynvml
+    except ImportError:
+        pynvml = None
+    if pynvml is not None:
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            log.info("NVML not usable on this node (%s); trying the inventory file", exc)
+        else:
+            try:
+                return read_nvml(pynvml, node, ts_ms)
+            finally:
+                pynvml.nvmlShutdown()
+    if file is not None:
+        return read_file(file, node, ts_ms)
+    return None

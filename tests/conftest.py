@@ -1,0 +1,30 @@
+"""Shared fixtures: the real local Kafka broker (one per session) and an asyncio task-leak check."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.kafka_fixture import kafka_bootstrap
+
+__all__ = ["kafka_bootstrap"]
+
+
+@pytest.fixture(autouse=True)
+async def _no_leaked_tasks(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """Fail a test that leaves asyncio tasks running behind it (as kopf's suite does)."""
+    before = set(asyncio.all_tasks())
+    yield
+    current = asyncio.current_task()
+
+    def leaked() -> set[asyncio.Task[object]]:
+        return {t for t in asyncio.all_tasks() - before if t is not current and not t.done()}
+
+    for _ in range(50):  # let cancelled tasks finish unwinding (bounded)
+        if not leaked():
+            return
+        await asyncio.sleep(0.01)
+    names = sorted(t.get_name() + ":" + repr(t.get_coro()) for t in leaked())
+    pytest.fail(f"{request.node.nodeid} leaked asyncio tasks: {names}")

@@ -1,0 +1,43 @@
+"""Test helpers: wait on conditions with bounded timeouts (tests never sleep to wait)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def wait_for(
+    condition: Callable[[], T | bool | None],
+    timeout_s: float = 10.0,
+    every_s: float = 0.02,
+    what: str = "condition",
+) -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if result:
+            return result  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        await asyncio.sleep(every_s)
+
+
+async def wait_for_async(
+    condition: Callable[[], Awaitable[T | bool | None]],
+    timeout_s: float = 10.0,
+    every_s: float = 0.05,
+    what: str = "condition",
+) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = await condition()
+        if result:
+            return result  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        await asyncio.sleep(every_s)

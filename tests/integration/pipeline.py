@@ -1,0 +1,134 @@
+"""Run the real pipeline for a test: topics, simulated cluster, agent and worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from gpuattr.kafka_admin import create_topics
+
+from gpuattr import codec
+from gpuattr.procs import Child, settings_env
+from gpuattr.settings import KafkaSettings, TopicRole
+from gpuattr.topics import topic_specs
+from sim.runner import ScenarioClock, SimulatedCluster
+from sim.scenario import Scenario
+
+
+@dataclass
+class Collected:
+    """Every record read from one topic, decoded, in arrival order."""
+
+    records: list[Any] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def collect(kafka: KafkaSettings, role: TopicRole) -> AsyncIterator[Collected]:
+    consumer = AIOKafkaConsumer(
+        kafka.topic(role),
+        bootstrap_servers=kafka.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+    )
+    await consumer.start()
+    out = Collected()
+
+    async def pump() -> None:
+        async for msg in consumer:
+            out.records.append(codec.decode(msg.value or b""))
+
+    task = asyncio.create_task(pump(), name=f"collect-{role}")
+    try:
+        yield out
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await consumer.stop()
+
+
+@dataclass
+class Pipeline:
+    kafka: KafkaSettings
+    sim: SimulatedCluster
+    clock: ScenarioClock
+    workers: list[Child]
+    agents: list[Child]
+    workdir: Path
+
+    def worker_child(self, n: int) -> Child:
+        env = {
+            **self.env(),
+            **settings_env(
+                WORKER_APP_ID=self.kafka.topic_prefix + "worker",
+                WORKER_DATA_DIR=self.workdir / f"worker-{n}",
+                WORKER_WEB_ENABLED="false",
+            ),
+        }
+        return Child(f"worker-{n}", ["worker"], env, self.workdir / f"worker-{n}.log")
+
+    def env(self) -> dict[str, str]:
+        return settings_env(
+            KAFKA_BOOTSTRAP=self.kafka.bootstrap,
+            KAFKA_TOPIC_PREFIX=self.kafka.topic_prefix,
+            KAFKA_PARTITIONS=self.kafka.partitions,
+        )
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {c.name}\n{c.tail()}" for c in (*self.workers, *self.agents))
+
+
+@contextlib.asynccontextmanager
+async def pipeline(
+    bootstrap: str,
+    scenario: Scenario,
+    workdir: Path,
+    *,
+    workers: int = 1,
+    partitions: int = 4,
+    agent_env: dict[str, str] | None = None,
+) -> AsyncIterator[Pipeline]:
+    """Everything of a real deployment but the cluster, with a scenario clock the test moves."""
+    kafka = KafkaSettings(
+        bootstrap=bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=partitions
+    )
+    await create_topics(bootstrap, topic_specs(kafka))
+    clock = ScenarioClock(speed=0.0)
+    async with SimulatedCluster(scenario, workdir / "sim", clock) as sim:
+        p = Pipeline(kafka, sim, clock, [], [], workdir)
+        p.workers = [p.worker_child(n) for n in range(workers)]
+        for ep in sim.endpoints():
+            env = {
+                **p.env(),
+                **settings_env(
+                    KUBELET_SOCKET_PATH=ep.kubelet_socket,
+                    KUBELET_POLL_INTERVAL_S=0.2,
+                    KUBELET_SNAPSHOT_INTERVAL_S=10,
+                    DCGM_URL=ep.exporter_url,
+                    DCGM_SCRAPE_INTERVAL_S=0.5,
+                    KUBE_ENABLED="false",
+                ),
+                **(agent_env or {}),
+            }
+            p.agents.append(
+                Child(
+                    f"agent-{ep.node}",
+                    ["agent", "--node", ep.node],
+                    env,
+                    workdir / f"agent-{ep.node}.log",
+                )
+            )
+        try:
+            for child in (*p.workers, *p.agents):
+                await child.start()
+            yield p
+        finally:
+            for child in (*p.agents, *p.workers):
+                await child.stop()
