@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from dataclasses import dataclass
 
+from agents.inventory import InventoryError, read_inventory
 from agents.podresources import PodResourcesCollector
 from agents.publish import Publisher
 from agents.scrape import DcgmCollector
-from gpuattr.settings import DcgmSettings, KafkaSettings, KubeletSettings
+from agents.selfmetrics import SOURCE_ERRORS
+from agents.types import Emit, NowMs
+from gpuattr.settings import (
+    DcgmSettings,
+    InventorySettings,
+    KafkaSettings,
+    KubeletSettings,
+    KubeSettings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -18,29 +29,70 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def run_agent(
-    node: str, kafka: KafkaSettings, kubelet: KubeletSettings, dcgm: DcgmSettings
+@dataclass(frozen=True)
+class AgentSettings:
+    node: str
+    kafka: KafkaSettings
+    kubelet: KubeletSettings
+    dcgm: DcgmSettings
+    kube: KubeSettings
+    inventory: InventorySettings
+
+
+async def publish_inventory(
+    node: str, settings: InventorySettings, emit: Emit, now_ms: NowMs
 ) -> None:
-    """Run every collector for ``node`` until cancelled."""
-    async with Publisher(kafka) as publisher:
-        podresources = PodResourcesCollector(
-            node=node,
-            socket_path=kubelet.socket_path,
-            poll_interval_s=kubelet.poll_interval_s,
-            snapshot_interval_s=kubelet.snapshot_interval_s,
-            rpc_timeout_s=kubelet.rpc_timeout_s,
-            emit=publisher.publish,
-            now_ms=wall_clock_ms,
-        )
-        scraper = DcgmCollector(
-            node=node,
-            url=dcgm.url,
-            interval_s=dcgm.scrape_interval_s,
-            timeout_s=dcgm.timeout_s,
-            emit=publisher.publish,
-            now_ms=wall_clock_ms,
-        )
-        log.info("agent for node %s: kubelet %s, exporter %s", node, kubelet.socket_path, dcgm.url)
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(podresources.run(), name="podresources")
-            tasks.create_task(scraper.run(), name="dcgm")
+    """Publish the device inventory at start and then every ``interval_s`` if it changed."""
+    last = None
+    while True:
+        try:
+            inv = read_inventory(node, now_ms(), settings.file)
+        except InventoryError as exc:
+            SOURCE_ERRORS.labels("inventory", "unreadable").inc()
+            log.warning("%s", exc)
+            inv = None
+        if inv is not None and (last is None or (inv.gpus, inv.migs) != (last.gpus, last.migs)):
+            await emit(inv)
+            last = inv
+        await asyncio.sleep(settings.interval_s)
+
+
+async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> None:
+    """Run every collector for the node until cancelled."""
+    node = settings.node
+    async with Publisher(settings.kafka) as publisher, contextlib.AsyncExitStack() as stack:
+        emit = publisher.publish
+        kubelet, dcgm = settings.kubelet, settings.dcgm
+        tasks = {
+            "podresources": PodResourcesCollector(
+                node=node,
+                socket_path=kubelet.socket_path,
+                poll_interval_s=kubelet.poll_interval_s,
+                snapshot_interval_s=kubelet.snapshot_interval_s,
+                rpc_timeout_s=kubelet.rpc_timeout_s,
+                emit=emit,
+                now_ms=now_ms,
+            ).run(),
+            "dcgm": DcgmCollector(
+                node=node,
+                url=dcgm.url,
+                interval_s=dcgm.scrape_interval_s,
+                timeout_s=dcgm.timeout_s,
+                emit=emit,
+                now_ms=now_ms,
+            ).run(),
+            "inventory": publish_inventory(node, settings.inventory, emit, now_ms),
+        }
+        if settings.kube.enabled:
+            from agents.kube_watch import NodeWatcher, PodWatcher, make_api_client
+
+            api = await make_api_client(settings.kube)
+            stack.push_async_callback(api.close)
+            for name, watcher in (("pods", PodWatcher), ("node", NodeWatcher)):
+                tasks[name] = watcher(
+                    node=node, api=api, emit=emit, now_ms=now_ms, settings=settings.kube
+                ).run()
+        log.info("agent for node %s: %s", node, ", ".join(tasks))
+        async with asyncio.TaskGroup() as group:
+            for name, coro in tasks.items():
+                group.create_task(coro, name=name)

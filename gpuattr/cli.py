@@ -12,9 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuattr.settings import (
+    AlertSettings,
     DcgmSettings,
+    InventorySettings,
     KafkaSettings,
     KubeletSettings,
+    KubeSettings,
     LocalKafkaSettings,
     WorkerSettings,
 )
@@ -55,12 +58,12 @@ def _kafka(args: argparse.Namespace) -> KafkaSettings:
     return kafka.model_copy(update={"bootstrap": args.bootstrap}) if args.bootstrap else kafka
 
 
-def _run_worker(kafka: KafkaSettings, worker: WorkerSettings) -> int:
+def _run_worker(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSettings) -> int:
     import faust
 
     from streams.app import build_app
 
-    app = build_app(kafka, worker)
+    app = build_app(kafka, worker, alerts)
     faust.Worker(app, loglevel=worker.loglevel, quiet=True).execute_from_commandline()
     return 0
 
@@ -98,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(create_topics(kafka.bootstrap, topic_specs(kafka)))
         return 0
     if args.command == "agent":
-        from agents.main import run_agent
+        from agents.main import AgentSettings, run_agent
 
         kubelet = KubeletSettings()
         if args.kubelet_socket:
@@ -106,11 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         dcgm = DcgmSettings()
         if args.dcgm_url:
             dcgm = dcgm.model_copy(update={"url": args.dcgm_url})
+        agent = AgentSettings(args.node, kafka, kubelet, dcgm, KubeSettings(), InventorySettings())
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(run_agent(args.node, kafka, kubelet, dcgm))
+            asyncio.run(run_agent(agent))
         return 0
     if args.command == "worker":
-        return _run_worker(kafka, WorkerSettings())
+        return _run_worker(kafka, WorkerSettings(), AlertSettings())
     if args.command == "demo":
         from gpuattr.demo import run_demo
 

@@ -7,10 +7,13 @@ Examples: ``GPUATTR_KAFKA_BOOTSTRAP=broker:9092``, ``GPUATTR_KUBELET_SOCKET_PATH
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from streams.alerts import AlertPolicy
 
 TopicRole = Literal[
     "podresources", "dcgm", "k8s", "inventory", "attribution", "alerts", "deadletter", "flags"
@@ -80,6 +83,24 @@ class InventorySettings(BaseSettings):
 
     file: Path | None = None
     interval_s: float = Field(default=300.0, gt=0)
+
+
+class AlertSettings(BaseSettings):
+    """Alert thresholds and windows (event time). Idle overrides per pod by annotation."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_ALERTS_", frozen=True)
+
+    idle_threshold_pct: float = Field(default=5.0, ge=0, le=100)
+    idle_hysteresis_pct: float = Field(default=2.0, ge=0)
+    idle_window_s: float = Field(default=1800.0, gt=0)
+    cooldown_s: float = Field(default=3600.0, ge=0)
+    orphan_fb_mib: float = Field(default=1024.0, ge=0)
+    orphan_window_s: float = Field(default=300.0, gt=0)
+
+    def policy(self) -> AlertPolicy:
+        from streams.alerts import AlertPolicy
+
+        return AlertPolicy(**self.model_dump())
 
 
 class WorkerSettings(BaseSettings):

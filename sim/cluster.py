@@ -95,6 +95,27 @@ class Cluster:
                     out.append(AllocatableDevice(resource_name(spec, slot), device_id(spec, slot)))
         return tuple(out)
 
+    def inventory(self, node: str) -> dict[str, list[dict[str, object]]]:
+        """What NVML would report on the node: GPUs by index, MIG devices with their parent."""
+        spec = self.scenario.node(node)
+        gpus: list[dict[str, object]] = []
+        migs: list[dict[str, object]] = []
+        for gpu in range(spec.gpus):
+            uuid = gpu_uuid(node, gpu)
+            gpus.append({"index": gpu, "uuid": uuid, "model": spec.model})
+            if spec.mig and gpu in spec.mig.gpus:
+                for gi in spec.mig.instances:
+                    migs.append(
+                        {
+                            "mig_uuid": mig_uuid(node, gpu, gi),
+                            "parent_uuid": uuid,
+                            "gi": gi,
+                            "ci": 0,
+                            "profile": spec.mig.profile,
+                        }
+                    )
+        return {"gpus": gpus, "migs": migs}
+
     def exporter_rows(self, node: str, scrape: int) -> list[ExporterRow]:
         """The rows dcgm-exporter would print on scrape number ``scrape``."""
         spec = self.scenario.node(node)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from sim.cluster import Cluster
 from sim.exporter_rows import ExporterRow
 from sim.exporter_server import ExporterDouble
@@ -38,6 +40,7 @@ class NodeEndpoints:
     node: str
     kubelet_socket: Path
     exporter_url: str
+    inventory_file: Path
 
 
 class SimulatedCluster:
@@ -65,6 +68,7 @@ class SimulatedCluster:
             exporter = ExporterDouble(self._rows(node))
             self.kubelets[node] = await self._stack.enter_async_context(kubelet)
             self.exporters[node] = await self._stack.enter_async_context(exporter)
+            self.inventory_file(node).write_bytes(orjson.dumps(self.cluster.inventory(node)))
         self.clock.start()
 
     async def stop(self) -> None:
@@ -77,8 +81,13 @@ class SimulatedCluster:
     async def __aexit__(self, *exc: Any) -> None:
         await self.stop()
 
+    def inventory_file(self, node: str) -> Path:
+        return self.workdir / f"{node}.inventory.json"
+
     def endpoints(self) -> list[NodeEndpoints]:
         return [
-            NodeEndpoints(n, self.kubelets[n].socket_path, self.exporters[n].url)
+            NodeEndpoints(
+                n, self.kubelets[n].socket_path, self.exporters[n].url, self.inventory_file(n)
+            )
             for n in self.kubelets
         ]

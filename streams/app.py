@@ -15,11 +15,11 @@ from typing import Any
 import faust
 
 from gpuattr import codec
-from gpuattr.settings import KafkaSettings, TopicRole, WorkerSettings
+from gpuattr.settings import AlertSettings, KafkaSettings, TopicRole, WorkerSettings
 from streams import selfmetrics
-from streams.events import AttributionEvent, DeadLetter, ExporterMisattribution
+from streams.events import Alert, AttributionEvent, DeadLetter, ExporterMisattribution
 from streams.faust_codecs import CODEC, KEY_CODEC, register
-from streams.processor import Output, Processor, Tables
+from streams.processor import Processor, Tables
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,11 @@ def broker_credentials(kafka: KafkaSettings) -> Any:
     return None
 
 
-def output_key(record: Output) -> bytes:
+def output_key(record: AttributionEvent | ExporterMisattribution) -> bytes:
     return f"{record.node}/{record.device_uuid}".encode()
 
 
-def build_app(kafka: KafkaSettings, worker: WorkerSettings) -> faust.App:
+def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSettings) -> faust.App:
     """Create the worker's Faust app from explicit settings."""
     if not kafka.bootstrap:
         raise ValueError("the worker needs a Kafka bootstrap address")
@@ -86,6 +86,7 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings) -> faust.App:
     inputs = app.topic(*(kafka.topic(r) for r in INPUT_ROLES), **raw)
     attribution = app.topic(kafka.topic("attribution"), partitions=kafka.partitions, **raw)
     flags = app.topic(kafka.topic("flags"), partitions=kafka.partitions, **raw)
+    alert_topic = app.topic(kafka.topic("alerts"), partitions=kafka.partitions, **raw)
     deadletter = app.topic(kafka.topic("deadletter"), partitions=kafka.partitions, **raw)
 
     def table(name: str) -> Any:
@@ -100,8 +101,9 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings) -> faust.App:
         pods=table("pods"),
         node_pods=table("node-pods"),
         nodes=table("nodes"),
+        alert_state=table("alert-state"),
     )
-    processor = Processor(tables)
+    processor = Processor(tables, alerts.policy())
 
     async def dead_letter(event: Any, error: str) -> None:
         msg = event.message
@@ -135,8 +137,11 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings) -> faust.App:
                 await dead_letter(event, f"{type(exc).__name__}: {exc}")
                 continue
             for out in outputs:
-                target = attribution if isinstance(out, AttributionEvent) else flags
-                await target.send(key=output_key(out), value=codec.encode(out))
+                if isinstance(out, Alert):
+                    await alert_topic.send(key=out.id.encode(), value=codec.encode(out))
+                else:
+                    target = attribution if isinstance(out, AttributionEvent) else flags
+                    await target.send(key=output_key(out), value=codec.encode(out))
                 selfmetrics.EVENTS_OUT.labels(type(out).__name__).inc()
 
     app.agent(inputs, name="node-events")(node_events)

@@ -124,9 +124,45 @@ class ExporterMisattribution:
     reason: str
 
 
+AlertKind = Literal["idle", "xid", "orphaned-memory"]
+
+
+@dataclass(frozen=True, slots=True)
+class AlertFigures:
+    util_pct: float | None = None
+    util_threshold_pct: float | None = None
+    fb_used_mib: float | None = None
+    fb_threshold_mib: float | None = None
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """An alert on one device. ``id`` is the idempotency key: stable across retries, restarts
+    and the firing → resolved transition of the same episode."""
+
+    id: str
+    kind: AlertKind
+    status: Literal["firing", "resolved"]
+    node: str
+    device_uuid: str
+    gpu_uuid: str
+    model: str
+    mig: MigInstance | None
+    sharing: Sharing
+    holders: tuple[Holder, ...]
+    figures: AlertFigures
+    window_s: float | None
+    started_ms: int
+    ts_ms: int
+    device_wide: bool
+    summary: str
+
+
 #: Record kinds the workers publish, with their schema versions (see :mod:`gpuattr.codec`).
 KINDS: dict[str, tuple[type, int]] = {
     "attribution": (AttributionEvent, 1),
     "deadletter": (DeadLetter, 1),
     "exporter.misattribution": (ExporterMisattribution, 1),
+    "alert": (Alert, 1),
 }

@@ -22,8 +22,9 @@ from agents.events import (
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
+from streams.alerts import AlertPolicy, DeviceAlerts, policy_for, step
 from streams.attribution import DeviceContext, PodIdentity, attribute
-from streams.events import AttributionEvent, ExporterMisattribution
+from streams.events import Alert, AttributionEvent, ExporterMisattribution
 from streams.holders import NodeDevices, SlotHolders, apply_podresources, reindex
 from streams.identity import (
     EMPTY_INVENTORY,
@@ -36,7 +37,7 @@ from streams.identity import (
 from streams.pods import NodePods, PodNames, apply_pod, apply_pod_list, name_key, resolve
 from streams.sharing import sharing_from_labels
 
-Output = AttributionEvent | ExporterMisattribution
+Output = AttributionEvent | ExporterMisattribution | Alert
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Tables:
     pods: MutableMapping[str, PodNames]  # node/namespace/name
     node_pods: MutableMapping[str, NodePods]  # node
     nodes: MutableMapping[str, NodeRecord]  # node
+    alert_state: MutableMapping[str, DeviceAlerts]  # node/device-uuid
 
 
 def holder_key(node: str, base: str) -> str:
@@ -67,8 +69,9 @@ def inventory_of(record: DeviceInventory) -> Inventory:
 class Processor:
     """Applies records to :class:`Tables` and returns what to publish."""
 
-    def __init__(self, tables: Tables) -> None:
+    def __init__(self, tables: Tables, policy: AlertPolicy | None = None) -> None:
         self.tables = tables
+        self.policy = policy or AlertPolicy()
 
     def handle(self, record: object) -> list[Output]:
         if isinstance(record, DcgmSample):
@@ -175,4 +178,19 @@ class Processor:
             resolve_pod=self._resolver(node),
         )
         event, flags = attribute(sample, rows, ctx)
-        return [event, *flags]
+        return [event, *flags, *self._alerts(event)]
+
+    def _alerts(self, event: AttributionEvent) -> list[Alert]:
+        t = self.tables
+        key = f"{event.node}/{event.device_uuid}"
+        annotations = []
+        for h in event.holders:
+            names = t.pods.get(name_key(event.node, h.namespace, h.pod))
+            for life in names.lives if names else ():
+                if life.uid == h.uid and life.annotations:
+                    annotations.append(dict(life.annotations))
+        old = t.alert_state.get(key)
+        new, alerts = step(old, event, policy_for(self.policy, annotations))
+        if new != old:
+            t.alert_state[key] = new
+        return alerts

@@ -5,6 +5,7 @@ Changelog topics carry these as versioned JSON, readable by anyone debugging a t
 
 from __future__ import annotations
 
+from streams.alerts import DeviceAlerts
 from streams.holders import NodeDevices, SlotHolders
 from streams.identity import Inventory
 from streams.pods import NodePods, PodNames
@@ -16,4 +17,5 @@ KINDS: dict[str, tuple[type, int]] = {
     "state.inventory": (Inventory, 1),
     "state.pod_names": (PodNames, 1),
     "state.node_pods": (NodePods, 1),
+    "state.device_alerts": (DeviceAlerts, 1),
 }

@@ -13,7 +13,15 @@ G0, G1 = "GPU-aaaa", "GPU-bbbb"
 
 def proc() -> Processor:
     return Processor(
-        Tables(slot_holders={}, node_devices={}, inventories={}, pods={}, node_pods={}, nodes={})
+        Tables(
+            slot_holders={},
+            node_devices={},
+            inventories={},
+            pods={},
+            node_pods={},
+            nodes={},
+            alert_state={},
+        )
     )
 
 

@@ -1,0 +1,172 @@
+"""Idle, XID and orphaned-memory step functions over event time (no clock, no sleep)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+
+from streams.alerts import AlertPolicy, DeviceAlerts, policy_for, step
+from streams.events import Alert, AttributionEvent, ExporterView, Holder, Usage
+
+POLICY = AlertPolicy(
+    idle_threshold_pct=5,
+    idle_hysteresis_pct=2,
+    idle_window_s=60,
+    cooldown_s=300,
+    orphan_fb_mib=1024,
+    orphan_window_s=30,
+)
+H1 = Holder("ml", "a", "c", "nvidia.com/gpu", ("GPU-1",), 1, 1.0, "uid-a", "resolved")
+H2 = replace(H1, pod="b", uid="uid-b")
+
+
+def ev(
+    ts_s: float,
+    util: float | None,
+    holders: Sequence[Holder] = (H1,),
+    fb: float = 500,
+    xid: int | None = 0,
+) -> AttributionEvent:
+    return AttributionEvent(
+        node="n",
+        ts_ms=int(ts_s * 1000),
+        device_uuid="GPU-1",
+        gpu_uuid="GPU-1",
+        gpu_index=0,
+        model="A100",
+        mig=None,
+        state="exclusive" if len(holders) == 1 else ("shared" if holders else "unallocated"),
+        sharing="none" if len(holders) < 2 else "mps",
+        replicas=None,
+        tenant_count=len({h.pod for h in holders}),
+        holders=tuple(holders),
+        usage=Usage("device", util, "DCGM_FI_DEV_GPU_UTIL", fb, 1000, 60, 30, xid),
+        credit="holder",
+        exporter=ExporterView((), True, ""),
+        notes=(),
+        summary="",
+    )
+
+
+def run(events: Sequence[AttributionEvent], policy: AlertPolicy = POLICY) -> list[Alert]:
+    state: DeviceAlerts | None = None
+    out: list[Alert] = []
+    for e in events:
+        state, alerts = step(state, e, policy)
+        out.extend(alerts)
+    return out
+
+
+def kinds(alerts: Sequence[Alert]) -> list[tuple[str, str, int]]:
+    return [(a.kind, a.status, a.ts_ms // 1000) for a in alerts]
+
+
+def series(
+    utils: Sequence[float | None], every_s: float = 10, **kw: object
+) -> list[AttributionEvent]:
+    return [ev(i * every_s, u, **kw) for i, u in enumerate(utils)]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("utils", "expected"),
+    [
+        pytest.param([1] * 8, [("idle", "firing", 60)], id="fires-once-after-window"),
+        pytest.param([1] * 6, [], id="window-not-yet-elapsed"),
+        pytest.param(
+            [1] * 7 + [50, 50],
+            [("idle", "firing", 60), ("idle", "resolved", 70)],
+            id="resolves-on-recovery",
+        ),
+        pytest.param(
+            [1, 1, 1, 1, 1, 1, 6, 1, 6, 1],
+            [("idle", "firing", 70)],
+            id="no-reset-inside-hysteresis-band",
+        ),
+        pytest.param(
+            [1] * 7 + [6, 1, 6, 1, 6], [("idle", "firing", 60)], id="no-flapping-at-threshold-edge"
+        ),
+        pytest.param(
+            [1, 1, 1, 50, 1, 1, 1, 1, 1, 1, 1],
+            [("idle", "firing", 100)],
+            id="recovery-restarts-window",
+        ),
+        pytest.param([1, None, 1, 1, 1, 1, 1], [("idle", "firing", 60)], id="missing-reading"),
+    ],
+)
+def test_idle(utils: list[float | None], expected: list[tuple[str, str, int]]) -> None:
+    assert kinds(run(series(utils))) == expected
+
+
+def test_cooldown_blocks_refire_then_allows_it() -> None:
+    utils = [1] * 7 + [50] + [1] * 10  # fires at 60, resolves at 70, idle again from 80
+    assert kinds(run(series(utils))) == [("idle", "firing", 60), ("idle", "resolved", 70)]
+    long = [1] * 7 + [50] + [1] * 40  # cool-down (300 s) over at 370: refires then
+    assert kinds(run(series(long)))[-1] == ("idle", "firing", 370)
+
+
+def test_holders_leaving_resolves_and_ids_match() -> None:
+    events = [*series([1] * 7), ev(70, 1, holders=())]
+    alerts = run(events)
+    assert kinds(alerts) == [("idle", "firing", 60), ("idle", "resolved", 70)]
+    assert alerts[0].id == alerts[1].id  # one episode, one idempotency key
+    assert "holders left" in alerts[1].summary
+
+
+def test_unallocated_device_never_idles() -> None:
+    assert run(series([0] * 20, holders=())) == []
+
+
+def test_shared_device_names_every_holder_and_says_device_wide() -> None:
+    alerts = run(series([1] * 7, holders=(H1, H2)))
+    assert len(alerts) == 1
+    assert alerts[0].device_wide
+    assert [h.pod for h in alerts[0].holders] == ["a", "b"]
+    assert "2 tenants" in alerts[0].summary
+    assert "device-wide" in alerts[0].summary
+
+
+def test_ids_are_stable_across_replay() -> None:
+    assert [a.id for a in run(series([1] * 8))] == [a.id for a in run(series([1] * 8))]
+
+
+def test_xid_fires_on_each_new_nonzero_value() -> None:
+    events = [
+        ev(0, 50, xid=0),
+        ev(10, 50, xid=79),
+        ev(20, 50, xid=79),
+        ev(30, 50, xid=0),
+        ev(40, 50, xid=79),
+        ev(50, 50, xid=48),
+    ]
+    alerts = run(events)
+    assert kinds(alerts) == [("xid", "firing", 10), ("xid", "firing", 40), ("xid", "firing", 50)]
+    assert [a.figures.xid for a in alerts] == [79, 79, 48]
+    assert "ml/a" in alerts[0].summary
+
+
+def test_orphaned_memory_fires_and_resolves() -> None:
+    events = [ev(t, 0, holders=(), fb=21383) for t in range(0, 50, 10)]
+    events.append(ev(50, 0, holders=(), fb=200))
+    assert kinds(run(events)) == [
+        ("orphaned-memory", "firing", 30),
+        ("orphaned-memory", "resolved", 50),
+    ]
+
+
+def test_held_memory_is_not_orphaned() -> None:
+    assert [a for a in run(series([50] * 10, fb=30000)) if a.kind == "orphaned-memory"] == []
+
+
+def test_annotation_overrides_most_lenient_wins() -> None:
+    p = policy_for(
+        POLICY,
+        [
+            {"gpuattr.io/idle-window-s": "120"},
+            {"gpuattr.io/idle-window-s": "600", "gpuattr.io/idle-threshold-pct": "1"},
+            {"gpuattr.io/idle-threshold-pct": "oops"},
+        ],
+    )
+    assert (p.idle_window_s, p.idle_threshold_pct) == (600, 1)
+    assert kinds(run(series([0.5] * 8), p)) == []
