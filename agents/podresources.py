@@ -139,8 +139,10 @@ class PodResourcesCollector:
             return None
         if resp is None:  # grpc.aio hands back None for a reply it could not deserialize
             SOURCE_ERRORS.labels("kubelet", "garbled").inc()
-            log.error("kubelet List reply from %s could not be decoded (skipping this poll)",
-                      self.socket_path)
+            log.error(
+                "kubelet List reply from %s could not be decoded (skipping this poll)",
+                self.socket_path,
+            )
             return None
         return frozenset(assignments_from_list(resp, self.prefixes))
 

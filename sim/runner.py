@@ -14,7 +14,7 @@ import orjson
 from sim.cluster import Cluster
 from sim.exporter_rows import ExporterRow
 from sim.exporter_server import ExporterDouble
-from sim.kubelet_server import KubeletDouble
+from sim.kubelet_server import KubeletDouble, State
 from sim.scenario import Scenario
 
 
@@ -55,6 +55,9 @@ class SimulatedCluster:
         self.exporters: dict[str, ExporterDouble] = {}
         self._stack = contextlib.AsyncExitStack()
 
+    def _podresources(self, node: str) -> State:
+        return lambda: self.cluster.podresources(node)
+
     def _rows(self, node: str) -> Callable[[], list[ExporterRow]]:
         scrapes = iter(range(1 << 62))
         return lambda: self.cluster.exporter_rows(node, next(scrapes))
@@ -64,7 +67,7 @@ class SimulatedCluster:
         for spec in self.scenario.nodes:
             node = spec.name
             sock = self.workdir / f"{node}.kubelet.sock"
-            kubelet = KubeletDouble(sock, lambda n=node: self.cluster.podresources(n))
+            kubelet = KubeletDouble(sock, self._podresources(node))
             exporter = ExporterDouble(self._rows(node))
             self.kubelets[node] = await self._stack.enter_async_context(kubelet)
             self.exporters[node] = await self._stack.enter_async_context(exporter)
