@@ -120,13 +120,7 @@ async def run_demo(
                         ["agent", "--node", ep.node],
                         {
                             **common,
-                            **settings_env(
-                                KUBELET_SOCKET_PATH=ep.kubelet_socket,
-                                KUBELET_POLL_INTERVAL_S=0.5,
-                                KUBELET_SNAPSHOT_INTERVAL_S=30,
-                                DCGM_URL=ep.exporter_url,
-                                DCGM_SCRAPE_INTERVAL_S=2,
-                            ),
+                            **ep.agent_env(poll_interval_s=0.5, scrape_interval_s=2),
                         },
                         root / f"agent-{ep.node}.log",
                     )

@@ -41,6 +41,22 @@ class NodeEndpoints:
     kubelet_socket: Path
     exporter_url: str
     inventory_file: Path
+    api_url: str | None = None
+
+    def agent_env(self, poll_interval_s: float, scrape_interval_s: float) -> dict[str, str]:
+        """``GPUATTR_*`` settings that point a real agent at this node's doubles."""
+        env = {
+            "GPUATTR_KUBELET_SOCKET_PATH": str(self.kubelet_socket),
+            "GPUATTR_KUBELET_POLL_INTERVAL_S": str(poll_interval_s),
+            "GPUATTR_KUBELET_SNAPSHOT_INTERVAL_S": "30",
+            "GPUATTR_DCGM_URL": self.exporter_url,
+            "GPUATTR_DCGM_SCRAPE_INTERVAL_S": str(scrape_interval_s),
+            "GPUATTR_INVENTORY_FILE": str(self.inventory_file),
+            "GPUATTR_KUBE_ENABLED": "true" if self.api_url else "false",
+        }
+        if self.api_url:
+            env["GPUATTR_KUBE_API_URL"] = self.api_url
+        return env
 
 
 class SimulatedCluster:

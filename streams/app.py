@@ -89,10 +89,10 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
     alert_topic = app.topic(kafka.topic("alerts"), partitions=kafka.partitions, **raw)
     deadletter = app.topic(kafka.topic("deadletter"), partitions=kafka.partitions, **raw)
 
+    schema = faust.Schema(key_serializer=KEY_CODEC, value_serializer=CODEC)
+
     def table(name: str) -> Any:
-        return app.Table(
-            name, partitions=kafka.partitions, key_serializer=KEY_CODEC, value_serializer=CODEC
-        )
+        return app.Table(name, partitions=kafka.partitions, schema=schema)
 
     tables = Tables(
         slot_holders=table("slot-holders"),

@@ -14,16 +14,19 @@ async def wait_for(
     condition: Callable[[], T | bool | None],
     timeout_s: float = 10.0,
     every_s: float = 0.02,
-    what: str = "condition",
+    what: str | Callable[[], str] = "condition",
 ) -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout_s``."""
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout_s``.
+
+    ``what`` may be a callable, evaluated only on failure (e.g. to attach process logs)."""
     deadline = time.monotonic() + timeout_s
     while True:
         result = condition()
         if result:
             return result  # type: ignore[return-value]
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+            text = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {text}")
         await asyncio.sleep(every_s)
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
-from gpuattr.kafka_admin import create_topics
 
 from gpuattr import codec
+from gpuattr.kafka_admin import create_topics
 from gpuattr.procs import Child, settings_env
 from gpuattr.settings import KafkaSettings, TopicRole
 from gpuattr.topics import topic_specs

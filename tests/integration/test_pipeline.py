@@ -72,7 +72,9 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
                 seen = settled(events, since)
                 return all(d in seen for d in DEVICES)
 
-            await wait_for(all_devices_settled, timeout_s=60, what=f"events at t={t}\n{p.logs()}")
+            await wait_for(
+                all_devices_settled, timeout_s=60, what=lambda t=t: f"events at t={t}\n{p.logs()}"
+            )
             for device, evs in settled(events, since).items():
                 for ev in evs:
                     got = {f"{h.namespace}/{h.pod}" for h in ev.holders}
