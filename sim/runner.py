@@ -11,9 +11,11 @@ from typing import Any
 
 import orjson
 
+from sim.apiserver import ApiServerDouble
 from sim.cluster import Cluster
 from sim.exporter_rows import ExporterRow
 from sim.exporter_server import ExporterDouble
+from sim.kube_objects import node_objects, pod_objects
 from sim.kubelet_server import KubeletDouble, State
 from sim.scenario import Scenario
 
@@ -69,6 +71,8 @@ class SimulatedCluster:
         self.cluster = Cluster(scenario, clock)
         self.kubelets: dict[str, KubeletDouble] = {}
         self.exporters: dict[str, ExporterDouble] = {}
+        self.apiserver: ApiServerDouble | None = None
+        self.epoch_s = time.time()
         self._stack = contextlib.AsyncExitStack()
 
     def _podresources(self, node: str) -> State:
@@ -78,8 +82,14 @@ class SimulatedCluster:
         scrapes = iter(range(1 << 62))
         return lambda: self.cluster.exporter_rows(node, next(scrapes))
 
+    def _objects(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        t = self.clock()
+        return pod_objects(self.scenario, t, self.epoch_s), node_objects(self.scenario)
+
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.epoch_s = time.time() - self.clock()
+        self.apiserver = await self._stack.enter_async_context(ApiServerDouble(self._objects))
         for spec in self.scenario.nodes:
             node = spec.name
             sock = self.workdir / f"{node}.kubelet.sock"
@@ -106,7 +116,11 @@ class SimulatedCluster:
     def endpoints(self) -> list[NodeEndpoints]:
         return [
             NodeEndpoints(
-                n, self.kubelets[n].socket_path, self.exporters[n].url, self.inventory_file(n)
+                n,
+                self.kubelets[n].socket_path,
+                self.exporters[n].url,
+                self.inventory_file(n),
+                self.apiserver.url if self.apiserver else None,
             )
             for n in self.kubelets
         ]

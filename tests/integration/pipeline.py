@@ -107,14 +107,7 @@ async def pipeline(
         for ep in sim.endpoints():
             env = {
                 **p.env(),
-                **settings_env(
-                    KUBELET_SOCKET_PATH=ep.kubelet_socket,
-                    KUBELET_POLL_INTERVAL_S=0.2,
-                    KUBELET_SNAPSHOT_INTERVAL_S=10,
-                    DCGM_URL=ep.exporter_url,
-                    DCGM_SCRAPE_INTERVAL_S=0.5,
-                    KUBE_ENABLED="false",
-                ),
+                **ep.agent_env(poll_interval_s=0.2, scrape_interval_s=0.5),
                 **(agent_env or {}),
             }
             p.agents.append(

@@ -19,6 +19,10 @@ SCENARIO = load("exclusive")
 DEVICES = [(n.name, gpu_uuid(n.name, i)) for n in SCENARIO.nodes for i in range(n.gpus)]
 
 
+UIDS = {f"{p.namespace}/{p.name}": p.uid for p in SCENARIO.pods}
+WORKLOADS = {f"{p.namespace}/{p.name}": (p.workload_kind, p.workload_name) for p in SCENARIO.pods}
+
+
 def expected_holders(t: float) -> dict[tuple[str, str], set[str]]:
     """Ground truth from the scenario: pods holding each GPU at scenario time ``t``."""
     cluster = Cluster(SCENARIO, lambda: t)
@@ -65,6 +69,10 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
             for (node, idx), pods in hand_checked.items():
                 assert truth[(node, gpu_uuid(node, idx))] == pods
             p.clock.offset_s = t
+            if t == 60.0:
+                assert p.sim.apiserver is not None
+                p.sim.apiserver.expire_all()  # a forced 410 Gone mid-run: watchers relist
+                p.sim.apiserver.cut_streams()
             # samples taken a poll + scrape after the change must show exactly the new holders
             since = int(time.time() * 1000) + 1500
 
@@ -81,3 +89,8 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
                     assert got == truth[device], (t, device, ev.summary)
                     assert ev.state == ("exclusive" if got else "unallocated")
                     assert ev.credit == ("holder" if got else "none")
+                    for h in ev.holders:  # UIDs from our own join, the workload resolved
+                        name = f"{h.namespace}/{h.pod}"
+                        assert (h.uid, h.uid_status) == (UIDS[name], "resolved"), ev.summary
+                        assert h.workload is not None
+                        assert (h.workload.kind, h.workload.name) == WORKLOADS[name]

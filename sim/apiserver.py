@@ -1,0 +1,261 @@
+"""A protocol-faithful API-server double: list and watch for pods and nodes over real HTTP.
+
+Like the real one: every change gets a new ``resourceVersion``; ``?watch=1&resourceVersion=RV``
+streams newline-delimited JSON events (``ADDED|MODIFIED|DELETED|BOOKMARK|ERROR``) with chunked
+transfer encoding; bookmarks carry only ``metadata.resourceVersion``; a version older than the
+kept history answers with an ``ERROR`` event holding a ``Status`` of code 410 (Expired).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+Objects = Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
+PLURAL = {"Pod": "pods", "Node": "nodes"}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    rv: int
+    plural: str
+    type: str
+    obj: dict[str, Any]
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def _matches(obj: dict[str, Any], selector: str) -> bool:
+    for term in filter(None, selector.split(",")):
+        key, _, want = term.partition("=")
+        value: Any = obj
+        for part in key.split("."):
+            value = value.get(part, {}) if isinstance(value, dict) else {}
+        if value != want:
+            return False
+    return True
+
+
+class ApiServerDouble:
+    def __init__(
+        self,
+        objects: Objects,
+        *,
+        tick_s: float = 0.1,
+        bookmark_s: float = 1.0,
+        history: int = 2000,
+        port: int = 0,
+    ) -> None:
+        self.objects = objects
+        self.tick_s = tick_s
+        self.bookmark_s = bookmark_s
+        self.history = history
+        self.port = port
+        self.rv = 1
+        self.lists = 0
+        self.watches = 0
+        self._store: dict[tuple[str, str], dict[str, Any]] = {}
+        self._log: list[Event] = []
+        self._expired_below = 0
+        self._fail: list[int] = []
+        self._changed = asyncio.Condition()
+        self._cut = 0  # generation: streams opened before a cut are cut
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    # --- fault switches
+    def expire_all(self) -> None:
+        """Every resourceVersion handed out so far becomes too old: watches get 410."""
+        self.rv += 1
+        self._expired_below = self.rv
+
+    def fail_next(self, n: int, status: int = 500) -> None:
+        self._fail += [status] * n
+
+    def cut_streams(self) -> None:
+        self._cut += 1
+
+    async def down(self) -> None:
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+
+    async def up(self) -> None:
+        if self._site is None and self._runner is not None:
+            self._site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+            await self._site.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # --- the store
+    def sync(self) -> None:
+        """Diff the provider's objects against the store; append events for what changed."""
+        pods, nodes = self.objects()
+        desired = {(PLURAL[o["kind"]], o["metadata"]["uid"]): o for o in (*pods, *nodes)}
+        events: list[tuple[str, str, dict[str, Any]]] = []
+        for key, obj in desired.items():
+            old = self._store.get(key)
+            if old is None:
+                events.append((key[0], "ADDED", obj))
+            elif {**old, "metadata": {**old["metadata"], "resourceVersion": None}} != {
+                **obj,
+                "metadata": {**obj["metadata"], "resourceVersion": None},
+            }:
+                events.append((key[0], "MODIFIED", obj))
+        events += [
+            (key[0], "DELETED", old) for key, old in self._store.items() if key not in desired
+        ]
+        for plural, kind, obj in events:
+            self.rv += 1
+            stored = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.rv)}}
+            key = (plural, stored["metadata"]["uid"])
+            if kind == "DELETED":
+                self._store.pop(key, None)
+            else:
+                self._store[key] = stored
+            self._log.append(Event(self.rv, plural, kind, stored))
+        del self._log[: max(0, len(self._log) - self.history)]
+
+    async def _tick(self) -> None:
+        while True:
+            before = self.rv
+            self.sync()
+            if self.rv != before:
+                async with self._changed:
+                    self._changed.notify_all()
+            await asyncio.sleep(self.tick_s)
+
+    # --- HTTP
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if self._fail:
+            code = self._fail.pop(0)
+            return web.json_response(
+                _status(code, "InternalError", "injected failure"), status=code
+            )
+        plural = request.match_info["plural"]
+        selector = request.query.get("fieldSelector", "")
+        if request.query.get("watch", "").lower() in ("1", "true"):
+            return await self._watch(request, plural, selector)
+        self.lists += 1
+        items = [
+            o for (p, _), o in sorted(self._store.items()) if p == plural and _matches(o, selector)
+        ]
+        kind = "PodList" if plural == "pods" else "NodeList"
+        return web.json_response(
+            {
+                "kind": kind,
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self.rv)},
+                "items": items,
+            }
+        )
+
+    async def _watch(self, request: web.Request, plural: str, selector: str) -> web.StreamResponse:
+        self.watches += 1
+        since = int(request.query.get("resourceVersion") or self.rv)
+        bookmarks = request.query.get("allowWatchBookmarks", "").lower() == "true"
+        deadline = asyncio.get_running_loop().time() + float(
+            request.query.get("timeoutSeconds", 300)
+        )
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        oldest = self._log[0].rv - 1 if self._log else self.rv
+        if since < self._expired_below or since < oldest:
+            err = _status(410, "Expired", f"too old resource version: {since} ({self.rv})")
+            await resp.write(json.dumps({"type": "ERROR", "object": err}).encode() + b"\n")
+            return resp
+        try:
+            await self._stream(resp, request, plural, selector, since, bookmarks, deadline)
+        except ConnectionResetError:
+            pass  # the client went away (aiohttp's ClientConnectionResetError is one)
+        return resp
+
+    async def _stream(
+        self,
+        resp: web.StreamResponse,
+        request: web.Request,
+        plural: str,
+        selector: str,
+        since: int,
+        bookmarks: bool,
+        deadline: float,
+    ) -> None:
+        generation = self._cut
+        while True:
+            for ev in [e for e in self._log if e.rv > since]:
+                since = ev.rv  # every event up to here is processed (sent or filtered out)
+                if ev.plural == plural and _matches(ev.obj, selector):
+                    line = json.dumps({"type": ev.type, "object": ev.obj}).encode() + b"\n"
+                    await resp.write(line)
+            if self._cut != generation:
+                await resp.write(b'{"type": "MODIFIED", "object": {"kind": "Po')
+                assert request.transport is not None
+                request.transport.close()  # cut mid-line, as a dropped connection does
+                return
+            if asyncio.get_running_loop().time() >= deadline:
+                break
+            async with self._changed:
+                try:
+                    await asyncio.wait_for(self._changed.wait(), self.bookmark_s)
+                    continue
+                except TimeoutError:
+                    pass
+            if bookmarks and not any(e.rv > since for e in self._log):
+                mark = {
+                    "type": "BOOKMARK",
+                    "object": {
+                        "kind": "Pod" if plural == "pods" else "Node",
+                        "apiVersion": "v1",
+                        "metadata": {"resourceVersion": str(since)},
+                    },
+                }
+                await resp.write(json.dumps(mark).encode() + b"\n")
+
+    async def start(self) -> None:
+        self.sync()
+        app = web.Application()
+        app.router.add_get("/api/v1/{plural:pods|nodes}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        await self._site.start()
+        self.port = self._site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ticker = asyncio.create_task(self._tick(), name="apiserver-double-tick")
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+            self._site = None
+
+    async def __aenter__(self) -> ApiServerDouble:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

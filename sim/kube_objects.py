@@ -1,0 +1,115 @@
+"""Kubernetes objects (as the API server returns them, JSON dicts) for a scenario at time ``t``.
+
+A pod exists from ``start_s``; at ``stop_s`` deletion is requested (``deletionTimestamp`` and
+``deletionGracePeriodSeconds`` set, the pod keeps its devices); at ``stop_s + grace_s`` its
+containers have stopped and it is gone. Owner references follow the controllers' naming.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+from sim.cluster import holds_at, parse_slot, resource_name
+from sim.scenario import NodeSpec, PodSpec, Scenario
+
+
+def rfc3339(epoch_s: float) -> str:
+    return datetime.fromtimestamp(int(epoch_s), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _owner(pod: PodSpec) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """(controller ownerReference, extra labels) the way the controllers make them."""
+    head, _, _ = pod.name.rpartition("-")
+    kind, labels = pod.workload_kind, {}
+    if kind == "Deployment":
+        rs_hash = head.rpartition("-")[2]
+        labels["pod-template-hash"] = rs_hash
+        ref = ("ReplicaSet", head)
+    elif kind == "CronJob":
+        ref = ("Job", head)
+    elif kind in ("StatefulSet", "DaemonSet", "Job"):
+        ref = (kind, pod.workload_name)
+    else:
+        return None, labels
+    return {
+        "apiVersion": "apps/v1" if ref[0] != "Job" else "batch/v1",
+        "kind": ref[0],
+        "name": ref[1],
+        "uid": f"owner-{ref[1]}",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }, labels
+
+
+def pod_object(scenario: Scenario, pod: PodSpec, t: float, epoch_s: float) -> dict[str, Any]:
+    node = scenario.node(pod.node)
+    owner, extra = _owner(pod)
+    counts = Counter(resource_name(node, parse_slot(s)) for s in pod.slots)
+    resources = {k: str(v) for k, v in sorted(counts.items())}
+    meta: dict[str, Any] = {
+        "name": pod.name,
+        "namespace": pod.namespace,
+        "uid": pod.uid,
+        "creationTimestamp": rfc3339(epoch_s + pod.start_s),
+        "labels": {**dict(pod.labels), **extra},
+        "annotations": dict(pod.annotations),
+    }
+    if owner:
+        meta["ownerReferences"] = [owner]
+    if pod.stop_s is not None and t >= pod.stop_s:
+        meta["deletionTimestamp"] = rfc3339(epoch_s + pod.stop_s + pod.grace_s)
+        meta["deletionGracePeriodSeconds"] = int(pod.grace_s)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "nodeName": pod.node,
+            "containers": [
+                {
+                    "name": pod.container,
+                    "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                    "resources": {"limits": resources, "requests": resources},
+                }
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def pod_objects(scenario: Scenario, t: float, epoch_s: float) -> list[dict[str, Any]]:
+    return [pod_object(scenario, p, t, epoch_s) for p in scenario.pods if holds_at(p, t)]
+
+
+def _allocatable(node: NodeSpec) -> dict[str, str]:
+    counts: Counter[str] = Counter()
+    replicas = node.replicas if node.sharing != "none" else 1
+    for gpu in range(node.gpus):
+        if node.mig and gpu in node.mig.gpus:
+            counts[f"nvidia.com/mig-{node.mig.profile}"] += len(node.mig.instances)
+        else:
+            counts[
+                "nvidia.com/gpu.shared" if node.rename_shared and replicas > 1 else "nvidia.com/gpu"
+            ] += replicas
+    return {k: str(v) for k, v in sorted(counts.items())}
+
+
+def node_objects(scenario: Scenario) -> list[dict[str, Any]]:
+    out = []
+    for node in scenario.nodes:
+        alloc = {"cpu": "64", "memory": "512Gi", "pods": "110", **_allocatable(node)}
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": node.name,
+                    "uid": f"node-{node.name}",
+                    "labels": {**dict(node.labels), "kubernetes.io/hostname": node.name},
+                },
+                "status": {"allocatable": alloc, "capacity": alloc},
+            }
+        )
+    return out
