@@ -184,10 +184,9 @@ class ApiServerDouble:
             err = _status(410, "Expired", f"too old resource version: {since} ({self.rv})")
             await resp.write(json.dumps({"type": "ERROR", "object": err}).encode() + b"\n")
             return resp
-        try:
+        # the client may go away at any time (aiohttp's ClientConnectionResetError is one)
+        with contextlib.suppress(ConnectionResetError):
             await self._stream(resp, request, plural, selector, since, bookmarks, deadline)
-        except ConnectionResetError:
-            pass  # the client went away (aiohttp's ClientConnectionResetError is one)
         return resp
 
     async def _stream(
