@@ -1,4 +1,4 @@
-"""Publish agent records to Kafka: topic by record kind, key = node, ordered and idempotent.
+"""Publish agent records to Kafka: one input topic, key = node, ordered and idempotent.
 
 The producer is idempotent with ``acks=all`` so a retried send never duplicates or reorders a
 node's records. When the broker is unreachable ``publish`` retries with backoff and does not
@@ -15,15 +15,6 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from agents.events import (
-    DcgmSample,
-    DeviceInventory,
-    NodeRecord,
-    PodListSnapshot,
-    PodRecord,
-    PodResourcesDiff,
-    PodResourcesSnapshot,
-)
 from agents.selfmetrics import RECORDS_PUBLISHED, SOURCE_ERRORS
 from agents.types import AgentRecord
 from gpuattr import codec
@@ -32,15 +23,10 @@ from gpuattr.settings import KafkaSettings, TopicRole
 
 log = logging.getLogger(__name__)
 
-ROLE_OF: dict[type, TopicRole] = {
-    PodResourcesSnapshot: "podresources",
-    PodResourcesDiff: "podresources",
-    DcgmSample: "dcgm",
-    PodRecord: "k8s",
-    PodListSnapshot: "k8s",
-    NodeRecord: "k8s",
-    DeviceInventory: "inventory",
-}
+#: Every agent record goes to one topic keyed by node: a node's PodResources changes, pod and
+#: node events, inventory and samples stay in publish order in one partition, so the worker
+#: joins them in the order they happened and a replay gives the same results.
+INPUT_ROLE: TopicRole = "node-events"
 
 
 class Publisher:
@@ -90,7 +76,7 @@ class Publisher:
         """Send one record and wait for the broker's acknowledgement, retrying while it is down."""
         if self._producer is None:
             raise RuntimeError("publisher not started")
-        topic = self._kafka.topic(ROLE_OF[type(record)])
+        topic = self._kafka.topic(INPUT_ROLE)
         value = codec.encode(record)
         key = record.node.encode()
         backoff = 0.1

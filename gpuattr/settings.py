@@ -15,9 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 if TYPE_CHECKING:
     from streams.alerts import AlertPolicy
 
-TopicRole = Literal[
-    "podresources", "dcgm", "k8s", "inventory", "attribution", "alerts", "deadletter", "flags"
-]
+TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags"]
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 MICROK8S_KUBELET_SOCKET = Path(

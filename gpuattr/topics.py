@@ -1,7 +1,7 @@
 """Topic definitions: names, keys, partitions and retention, created by ``gpuattr topics``.
 
-Input topics are keyed by node and must share one partition count (the worker co-partitions
-them). Table changelog topics are created by Faust itself (compacted).
+The input topic is keyed by node; table changelog topics (created by Faust, compacted) share
+its partition count.
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ class TopicDoc:
 
 TOPICS: tuple[TopicDoc, ...] = (
     TopicDoc(
-        "podresources", "node", "PodResources snapshots and diffs (podresources.*)", 7 * DAY_MS
-    ),
-    TopicDoc("dcgm", "node", "one dcgm.sample per GPU or MIG instance per scrape", 1 * DAY_MS),
-    TopicDoc(
-        "k8s", "node", "pod and node watch records (k8s.pod, k8s.pod-list, k8s.node)", 7 * DAY_MS
-    ),
-    TopicDoc(
-        "inventory", "node", "inventory: GPU index/UUID and MIG UUID → parent GPU", 7 * DAY_MS
+        "node-events",
+        "node",
+        "everything a node agent publishes, in publish order: podresources.snapshot, "
+        "podresources.diff, dcgm.sample, k8s.pod, k8s.pod-list, k8s.node, inventory",
+        3 * DAY_MS,
     ),
     TopicDoc("attribution", "node/device-uuid", "attribution events, one per sample", 7 * DAY_MS),
+    TopicDoc(
+        "alerts", "alert id", "alert: idle, xid, orphaned-memory; firing and resolved", 14 * DAY_MS
+    ),
     TopicDoc(
         "flags",
         "node/device-uuid",
@@ -41,7 +41,10 @@ TOPICS: tuple[TopicDoc, ...] = (
         7 * DAY_MS,
     ),
     TopicDoc(
-        "deadletter", "source key", "inputs the worker could not use, with the error", 14 * DAY_MS
+        "deadletter",
+        "source key",
+        "inputs or alerts that could not be used or delivered",
+        14 * DAY_MS,
     ),
 )
 

@@ -1,8 +1,9 @@
 """The Faust app factory: topics, tables and one thin agent over the node-keyed input topics.
 
-All input topics are keyed by node and share one partition count, so Faust assigns partition N
-of every input topic (and of every table's changelog) to the same worker: a node's snapshots,
-diffs, samples and watch events meet in one place. More workers split the nodes between them.
+The input topic is keyed by node, so a node's snapshots, diffs, watch events, inventory and
+samples arrive in the order the agent published them, in one partition; every table's changelog
+has the same partition count and Faust keeps partition N of all of them on the same worker.
+More workers split the nodes between them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from streams.processor import Processor, Tables
 
 log = logging.getLogger(__name__)
 
-INPUT_ROLES: tuple[TopicRole, ...] = ("podresources", "dcgm", "k8s", "inventory")
+INPUT_ROLES: tuple[TopicRole, ...] = ("node-events",)
 
 
 def broker_credentials(kafka: KafkaSettings) -> Any:
