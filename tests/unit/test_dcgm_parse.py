@@ -17,12 +17,21 @@ from sim.exporter_rows import ExporterRow, render
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("GPUATTR_SHARED_DIR", ROOT.parent / "shared"))
-FIXTURES = sorted((SHARED / "fixtures" / "dcgm-exporter").glob("*.prom"))
+VENDORED = ROOT / "tests" / "fixtures" / "dcgm-exporter"  # copies of shared/, with SOURCES.md
+# Every genuine capture: the vendored copies, plus any newer one in shared/ beside the repo.
+FIXTURES = sorted(
+    {
+        p.name: p
+        for d in (VENDORED, SHARED / "fixtures" / "dcgm-exporter")
+        for p in d.glob("*.prom")
+    }.values(),
+    key=lambda p: p.name,
+)
 GOLDEN = ROOT / "tests" / "golden" / "dcgm"
 
 
 def test_fixtures_are_present() -> None:
-    assert len(FIXTURES) >= 6, f"no dcgm-exporter captures under {SHARED}"
+    assert len(FIXTURES) >= 6, f"dcgm-exporter captures missing under {VENDORED}"
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
