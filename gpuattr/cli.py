@@ -19,6 +19,7 @@ from gpuattr.settings import (
     KubeletSettings,
     KubeSettings,
     LocalKafkaSettings,
+    SinkSettings,
     WorkerSettings,
 )
 
@@ -43,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--dcgm-url")
 
     sub.add_parser("worker", help="run a Faust worker (scale out by running more)")
+    sub.add_parser("sink", help="deliver alerts to Slack and webhooks (scale out by running more)")
 
     d = sub.add_parser("demo", help="local Kafka + simulated cluster + agents + worker, live")
     d.add_argument("--scenario", default="exclusive")
@@ -86,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             controller_port=local.controller_port,
         )
         return asyncio.run(run_forever(config))
-    if kafka.bootstrap is None and args.command in ("topics", "agent", "worker"):
+    if kafka.bootstrap is None and args.command in ("topics", "agent", "worker", "sink"):
         print(
             "gpuattr: no Kafka configured: set GPUATTR_KAFKA_BOOTSTRAP or --bootstrap "
             "(or run `gpuattr kafka` for a local broker)",
@@ -115,6 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "worker":
         return _run_worker(kafka, WorkerSettings(), AlertSettings())
+    if args.command == "sink":
+        from sinks.runner import run_sink
+
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(run_sink(kafka, SinkSettings()))
+        return 0
     if args.command == "demo":
         from gpuattr.demo import run_demo
 

@@ -19,6 +19,7 @@ import orjson
 import pydantic
 
 from agents import events as agent_events
+from sinks import events as sink_events
 from streams import events as stream_events
 from streams import state as stream_state
 
@@ -44,7 +45,9 @@ def _registry(*modules: Any) -> dict[str, RecordType]:
     return reg
 
 
-REGISTRY: Mapping[str, RecordType] = _registry(agent_events, stream_events, stream_state)
+REGISTRY: Mapping[str, RecordType] = _registry(
+    agent_events, stream_events, stream_state, sink_events
+)
 _BY_CLASS: Mapping[type[Any], RecordType] = {rt.cls: rt for rt in REGISTRY.values()}
 _ADAPTERS: dict[type[Any], pydantic.TypeAdapter[Any]] = {}
 

@@ -101,6 +101,23 @@ class AlertSettings(BaseSettings):
         return AlertPolicy(**self.model_dump())
 
 
+class SinkSettings(BaseSettings):
+    """Alert delivery. URLs and signing keys are secrets: never logged, never in events."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_SINK_", frozen=True)
+
+    group_id: str = "gpuattr-sink"
+    slack_webhook_url: SecretStr | None = None
+    webhook_url: SecretStr | None = None
+    webhook_secret: SecretStr | None = None
+    timeout_s: float = Field(default=10.0, gt=0)
+    max_attempts: int = Field(default=8, ge=1)
+    base_delay_s: float = Field(default=0.5, gt=0)
+    max_delay_s: float = Field(default=60.0, gt=0)
+    rate_per_s: float = Field(default=1.0, gt=0)
+    burst: int = Field(default=5, ge=1)
+
+
 class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUATTR_WORKER_", frozen=True)
 

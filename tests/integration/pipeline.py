@@ -81,8 +81,8 @@ class Pipeline:
             KAFKA_PARTITIONS=self.kafka.partitions,
         )
 
-    def logs(self) -> str:
-        return "\n".join(f"--- {c.name}\n{c.tail()}" for c in (*self.workers, *self.agents))
+    def logs(self, lines: int = 30) -> str:
+        return "\n".join(f"--- {c.name}\n{c.tail(lines)}" for c in (*self.workers, *self.agents))
 
 
 @contextlib.asynccontextmanager

@@ -86,7 +86,7 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
             for device, evs in settled(events, since).items():
                 for ev in evs:
                     got = {f"{h.namespace}/{h.pod}" for h in ev.holders}
-                    assert got == truth[device], (t, device, ev.summary)
+                    assert got == truth[device], (t, device, ev.summary, p.logs())
                     assert ev.state == ("exclusive" if got else "unallocated")
                     assert ev.credit == ("holder" if got else "none")
                     for h in ev.holders:  # UIDs from our own join, the workload resolved

@@ -1,0 +1,115 @@
+"""What a destination receives: a Slack Block Kit message, or a signed JSON webhook. Pure.
+
+Webhook signature: ``X-Gpuattr-Signature: v1=<hex HMAC-SHA256(key, "<timestamp>.<body>")>``
+with ``X-Gpuattr-Timestamp`` (Unix seconds) and ``Idempotency-Key: <alert id>:<status>`` — the
+same on every retry and redelivery of one alert record, distinct for its resolution. Receivers
+verify the signature over the exact bytes, reject stale timestamps and drop repeated keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Any
+
+import orjson
+
+from streams.events import Alert
+
+SIGNATURE_HEADER = "X-Gpuattr-Signature"
+TIMESTAMP_HEADER = "X-Gpuattr-Timestamp"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def idempotency_key(alert: Alert) -> str:
+    """One key per alert state change: a retry repeats it, a resolution gets its own."""
+    return f"{alert.id}:{alert.status}"
+
+
+def sign(secret: bytes, timestamp: int, body: bytes) -> str:
+    mac = hmac.new(secret, str(timestamp).encode() + b"." + body, hashlib.sha256)
+    return "v1=" + mac.hexdigest()
+
+
+def verify(secret: bytes, timestamp: int, body: bytes, signature: str) -> bool:
+    return hmac.compare_digest(sign(secret, timestamp, body), signature)
+
+
+def webhook_request(
+    alert_payload: bytes, alert: Alert, secret: bytes | None, timestamp: int
+) -> tuple[bytes, dict[str, str]]:
+    """Body (the alert's own JSON, untouched) and headers for a generic webhook."""
+    headers = {
+        "Content-Type": "application/json",
+        IDEMPOTENCY_HEADER: idempotency_key(alert),
+        TIMESTAMP_HEADER: str(timestamp),
+    }
+    if secret:
+        headers[SIGNATURE_HEADER] = sign(secret, timestamp, alert_payload)
+    return alert_payload, headers
+
+
+_EMOJI = {"idle": ":zzz:", "xid": ":rotating_light:", "orphaned-memory": ":ghost:"}
+
+
+def slack_message(alert: Alert) -> dict[str, Any]:
+    """A Block Kit message a person can act on: what, where, who owns it, the figures."""
+    resolved = alert.status == "resolved"
+    head = ":white_check_mark: Resolved" if resolved else f"{_EMOJI[alert.kind]} {alert.kind}"
+    owners = [
+        f"• `{h.namespace}/{h.pod}`"
+        + (f" ({h.workload.kind} {h.workload.name})" if h.workload else "")
+        + (f" · uid `{h.uid[:8]}`" if h.uid else "")
+        + (
+            f" · allocation {h.allocation_share:.0%}"
+            if h.allocation_share is not None and alert.device_wide
+            else ""
+        )
+        for h in alert.holders
+    ] or ["• no pod holds this device"]
+    f = alert.figures
+    figures = []
+    if f.util_pct is not None:
+        scope = "device-wide " if alert.device_wide else ""
+        figures.append(
+            f"*{scope}utilization* {f.util_pct:g}% (threshold {f.util_threshold_pct:g}%)"
+        )
+    if f.fb_used_mib is not None:
+        figures.append(f"*memory used* {f.fb_used_mib:g} MiB")
+    if f.xid is not None:
+        figures.append(f"*XID* {f.xid}")
+    device = f"`{alert.node}` · {alert.model} · `{alert.device_uuid}`"
+    if alert.mig:
+        device += f" (MIG {alert.mig.profile}, GI {alert.mig.instance_id})"
+    return {
+        "text": alert.summary,  # notification fallback
+        "blocks": [
+            {
+                "type": "header",
+                "text": {"type": "plain_text", "text": f"{head}: {alert.node}"[:150]},
+            },
+            {"type": "section", "text": {"type": "mrkdwn", "text": alert.summary[:2900]}},
+            {
+                "type": "section",
+                "fields": [
+                    {"type": "mrkdwn", "text": f"*Device*\n{device}"},
+                    {"type": "mrkdwn", "text": f"*Sharing*\n{alert.sharing}"},
+                ],
+            },
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": "*Holders*\n" + "\n".join(owners)[:2900]},
+            },
+            {
+                "type": "context",
+                "elements": [
+                    {"type": "mrkdwn", "text": " · ".join(figures) or "no figures"},
+                    {"type": "mrkdwn", "text": f"alert `{alert.id}`"},
+                ],
+            },
+        ],
+    }
+
+
+def slack_body(alert: Alert) -> bytes:
+    return orjson.dumps(slack_message(alert))

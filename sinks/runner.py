@@ -1,0 +1,156 @@
+"""``gpuattr sink``: read the alerts topic as a consumer group and deliver every alert.
+
+Offsets are committed only after every destination delivered the alert or it was written to the
+dead-letter topic: a crash redelivers (same idempotency key), nothing is lost. Partitions are
+worked concurrently, each in order; run more sinks to scale (the group splits partitions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Sequence
+
+import aiohttp
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from prometheus_client import Counter
+
+from gpuattr import codec
+from gpuattr.kafka_client import client_options
+from gpuattr.settings import KafkaSettings, SinkSettings
+from sinks.delivery import Destination, GaveUp, RateLimiter, RetryPolicy, deliver
+from sinks.events import DeliveryFailure
+from sinks.http import SlackDestination, WebhookDestination
+from streams.events import Alert
+
+log = logging.getLogger(__name__)
+
+DELIVERED = Counter("gpuattr_sink_delivered_total", "Alerts delivered", ["destination"])
+DEAD = Counter("gpuattr_sink_dead_lettered_total", "Alerts dead-lettered", ["destination"])
+
+
+def destinations(settings: SinkSettings, session: aiohttp.ClientSession) -> list[Destination]:
+    out: list[Destination] = []
+    if settings.slack_webhook_url:
+        out.append(SlackDestination("slack", settings.slack_webhook_url, session))
+    if settings.webhook_url:
+        out.append(
+            WebhookDestination("webhook", settings.webhook_url, session, settings.webhook_secret)
+        )
+    return out
+
+
+class Sink:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        settings: SinkSettings,
+        dests: Sequence[Destination],
+        producer: AIOKafkaProducer,
+    ) -> None:
+        self.kafka = kafka
+        self.dests = list(dests)
+        self.producer = producer
+        self.policy = RetryPolicy(
+            settings.max_attempts, settings.base_delay_s, settings.max_delay_s
+        )
+        self.limiters = {d.name: RateLimiter(settings.rate_per_s, settings.burst) for d in dests}
+        self.rng = random.Random()
+
+    async def _dead_letter(
+        self, msg: ConsumerRecord, alert_id: str, dest: str, attempts: int, error: str
+    ) -> None:
+        DEAD.labels(dest).inc()
+        failure = DeliveryFailure(
+            alert_id,
+            dest,
+            attempts,
+            error,
+            (msg.value or b"").decode(errors="replace"),
+            msg.partition,
+            msg.offset,
+            int(time.time() * 1000),
+        )
+        await self.producer.send_and_wait(
+            self.kafka.topic("deadletter"), codec.encode(failure), key=alert_id.encode()
+        )
+
+    async def handle(self, msg: ConsumerRecord) -> None:
+        payload = msg.value or b""
+        try:
+            alert = codec.decode(payload)
+            if not isinstance(alert, Alert):
+                raise codec.DecodeError(f"not an alert: {type(alert).__name__}")
+        except codec.DecodeError as exc:
+            log.error(
+                "alerts[%d]@%d is not an alert (%s): dead-lettered", msg.partition, msg.offset, exc
+            )
+            await self._dead_letter(msg, "", "decode", 0, str(exc))
+            return
+
+        async def one(dest: Destination) -> None:
+            verdict = await deliver(
+                alert, payload, dest, self.limiters[dest.name], self.policy, self.rng
+            )
+            if isinstance(verdict, GaveUp):
+                await self._dead_letter(
+                    msg, alert.id, dest.name, verdict.attempts, verdict.last_error
+                )
+            else:
+                DELIVERED.labels(dest.name).inc()
+
+        await asyncio.gather(*(one(d) for d in self.dests))
+
+    async def partition(self, messages: list[ConsumerRecord]) -> None:
+        for msg in messages:
+            await self.handle(msg)
+
+
+async def run_sink(
+    kafka: KafkaSettings,
+    settings: SinkSettings,
+    dests: Sequence[Destination] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Consume and deliver until ``stop`` is set (or forever)."""
+    stop = stop or asyncio.Event()
+    opts = client_options(kafka)
+    consumer = AIOKafkaConsumer(
+        kafka.topic("alerts"),
+        bootstrap_servers=kafka.bootstrap,
+        group_id=settings.group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **opts,
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka.bootstrap, acks="all", enable_idempotence=True, **opts
+    )
+    timeout = aiohttp.ClientTimeout(total=settings.timeout_s)
+    async with contextlib.AsyncExitStack() as stack:
+        session = await stack.enter_async_context(aiohttp.ClientSession(timeout=timeout))
+        await producer.start()
+        stack.push_async_callback(producer.stop)
+        await consumer.start()
+        stack.push_async_callback(consumer.stop)
+        chosen = list(dests) if dests is not None else destinations(settings, session)
+        if not chosen:
+            log.warning(
+                "no destination configured (GPUATTR_SINK_SLACK_WEBHOOK_URL, "
+                "GPUATTR_SINK_WEBHOOK_URL): alerts are read and acknowledged only"
+            )
+        sink = Sink(kafka, settings, chosen, producer)
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=500)
+            if not batch:
+                continue
+            await asyncio.gather(*(sink.partition(msgs) for msgs in batch.values()))
+            await consumer.commit(
+                {
+                    TopicPartition(tp.topic, tp.partition): msgs[-1].offset + 1
+                    for tp, msgs in batch.items()
+                }
+            )

@@ -1,0 +1,87 @@
+"""Webhook signatures, idempotency keys and the Slack message a person reads. Pure."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sinks.delivery import RetryPolicy
+from sinks.payloads import (
+    IDEMPOTENCY_HEADER,
+    SIGNATURE_HEADER,
+    idempotency_key,
+    slack_message,
+    verify,
+    webhook_request,
+)
+from streams.events import Alert, AlertFigures, Holder, Workload
+
+H = Holder(
+    "ml",
+    "a",
+    "c",
+    "nvidia.com/gpu",
+    ("GPU-1::0",),
+    1,
+    0.5,
+    "0f3a9c12-aaaa",
+    "resolved",
+    Workload("Deployment", "train"),
+)
+
+
+def alert(status: str = "firing", holders: tuple[Holder, ...] = (H,)) -> Alert:
+    return Alert(
+        id="idle-abc",
+        kind="idle",
+        status=status,
+        node="n1",
+        device_uuid="GPU-1",  # type: ignore[arg-type]
+        gpu_uuid="GPU-1",
+        model="A100",
+        mig=None,
+        sharing="mps",
+        holders=holders,
+        figures=AlertFigures(util_pct=1.0, util_threshold_pct=5.0),
+        window_s=60,
+        started_ms=1,
+        ts_ms=2,
+        device_wide=len(holders) > 1,
+        summary="idle: ...",
+    )
+
+
+def test_signature_verifies_and_detects_tampering() -> None:
+    body, headers = webhook_request(b'{"kind":"alert"}', alert(), b"s3cret", 1_700_000_000)
+    assert headers[IDEMPOTENCY_HEADER] == "idle-abc:firing"
+    sig = headers[SIGNATURE_HEADER]
+    assert verify(b"s3cret", 1_700_000_000, body, sig)
+    assert not verify(b"s3cret", 1_700_000_000, body + b" ", sig)
+    assert not verify(b"other", 1_700_000_000, body, sig)
+    assert not verify(b"s3cret", 1_700_000_001, body, sig)
+
+
+def test_idempotency_key_separates_firing_and_resolved() -> None:
+    assert idempotency_key(alert("firing")) != idempotency_key(alert("resolved"))
+    assert idempotency_key(alert("firing")) == idempotency_key(alert("firing"))
+
+
+def test_slack_message_names_owners_and_says_device_wide() -> None:
+    shared = alert(holders=(H, Holder("ml", "b", "c", "nvidia.com/gpu", ("GPU-1::1",), 1, 0.5)))
+    text = str(slack_message(shared))
+    assert "`ml/a` (Deployment train)" in text
+    assert "`ml/b`" in text
+    assert "device-wide utilization" in text
+    assert "allocation 50%" in text
+    blocks = slack_message(alert("resolved"))["blocks"]
+    assert blocks[0]["text"]["text"].startswith(":white_check_mark: Resolved")
+
+
+@pytest.mark.parametrize("attempt", range(1, 12))
+def test_backoff_grows_with_jitter_and_a_cap(attempt: int) -> None:
+    policy = RetryPolicy(max_attempts=12, base_delay_s=0.5, max_delay_s=30)
+    cap = min(30, 0.5 * 2 ** (attempt - 1))
+    delays = {policy.delay(attempt, random.Random(seed)) for seed in range(20)}
+    assert all(cap / 2 <= d <= cap for d in delays)
+    assert len(delays) > 1  # jittered
