@@ -90,6 +90,8 @@ def _step_idle(
     s: DeviceAlerts, ev: AttributionEvent, p: AlertPolicy
 ) -> tuple[DeviceAlerts, list[Alert]]:
     util = ev.usage.util_pct
+    if ev.state == "unknown":
+        return s, []  # no PodResources view yet: neither start nor end an episode
     held = bool(ev.holders) and ev.state != "mig-parent"
     ep = s.idle
     fig = AlertFigures(util_pct=util, util_threshold_pct=p.idle_threshold_pct)
@@ -134,9 +136,7 @@ def _step_orphan(
     s: DeviceAlerts, ev: AttributionEvent, p: AlertPolicy
 ) -> tuple[DeviceAlerts, list[Alert]]:
     used = ev.usage.fb_used_mib
-    orphaned = (
-        not ev.holders and ev.state != "mig-parent" and used is not None and used >= p.orphan_fb_mib
-    )
+    orphaned = ev.state == "unallocated" and used is not None and used >= p.orphan_fb_mib
     ep = s.orphan
     fig = AlertFigures(fb_used_mib=used, fb_threshold_mib=p.orphan_fb_mib)
     if not orphaned:

@@ -51,6 +51,7 @@ class DeviceContext:
     node_sharing: NodeSharing | None = None
     mig_uuid: str | None = None
     mig_parent: bool = False
+    holders_known: bool = True
     resolve_pod: PodResolver = no_pod_watch
 
 
@@ -116,6 +117,8 @@ def _exporter_view(
     claims = tuple(
         dict.fromkeys(ClaimedPod(c.namespace, c.pod, c.container) for c in sample.exporter_claims)
     )
+    if state == "unknown":
+        return ExporterView(claims, False, "holders unknown yet: the claim cannot be checked"), ()
     holding = {(h.namespace, h.pod) for h in holders}
     strangers = tuple(c for c in claims if (c.namespace, c.pod) not in holding)
     if strangers:
@@ -144,6 +147,8 @@ def _summary(
     pods = sorted({f"{h.namespace}/{h.pod}" for h in holders})
     if ev_state == "unallocated":
         return f"{key}: no holder, util {util}"
+    if ev_state == "unknown":
+        return f"{key}: holders not known yet (no PodResources view of the node), util {util}"
     if ev_state == "mig-parent":
         return f"{key}: MIG parent GPU, instances are reported separately; util {util}"
     if ev_state == "exclusive" or len(pods) == 1:
@@ -163,7 +168,11 @@ def attribute(
     pods = {(a.namespace, a.pod) for a in rows}
     shared = decision.sharing not in ("none", "mig")
     state: State
-    if ctx.mig_parent and not rows:
+    notes = decision.notes
+    if not ctx.holders_known:
+        state = "unknown"
+        notes = (*notes, "no PodResources snapshot from this node yet: holders unknown")
+    elif ctx.mig_parent and not rows:
         state = "mig-parent"
     elif not rows:
         state = "unallocated"
@@ -194,7 +203,7 @@ def attribute(
         usage=usage,
         credit=credit,
         exporter=exporter,
-        notes=decision.notes,
+        notes=notes,
         summary=_summary(state, decision.sharing, holders, usage, key),
     )
     holding = tuple(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-State = Literal["unallocated", "exclusive", "shared", "mig-parent"]
+State = Literal["unallocated", "exclusive", "shared", "mig-parent", "unknown"]
 Sharing = Literal["none", "time-slicing", "mps", "mig", "mig+time-slicing", "unknown"]
 UidStatus = Literal["resolved", "pending", "no-pod-watch"]
 CreditScope = Literal["holder", "device-wide", "none"]

@@ -175,6 +175,7 @@ class Processor:
             node_sharing=sharing_from_labels(dict(node_rec.labels)) if node_rec else None,
             mig_uuid=mig_uuid,
             mig_parent=mig_parent,
+            holders_known=index is not None,
             resolve_pod=self._resolver(node),
         )
         event, flags = attribute(sample, rows, ctx)

@@ -64,6 +64,18 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
                 ("gpu-b", 3): {"batch/embed-docs-7xk2p"},
             },
         }
+        # first the pipeline must see the scenario's start (agents and worker are up)
+        start = expected_holders(0)
+
+        def initial_state_seen() -> bool:
+            latest = {
+                (e.node, e.device_uuid): {f"{h.namespace}/{h.pod}" for h in e.holders}
+                for e in events.records
+                if isinstance(e, AttributionEvent) and e.state != "unknown"
+            }
+            return latest == start
+
+        await wait_for(initial_state_seen, timeout_s=90, what=lambda: f"start\n{p.logs()}")
         for t, hand_checked in stages.items():
             truth = expected_holders(t)
             for (node, idx), pods in hand_checked.items():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.events import DcgmSample, PodResourcesDiff, PodResourcesSnapshot
+from agents.events import DcgmSample, ExporterClaim, PodResourcesDiff, PodResourcesSnapshot
 from agents.events import DeviceAssignment as A
 from streams.events import AttributionEvent
 from streams.identity import Inventory, MigDevice
@@ -56,9 +56,15 @@ def test_holders_follow_snapshots_and_diffs() -> None:
     assert [h.pod for h in only_event(p.handle(sample(180))).holders] == ["a"]
 
 
-def test_sample_for_unknown_node_is_unallocated() -> None:
-    ev = only_event(proc().handle(sample(1, G1)))
-    assert ev.state == "unallocated"
+def test_sample_before_any_podresources_view_is_unknown_not_unallocated() -> None:
+    p = proc()
+    out = p.handle(sample(1, G1, exporter_claims=(ExporterClaim("ml", "x", "c"),)))
+    ev = only_event(out)
+    assert (ev.state, ev.credit, ev.holders) == ("unknown", "none", ())
+    assert not ev.exporter.trusted
+    assert len(out) == 1  # no misattribution flag: the claim cannot be checked yet
+    p.handle(PodResourcesSnapshot("n1", 2, ()))
+    assert only_event(p.handle(sample(3, G1))).state == "unallocated"
 
 
 def test_mig_sample_joins_instance_holder_via_inventory() -> None:
