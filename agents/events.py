@@ -1,7 +1,7 @@
 """Input records: what node agents publish. The agents side owns these; the worker reads them.
 
 Every record is a frozen dataclass carrying its node and its source timestamp (``ts_ms``).
-They travel through :mod:`gpuattr.codec` with a ``kind`` and a schema version ``v``.
+They travel through :mod:`gpuattr.codec` with a ``schema`` name and version ``v``.
 """
 
 from __future__ import annotations

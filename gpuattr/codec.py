@@ -1,8 +1,10 @@
-"""The one codec: every record on every topic is orjson with a ``kind`` and a schema version ``v``.
+"""The one codec: every record on every topic is orjson with its ``schema`` name and version ``v``.
 
 Payload shape::
 
-    {"kind": "dcgm.sample", "v": 1, "node": "...", "ts_ms": 1700000000000, ...}
+    {"schema": "dcgm.sample", "v": 1, "node": "...", "ts_ms": 1700000000000, ...}
+
+``schema`` and ``v`` are reserved: no record may have a field of that name (checked at import).
 
 Records are frozen dataclasses; decoding validates with pydantic so a poison message becomes a
 :class:`DecodeError` naming what is wrong, never a half-built record. Unknown extra fields are
@@ -11,6 +13,7 @@ ignored (additive changes keep ``v``); a change that breaks readers bumps ``v``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,12 +38,18 @@ class RecordType:
     cls: type[Any]
 
 
+ENVELOPE = ("schema", "v")
+
+
 def _registry(*modules: Any) -> dict[str, RecordType]:
     reg: dict[str, RecordType] = {}
     for module in modules:
         for kind, (cls, version) in module.KINDS.items():
             if kind in reg:
                 raise RuntimeError(f"record kind {kind!r} registered twice")
+            clash = set(ENVELOPE) & {f.name for f in dataclasses.fields(cls)}
+            if clash:
+                raise RuntimeError(f"{cls.__name__} has reserved field(s) {sorted(clash)}")
             reg[kind] = RecordType(kind, version, cls)
     return reg
 
@@ -63,7 +72,7 @@ def encode(record: object) -> bytes:
     """Serialize a registered record to its versioned JSON payload."""
     rt = kind_of(record)
     body = orjson.dumps(record)
-    head = b'{"kind":' + orjson.dumps(rt.kind) + b',"v":' + str(rt.version).encode()
+    head = b'{"schema":' + orjson.dumps(rt.kind) + b',"v":' + str(rt.version).encode()
     # orjson renders a dataclass as one JSON object: splice the envelope into it.
     return head + (b"}" if body == b"{}" else b"," + body[1:])
 
@@ -82,7 +91,7 @@ def decode(payload: bytes | bytearray | memoryview | str) -> Any:
         raise DecodeError(f"not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise DecodeError(f"payload is a JSON {type(data).__name__}, not an object")
-    kind = data.pop("kind", None)
+    kind = data.pop("schema", None)
     version = data.pop("v", None)
     rt = REGISTRY.get(kind) if isinstance(kind, str) else None
     if rt is None:

@@ -60,7 +60,7 @@ def test_diff_and_snapshot_round_trip(
 
 def test_payload_carries_kind_and_version() -> None:
     payload = codec.to_dict(PodResourcesSnapshot("n", 1, ()))
-    assert (payload["kind"], payload["v"]) == ("podresources.snapshot", 1)
+    assert (payload["schema"], payload["v"]) == ("podresources.snapshot", 1)
 
 
 @pytest.mark.parametrize(
@@ -68,9 +68,9 @@ def test_payload_carries_kind_and_version() -> None:
     [
         pytest.param(b"\x00\xff garbage", "not JSON", id="binary"),
         pytest.param(b"[1,2]", "not an object", id="array"),
-        pytest.param(b'{"kind":"nope","v":1}', "unknown record kind", id="unknown-kind"),
-        pytest.param(b'{"kind":"dcgm.sample","v":99}', "not supported", id="future-version"),
-        pytest.param(b'{"kind":"podresources.diff","v":1,"node":"n"}', "ts_ms", id="missing"),
+        pytest.param(b'{"schema":"nope","v":1}', "unknown record kind", id="unknown-kind"),
+        pytest.param(b'{"schema":"dcgm.sample","v":99}', "not supported", id="future-version"),
+        pytest.param(b'{"schema":"podresources.diff","v":1,"node":"n"}', "ts_ms", id="missing"),
     ],
 )
 def test_poison_payloads_are_decode_errors(payload: bytes, reason: str) -> None:

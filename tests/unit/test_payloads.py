@@ -53,7 +53,7 @@ def alert(status: str = "firing", holders: tuple[Holder, ...] = (H,)) -> Alert:
 
 
 def test_signature_verifies_and_detects_tampering() -> None:
-    body, headers = webhook_request(b'{"kind":"alert"}', alert(), b"s3cret", 1_700_000_000)
+    body, headers = webhook_request(b'{"schema":"alert"}', alert(), b"s3cret", 1_700_000_000)
     assert headers[IDEMPOTENCY_HEADER] == "idle-abc:firing"
     sig = headers[SIGNATURE_HEADER]
     assert verify(b"s3cret", 1_700_000_000, body, sig)
