@@ -47,7 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sink", help="deliver alerts to Slack and webhooks (scale out by running more)")
 
     d = sub.add_parser("demo", help="local Kafka + simulated cluster + agents + worker, live")
-    d.add_argument("--scenario", default="exclusive")
+    d.add_argument(
+        "--scenario",
+        default="mixed",
+        help="exclusive, mps-lab, time-slicing, mig, mixed, or a .toml path",
+    )
     d.add_argument("--duration", type=float, help="seconds, then exit 0 (default: until Ctrl-C)")
     d.add_argument("--json", action="store_true", help="one JSON attribution event per line")
     d.add_argument("--speed", type=float, default=1.0, help="scenario time per wall second")
@@ -97,10 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "topics":
         from gpuattr.kafka_admin import create_topics
+        from gpuattr.kafka_client import client_options
         from gpuattr.topics import topic_specs
 
         assert kafka.bootstrap is not None
-        asyncio.run(create_topics(kafka.bootstrap, topic_specs(kafka)))
+        specs = topic_specs(kafka, WorkerSettings().app_id)
+        asyncio.run(create_topics(kafka.bootstrap, specs, **client_options(kafka)))
         return 0
     if args.command == "agent":
         from agents.main import AgentSettings, run_agent

@@ -30,9 +30,17 @@ from sim.scenario import load
 log = logging.getLogger(__name__)
 
 
+DEMO_ALERTS = {  # seconds, not the production half hour: the demo shows alerts within its run
+    "GPUATTR_ALERTS_IDLE_WINDOW_S": "20",
+    "GPUATTR_ALERTS_COOLDOWN_S": "60",
+    "GPUATTR_ALERTS_ORPHAN_WINDOW_S": "15",
+}
+
+
 async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, title: str) -> int:
     consumer = AIOKafkaConsumer(
         kafka.topic("attribution"),
+        kafka.topic("alerts"),
         bootstrap_servers=kafka.bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -42,7 +50,12 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
     await consumer.start()
     count = 0
     latest: dict[str, dict[str, object]] = {}
-    live = None if json_out else Live(render(latest, title), console=Console(), auto_refresh=False)
+    alerts: list[dict[str, object]] = []
+    live = (
+        None
+        if json_out
+        else Live(render(latest, alerts, title), console=Console(), auto_refresh=False)
+    )
     try:
         if live:
             live.start()
@@ -55,11 +68,14 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
                         sys.stdout.buffer.write((msg.value or b"") + b"\n")
                         continue
                     event = codec.to_dict(codec.decode(msg.value or b""))
-                    latest[(msg.key or b"").decode()] = event
+                    if event["schema"] == "alert":
+                        alerts.append(event)
+                    else:
+                        latest[(msg.key or b"").decode()] = event
             if json_out:
                 sys.stdout.flush()
             elif live:
-                live.update(render(latest, title), refresh=True)
+                live.update(render(latest, alerts, title), refresh=True)
     finally:
         if live:
             live.stop()
@@ -89,7 +105,10 @@ async def run_demo(
             else:
                 kafka = kafka.model_copy(update={"topic_prefix": f"gpuattr-demo-{run_id}."})
             assert kafka.bootstrap is not None
-            await create_topics(kafka.bootstrap, topic_specs(kafka))
+            app_id = f"gpuattr-demo-{run_id}"
+            await create_topics(
+                kafka.bootstrap, topic_specs(kafka, app_id), **client_options(kafka)
+            )
             sim = await stack.enter_async_context(
                 SimulatedCluster(scenario, root / "sim", ScenarioClock(speed))
             )
@@ -105,10 +124,11 @@ async def run_demo(
                     {
                         **common,
                         **settings_env(
-                            WORKER_APP_ID=f"gpuattr-demo-{run_id}",
+                            WORKER_APP_ID=app_id,
                             WORKER_DATA_DIR=root / "worker",
                             WORKER_WEB_ENABLED="false",
                         ),
+                        **DEMO_ALERTS,
                     },
                     root / "worker.log",
                 ),

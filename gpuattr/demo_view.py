@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 
 
@@ -31,7 +32,9 @@ def _usage(ev: Mapping[str, Any]) -> str:
     return util + mem
 
 
-def render(latest: Mapping[str, Mapping[str, Any]], title: str) -> Table:
+def render(
+    latest: Mapping[str, Mapping[str, Any]], alerts: Sequence[Mapping[str, Any]], title: str
+) -> Group:
     table = Table(title=title, expand=True)
     for col in ("node", "device", "model", "state", "holders", "usage", "exporter says"):
         table.add_column(col, overflow="fold")
@@ -47,4 +50,11 @@ def render(latest: Mapping[str, Mapping[str, Any]], title: str) -> Table:
         table.add_row(
             ev["node"], dev, ev["model"], state, _holders(ev), _usage(ev), f"{claims} [{verdict}]"
         )
-    return table
+    recent = Table(title="alerts (latest 8)", expand=True, show_header=False)
+    recent.add_column("alert", overflow="fold")
+    for a in list(alerts)[-8:]:
+        mark = "[green]RESOLVED[/]" if a["status"] == "resolved" else "[red]FIRING[/]"
+        recent.add_row(f"{mark} {a['summary']}")
+    if not alerts:
+        recent.add_row("none yet")
+    return Group(table, recent)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from gpuattr.kafka_admin import TopicSpec
 from gpuattr.settings import KafkaSettings, TopicRole
+from streams.tables import TABLES
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -49,8 +50,25 @@ TOPICS: tuple[TopicDoc, ...] = (
 )
 
 
-def topic_specs(kafka: KafkaSettings) -> list[TopicSpec]:
+def changelog_specs(kafka: KafkaSettings, app_id: str, tables: list[str]) -> list[TopicSpec]:
+    """The workers' table changelogs: compacted, as many partitions as the input topic.
+
+    Created up front so every worker's metadata knows them before the first assignment."""
     return [
+        TopicSpec(
+            name=f"{app_id}-{table}-changelog",
+            partitions=kafka.partitions,
+            replication=kafka.replication,
+            config={"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"},
+        )
+        for table in tables
+    ]
+
+
+def topic_specs(kafka: KafkaSettings, app_id: str | None = None) -> list[TopicSpec]:
+    """Every topic: inputs and outputs, plus the changelogs of worker app ``app_id``."""
+    changelogs = changelog_specs(kafka, app_id, list(TABLES.values())) if app_id else []
+    return changelogs + [
         TopicSpec(
             name=kafka.topic(doc.role),
             partitions=kafka.partitions,

@@ -138,7 +138,8 @@ class Cluster:
     def _rows(
         self, spec: NodeSpec, gpu: int, uuid: str, gi: int | None, pods: list[PodSpec], scrape: int
     ) -> list[ExporterRow]:
-        util = min(100.0, sum(p.util_pct for p in pods))
+        t = self.clock()
+        util = min(100.0, sum(p.util_at(t) for p in pods))
         total = spec.memory_mib if gi is None else spec.memory_mib // 8
         used = min(float(total), sum(p.memory_mib for p in pods))
         values: list[tuple[str, float]] = [

@@ -66,6 +66,7 @@ class PodSpec:
     grace_s: float = 0.0
     container: str = "main"
     util_pct: float = 0.0
+    util_steps: tuple[tuple[float, float], ...] = ()  # (from scenario second, util %) changes
     memory_mib: float = 0.0
     workload_kind: str = "Deployment"
     workload_name: str = ""
@@ -75,6 +76,14 @@ class PodSpec:
     @property
     def uid(self) -> str:
         return pod_uid(self.namespace, self.name, self.start_s)
+
+    def util_at(self, t: float) -> float:
+        """The pod's share of device activity at ``t`` (the simulated hardware sums them)."""
+        util = self.util_pct
+        for since, value in self.util_steps:
+            if t >= since:
+                util = value
+        return util
 
     @property
     def released_s(self) -> float | None:
@@ -130,6 +139,7 @@ def parse(doc: dict[str, Any]) -> Scenario:
                 grace_s=float(p.get("grace_s", 0)),
                 container=p.get("container", "main"),
                 util_pct=float(p.get("util_pct", 0)),
+                util_steps=tuple((float(a), float(b)) for a, b in p.get("util_steps", [])),
                 memory_mib=float(p.get("memory_mib", 0)),
                 workload_kind=wl[0] if wl[2] else "Pod",
                 workload_name=wl[2] or p["name"],

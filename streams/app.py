@@ -19,8 +19,9 @@ from gpuattr import codec
 from gpuattr.settings import AlertSettings, KafkaSettings, TopicRole, WorkerSettings
 from streams import selfmetrics
 from streams.events import Alert, AttributionEvent, DeadLetter, ExporterMisattribution
-from streams.faust_codecs import CODEC, KEY_CODEC, register
+from streams.faust_codecs import RecordTable, register
 from streams.processor import Processor, Tables
+from streams.tables import TABLES
 
 log = logging.getLogger(__name__)
 
@@ -90,20 +91,14 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
     alert_topic = app.topic(kafka.topic("alerts"), partitions=kafka.partitions, **raw)
     deadletter = app.topic(kafka.topic("deadletter"), partitions=kafka.partitions, **raw)
 
-    schema = faust.Schema(key_serializer=KEY_CODEC, value_serializer=CODEC)
-
     def table(name: str) -> Any:
-        return app.Table(name, partitions=kafka.partitions, schema=schema)
+        return app.tables.add(
+            RecordTable(
+                app, name=name, key_type=str, partitions=kafka.partitions, beacon=app.tables.beacon
+            )
+        )
 
-    tables = Tables(
-        slot_holders=table("slot-holders"),
-        node_devices=table("node-devices"),
-        inventories=table("inventories"),
-        pods=table("pods"),
-        node_pods=table("node-pods"),
-        nodes=table("nodes"),
-        alert_state=table("alert-state"),
-    )
+    tables = Tables(**{field: table(name) for field, name in TABLES.items()})
     processor = Processor(tables, alerts.policy())
 
     async def dead_letter(event: Any, error: str) -> None:
@@ -133,8 +128,9 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
                 continue
             try:
                 outputs = processor.handle(record)
-            except (TypeError, ValueError, KeyError) as exc:
+            except Exception as exc:
                 selfmetrics.ERRORS.labels("process").inc()
+                log.exception("processing %s failed", type(record).__name__)
                 await dead_letter(event, f"{type(exc).__name__}: {exc}")
                 continue
             for out in outputs:

@@ -128,7 +128,7 @@ def _exporter_view(
             f" although {len(holding)} pod(s) hold slots" if holding else ""
         )
         view = ExporterView(claims, not holding, reason)
-    elif state == "shared":
+    elif state == "shared" and len(holding) > 1:
         how = (
             "identical per-pod copies of one device-wide row"
             if len(claims) > 1
@@ -136,7 +136,7 @@ def _exporter_view(
         )
         view = ExporterView(claims, False, f"shared device: {how}")
     else:
-        view = ExporterView(claims, True, "exporter's pod matches the only holder")
+        view = ExporterView(claims, True, "exporter's pod is the only holder")
     return view, strangers
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import faust
 from faust.serializers import codecs
 
 from gpuattr import codec
@@ -35,3 +36,13 @@ class KeyCodec(codecs.Codec):  # type: ignore[misc]
 def register() -> None:
     codecs.register(CODEC, RecordCodec())
     codecs.register(KEY_CODEC, KeyCodec())
+
+
+class RecordTable(faust.Table):  # type: ignore[misc]
+    """A Faust table whose changelog carries our codec: string keys, versioned record values.
+
+    Faust picks a table's serializers from its key/value *types* (JSON by default) and ignores a
+    schema's serializers for the changelog; this makes the choice explicit."""
+
+    def _serializer_from_type(self, typ: Any) -> str:
+        return KEY_CODEC if typ is str else CODEC

@@ -62,9 +62,11 @@ class Pipeline:
     workers: list[Child]
     agents: list[Child]
     workdir: Path
+    worker_env: dict[str, str] = field(default_factory=dict)
 
     def worker_child(self, n: int) -> Child:
         env = {
+            **self.worker_env,
             **self.env(),
             **settings_env(
                 WORKER_APP_ID=self.kafka.topic_prefix + "worker",
@@ -94,15 +96,16 @@ async def pipeline(
     workers: int = 1,
     partitions: int = 4,
     agent_env: dict[str, str] | None = None,
+    worker_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Pipeline]:
     """Everything of a real deployment but the cluster, with a scenario clock the test moves."""
     kafka = KafkaSettings(
         bootstrap=bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=partitions
     )
-    await create_topics(bootstrap, topic_specs(kafka))
+    await create_topics(bootstrap, topic_specs(kafka, kafka.topic_prefix + "worker"))
     clock = ScenarioClock(speed=0.0)
     async with SimulatedCluster(scenario, workdir / "sim", clock) as sim:
-        p = Pipeline(kafka, sim, clock, [], [], workdir)
+        p = Pipeline(kafka, sim, clock, [], [], workdir, worker_env or {})
         p.workers = [p.worker_child(n) for n in range(workers)]
         for ep in sim.endpoints():
             env = {
