@@ -34,6 +34,19 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--data-dir", type=Path)
     k.add_argument("--port", type=int)
 
+    s = sub.add_parser("sim", help="serve a scenario's kubelet, API-server and exporter doubles")
+    s.add_argument("--scenario", default="mixed")
+    s.add_argument("--dir", type=Path, default=Path("./.gpuattr/sim"))
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--advertise", help="host name agents use to reach this process")
+    s.add_argument("--api-port", type=int, default=6443)
+    s.add_argument("--exporter-port-base", type=int, default=9400)
+    s.add_argument("--speed", type=float, default=1.0)
+
+    r = sub.add_parser("receiver", help="a webhook endpoint that verifies and prints alerts")
+    r.add_argument("--host", default="127.0.0.1")
+    r.add_argument("--port", type=int, default=8080)
+
     sub.add_parser("topics", help="create the topics (partitions, retention) on the Kafka cluster")
 
     a = sub.add_parser("agent", help="run the node agent for one node")
@@ -92,6 +105,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             controller_port=local.controller_port,
         )
         return asyncio.run(run_forever(config))
+    if args.command == "sim":
+        from sim.serve import serve
+
+        return asyncio.run(
+            serve(
+                args.scenario,
+                args.dir,
+                host=args.host,
+                api_port=args.api_port,
+                exporter_port_base=args.exporter_port_base,
+                advertise=args.advertise,
+                speed=args.speed,
+            )
+        )
+    if args.command == "receiver":
+        from sinks.receiver import run
+
+        secret = SinkSettings().webhook_secret
+        return run(args.host, args.port, secret.get_secret_value() if secret else None)
     if kafka.bootstrap is None and args.command in ("topics", "agent", "worker", "sink"):
         print(
             "gpuattr: no Kafka configured: set GPUATTR_KAFKA_BOOTSTRAP or --bootstrap "

@@ -71,7 +71,7 @@ def kind_of(record: object) -> RecordType:
 def encode(record: object) -> bytes:
     """Serialize a registered record to its versioned JSON payload."""
     rt = kind_of(record)
-    body = orjson.dumps(record)
+    body = orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
     head = b'{"schema":' + orjson.dumps(rt.kind) + b',"v":' + str(rt.version).encode()
     # orjson renders a dataclass as one JSON object: splice the envelope into it.
     return head + (b"}" if body == b"{}" else b"," + body[1:])

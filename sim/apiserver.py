@@ -60,12 +60,14 @@ class ApiServerDouble:
         tick_s: float = 0.1,
         bookmark_s: float = 1.0,
         history: int = 2000,
+        host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         self.objects = objects
         self.tick_s = tick_s
         self.bookmark_s = bookmark_s
         self.history = history
+        self.host = host
         self.port = port
         self.rv = 1
         self.lists = 0
@@ -99,12 +101,12 @@ class ApiServerDouble:
 
     async def up(self) -> None:
         if self._site is None and self._runner is not None:
-            self._site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+            self._site = web.TCPSite(self._runner, self.host, self.port)
             await self._site.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     # --- the store
     def sync(self) -> None:
@@ -236,7 +238,7 @@ class ApiServerDouble:
         app.router.add_get("/api/v1/{plural:pods|nodes}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        self._site = web.TCPSite(self._runner, self.host, self.port)
         await self._site.start()
         self.port = self._site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._ticker = asyncio.create_task(self._tick(), name="apiserver-double-tick")

@@ -64,7 +64,21 @@ class NodeEndpoints:
 class SimulatedCluster:
     """Starts the doubles of every node of a scenario; stops them on exit."""
 
-    def __init__(self, scenario: Scenario, workdir: Path, clock: ScenarioClock) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        workdir: Path,
+        clock: ScenarioClock,
+        *,
+        host: str = "127.0.0.1",
+        api_port: int = 0,
+        exporter_port_base: int = 0,
+        advertise: str | None = None,
+    ) -> None:
+        self.host = host
+        self.api_port = api_port
+        self.exporter_port_base = exporter_port_base
+        self.advertise = advertise
         self.scenario = scenario
         self.workdir = workdir
         self.clock = clock
@@ -89,12 +103,15 @@ class SimulatedCluster:
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.epoch_s = time.time() - self.clock()
-        self.apiserver = await self._stack.enter_async_context(ApiServerDouble(self._objects))
+        self.apiserver = await self._stack.enter_async_context(
+            ApiServerDouble(self._objects, host=self.host, port=self.api_port)
+        )
         for spec in self.scenario.nodes:
             node = spec.name
             sock = self.workdir / f"{node}.kubelet.sock"
             kubelet = KubeletDouble(sock, self._podresources(node))
-            exporter = ExporterDouble(self._rows(node))
+            port = self.exporter_port_base + len(self.exporters) if self.exporter_port_base else 0
+            exporter = ExporterDouble(self._rows(node), host=self.host, port=port)
             self.kubelets[node] = await self._stack.enter_async_context(kubelet)
             self.exporters[node] = await self._stack.enter_async_context(exporter)
             self.inventory_file(node).write_bytes(orjson.dumps(self.cluster.inventory(node)))
@@ -114,13 +131,16 @@ class SimulatedCluster:
         return self.workdir / f"{node}.inventory.json"
 
     def endpoints(self) -> list[NodeEndpoints]:
+        def public(url: str) -> str:
+            return url.replace(self.host, self.advertise) if self.advertise else url
+
         return [
             NodeEndpoints(
                 n,
                 self.kubelets[n].socket_path,
-                self.exporters[n].url,
+                public(self.exporters[n].url),
                 self.inventory_file(n),
-                self.apiserver.url if self.apiserver else None,
+                public(self.apiserver.url) if self.apiserver else None,
             )
             for n in self.kubelets
         ]

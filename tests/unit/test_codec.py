@@ -86,3 +86,26 @@ def test_random_bytes_are_a_record_or_a_decode_error(payload: bytes) -> None:
         assert str(exc)  # noqa: PT017  (always says why)
     else:
         assert type(record) in {rt.cls for rt in codec.REGISTRY.values()}
+
+
+def test_table_state_round_trips() -> None:
+    from agents.events import DeviceAssignment as A
+    from streams.alerts import DeviceAlerts, Episode
+    from streams.holders import apply_podresources
+    from streams.identity import Inventory, MigDevice
+    from streams.pods import NodePods, PodLife, PodNames
+
+    inv = Inventory({0: "GPU-a", 3: "GPU-b"}, {"MIG-1": MigDevice("MIG-1", "GPU-b", 7, "1g.10gb")})
+    index, holders = apply_podresources(
+        None, {}, PodResourcesSnapshot("n", 1, (A("ns", "p", "c", "nvidia.com/gpu", "GPU-a"),))
+    )
+    states = [
+        inv,
+        index,
+        *holders.values(),
+        PodNames((PodLife("u", 1, 2),)),
+        NodePods(("a/b",)),
+        DeviceAlerts(idle=Episode(5, firing=True), last_xid=79),
+    ]
+    for state in states:
+        assert codec.decode(codec.encode(state)) == state
