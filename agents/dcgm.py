@@ -96,6 +96,7 @@ def _int(text: str | None) -> int | None:
 class _Device:
     labels: Mapping[str, str]
     values: dict[str, float | None] = field(default_factory=dict)
+    split: set[str] = field(default_factory=set)
     copies: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     claims: dict[ExporterClaim, None] = field(default_factory=dict)
 
@@ -107,11 +108,15 @@ class _Device:
         attr = FIELDS.get(name)
         if attr is None:
             return
+        reading = None if math.isnan(value) else value
         if attr not in self.values:  # copies repeat one device-wide value: take it once
-            self.values[attr] = None if math.isnan(value) else value
+            self.values[attr] = reading
+        elif self.values[attr] != reading and attr not in self.split:
+            self.split.add(attr)  # per-process rows, not copies: no device-wide reading here
 
     def sample(self, node: str, ts_ms: int) -> DcgmSample:
-        lb, v = self.labels, self.values
+        lb = self.labels
+        v = {k: (None if k in self.split else x) for k, x in self.values.items()}
         xid = v.get("xid")
         return DcgmSample(
             node=node,
@@ -134,6 +139,7 @@ class _Device:
             xid=None if xid is None else int(xid),
             exporter_claims=tuple(self.claims),
             exporter_row_copies=max(self.copies.values(), default=1),
+            exporter_split_fields=tuple(sorted(self.split)),
         )
 
 

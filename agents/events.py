@@ -89,6 +89,9 @@ class DcgmSample:
     xid: int | None = None
     exporter_claims: tuple[ExporterClaim, ...] = ()
     exporter_row_copies: int = 1
+    #: fields whose rows for this device carried *different* values per pod (the exporter's
+    #: per-process mode): those values are not a device-wide reading and are left out (None).
+    exporter_split_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agents.events import DcgmSample, DeviceAssignment
 from streams.events import (
@@ -17,6 +17,7 @@ from streams.events import (
     ClaimedPod,
     CreditScope,
     ExporterMisattribution,
+    ExporterMode,
     ExporterView,
     Holder,
     MigInstance,
@@ -117,8 +118,10 @@ def _exporter_view(
     claims = tuple(
         dict.fromkeys(ClaimedPod(c.namespace, c.pod, c.container) for c in sample.exporter_claims)
     )
+    mode = _mode(sample, claims)
     if state == "unknown":
-        return ExporterView(claims, False, "holders unknown yet: the claim cannot be checked"), ()
+        reason = "holders unknown yet: the claim cannot be checked"
+        return ExporterView(claims, False, reason, mode), ()
     holding = {(h.namespace, h.pod) for h in holders}
     strangers = tuple(c for c in claims if (c.namespace, c.pod) not in holding)
     if strangers:
@@ -137,7 +140,25 @@ def _exporter_view(
         view = ExporterView(claims, False, f"shared device: {how}")
     else:
         view = ExporterView(claims, True, "exporter's pod is the only holder")
-    return view, strangers
+    if mode == "per-process":
+        view = ExporterView(
+            claims,
+            False,
+            "per-process rows (values differ per pod: "
+            + ", ".join(sample.exporter_split_fields)
+            + ") are not a device-wide "
+            "reading and are left out; unreliable under MPS",
+            mode,
+        )
+    return replace(view, mode=mode), strangers
+
+
+def _mode(sample: DcgmSample, claims: Sequence[ClaimedPod]) -> ExporterMode:
+    if sample.exporter_split_fields:
+        return "per-process"
+    if len(claims) > 1:
+        return "per-pod-copies"
+    return "single" if claims else "none"
 
 
 def _summary(

@@ -16,6 +16,7 @@ State = Literal["unallocated", "exclusive", "shared", "mig-parent", "unknown"]
 Sharing = Literal["none", "time-slicing", "mps", "mig", "mig+time-slicing", "unknown"]
 UidStatus = Literal["resolved", "pending", "no-pod-watch"]
 CreditScope = Literal["holder", "device-wide", "none"]
+ExporterMode = Literal["none", "single", "per-pod-copies", "per-process"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,7 @@ class ExporterView:
     claims: tuple[ClaimedPod, ...]
     trusted: bool
     reason: str
+    mode: ExporterMode = "none"
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,3 +155,22 @@ def test_sharing_mode_and_disagreements(
     assert ev.state == "shared"
     if note:
         assert any(note in n for n in ev.notes)
+
+
+def test_exporter_modes_are_recognised() -> None:
+    copies = tuple(
+        ExporterClaim("mps", f"mps-tenant-{x}", "c", vgpu=str(i)) for i, x in enumerate("abcd")
+    )
+    ev, _ = attribute(sample(exporter_claims=copies, exporter_row_copies=4), TENANTS, MPS)
+    assert ev.exporter.mode == "per-pod-copies"
+    ev, _ = attribute(
+        sample(util_pct=None, exporter_claims=copies, exporter_split_fields=("util_pct",)),
+        TENANTS,
+        MPS,
+    )
+    assert ev.exporter.mode == "per-process"
+    assert not ev.exporter.trusted
+    assert ev.usage.util_pct is None  # no device-wide figure: none is invented
+    assert all(not hasattr(h, "util_pct") for h in ev.holders)
+    ev, _ = attribute(sample(exporter_claims=(claim("mps-tenant-b", "mps"),)), TENANTS, MPS)
+    assert ev.exporter.mode == "single"

@@ -113,3 +113,22 @@ def test_rows_without_uuid_are_rejected() -> None:
 def test_garbage_never_raises(text: str) -> None:
     result = parse_exposition(text, node="n", ts_ms=1)
     assert isinstance(result.rejected, tuple)
+
+
+def test_per_process_rows_are_recognised_and_left_out() -> None:
+    rows = [
+        ExporterRow(
+            0,
+            "GPU-1",
+            "T4",
+            "h",
+            pod=("ns", f"p{i}", "c"),
+            values=(("DCGM_FI_DEV_GPU_UTIL", 10.0 * (i + 1)), ("DCGM_FI_DEV_GPU_TEMP", 40.0)),
+        )
+        for i in range(3)
+    ]
+    (sample,) = parse_exposition(render(rows), node="n", ts_ms=1).samples
+    assert sample.exporter_split_fields == ("util_pct",)
+    assert sample.util_pct is None  # 10/20/30 per process: not a device-wide reading
+    assert sample.temp_c == 40  # identical copies stay
+    assert len(sample.exporter_claims) == 3
