@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from agents.events import NodeRecord, PodListSnapshot, PodRecord
 from agents.kube_watch import NodeWatcher, PodWatcher, make_api_client
@@ -129,3 +130,33 @@ async def test_rollout_410_cuts_and_outages_lose_nothing() -> None:
         assert len(set(uids)) == len(
             {p.uid for p in SCENARIO.pods if p.node == "gpu-a" and p.start_s <= 70}
         )
+
+
+async def test_kubeconfig_reaches_the_api_server(tmp_path: Path) -> None:
+    provider = lambda: (pod_objects(SCENARIO, 10, 0), node_objects(SCENARIO))  # noqa: E731
+    async with ApiServerDouble(provider) as api:
+        kubeconfig = tmp_path / "config"
+        kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: sim, cluster: {{server: "{api.url}"}}}}]
+users: [{{name: dev, user: {{token: not-a-real-token}}}}]
+contexts: [{{name: sim, context: {{cluster: sim, user: dev}}}}]
+current-context: sim
+""")
+        settings = KubeSettings(kubeconfig=kubeconfig, context="sim")
+        client = await make_api_client(settings)
+        out: list[AgentRecord] = []
+
+        async def emit(rec: AgentRecord) -> None:
+            out.append(rec)
+
+        try:
+            watcher = PodWatcher(
+                node="gpu-a", api=client, emit=emit, now_ms=lambda: 1, settings=settings
+            )
+            await watcher.relist()
+        finally:
+            await client.close()
+    assert {r.name for r in out if isinstance(r, PodRecord)} == {
+        p.name for p in SCENARIO.pods if p.node == "gpu-a" and p.start_s <= 10
+    }

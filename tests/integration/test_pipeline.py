@@ -6,10 +6,11 @@ import time
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from sim.cluster import Cluster
 from sim.scenario import gpu_uuid, load
-from streams.events import AttributionEvent
+from streams.events import AttributionEvent, DeadLetter
 from tests.helpers import wait_for
 from tests.integration.pipeline import Collected, collect, pipeline
 
@@ -47,6 +48,7 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
     async with (
         pipeline(kafka_bootstrap, SCENARIO, tmp_path) as p,
         collect(p.kafka, "attribution") as events,
+        collect(p.kafka, "deadletter") as dead,
     ):
         # Hand-checked expectations at two scenario times, plus the scenario's own truth.
         stages = {
@@ -76,6 +78,25 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
             return latest == start
 
         await wait_for(initial_state_seen, timeout_s=90, what=lambda: f"start\n{p.logs()}")
+        # poison on the input topic: dead-lettered with where it came from; the worker goes on
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+        await producer.start()
+        try:
+            sent = await producer.send_and_wait(
+                p.kafka.topic("node-events"), b"\xff{not json", key=b"gpu-a"
+            )
+        finally:
+            await producer.stop()
+        poison = await wait_for(
+            lambda: [d for d in dead.records if isinstance(d, DeadLetter)],
+            what="the poison message in the dead-letter topic",
+        )
+        assert (poison[0].source_topic, poison[0].partition, poison[0].offset) == (
+            sent.topic,
+            sent.partition,
+            sent.offset,
+        )
+        assert "not JSON" in poison[0].error
         for t, hand_checked in stages.items():
             truth = expected_holders(t)
             for (node, idx), pods in hand_checked.items():
