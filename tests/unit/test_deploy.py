@@ -1,0 +1,116 @@
+"""Deploy manifests: valid against the Kubernetes schemas, least privilege, topics in sync."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+import pytest
+import yaml
+
+from gpuattr.settings import KafkaSettings
+from gpuattr.topics import topic_specs
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ROOT / "deploy" / "kustomize" / "base"
+MICROK8S = ROOT / "deploy" / "kustomize" / "overlays" / "microk8s"
+K8S_VERSION = "1.34.0"
+
+
+def base_docs() -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    docs: list[dict[str, Any]] = []
+    for name in kustomization["resources"]:
+        docs += [d for d in yaml.safe_load_all((BASE / name).read_text()) if d]
+    return docs
+
+
+def microk8s_docs() -> list[dict[str, Any]]:
+    """The overlay rendered the way kustomize does for its one JSON6902 patch."""
+    overlay = yaml.safe_load((MICROK8S / "kustomization.yaml").read_text())
+    docs = base_docs()
+    for patch in overlay["patches"]:
+        ops = json.loads((MICROK8S / patch["path"]).read_text())
+        target = patch["target"]
+        docs = [
+            jsonpatch.apply_patch(d, ops)
+            if (d["kind"], d["metadata"]["name"]) == (target["kind"], target["name"])
+            else d
+            for d in docs
+        ]
+    return docs
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+@pytest.mark.parametrize("render", [base_docs, microk8s_docs], ids=["base", "microk8s"])
+def test_manifests_validate_strictly(render: Any) -> None:
+    docs = [d for d in render() if d["apiVersion"] != "kafka.strimzi.io/v1beta2"]
+    assert {d["kind"] for d in docs} >= {
+        "DaemonSet",
+        "Deployment",
+        "ClusterRole",
+        "ServiceAccount",
+        "ConfigMap",
+        "Secret",
+    }
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_microk8s_overlay_mounts_its_kubelet_root() -> None:
+    (agent,) = by_kind(microk8s_docs(), "DaemonSet")
+    paths = [
+        v["hostPath"]["path"]
+        for v in agent["spec"]["template"]["spec"]["volumes"]
+        if "hostPath" in v
+    ]
+    assert paths == ["/var/snap/microk8s/common/var/lib/kubelet/pod-resources"]
+
+
+def test_agent_is_least_privileged() -> None:
+    docs = base_docs()
+    (role,) = by_kind(docs, "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}
+    ]
+    (agent,) = by_kind(docs, "DaemonSet")
+    pod = agent["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    sec = ctr["securityContext"]
+    assert sec["readOnlyRootFilesystem"] is True
+    assert sec["capabilities"] == {"drop": ["ALL"]}
+    assert all(m.get("readOnly") for m in ctr["volumeMounts"] if m["name"] != "tmp")
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in ctr[
+        "env"
+    ]
+    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
+    assert "limits" in ctr["resources"]
+    assert "requests" in ctr["resources"]
+
+
+def test_strimzi_topics_match_gpuattr_topics() -> None:
+    topics = {d["spec"]["topicName"]: d["spec"] for d in by_kind(base_docs(), "KafkaTopic")}
+    specs = topic_specs(KafkaSettings(partitions=8, replication=3), "gpuattr-worker")
+    assert set(topics) == {s.name for s in specs}
+    for s in specs:
+        t = topics[s.name]
+        assert (t["partitions"], t["replicas"]) == (s.partitions, s.replication)
+        assert t["config"] == dict(s.config)
+    assert all(
+        t["config"]["cleanup.policy"] == "compact"
+        for n, t in topics.items()
+        if n.endswith("-changelog")
+    )
+
+
+def test_the_validator_rejects_a_typo() -> None:
+    (agent,) = by_kind(base_docs(), "DaemonSet")
+    agent["spec"]["template"]["spec"]["tolerationz"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(agent, K8S_VERSION, strict=True)
