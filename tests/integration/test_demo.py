@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from sim.scenario import load
+from tests.contract import assert_valid
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +39,8 @@ async def test_demo_json_covers_all_gpus_and_an_idle_alert_fires_and_resolves(
     out, err = await asyncio.wait_for(proc.communicate(), timeout=240)
     assert proc.returncode == 0, err.decode()[-3000:]
     records = [orjson.loads(line) for line in out.splitlines() if line.startswith(b"{")]
+    for record in records:  # the consumer contract holds for real output
+        assert_valid(record)
     events = [r for r in records if r["schema"] == "attribution"]
     alerts = [r for r in records if r["schema"] == "alert"]
 

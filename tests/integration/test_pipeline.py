@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from gpuattr import codec
 from sim.cluster import Cluster
 from sim.scenario import gpu_uuid, load
 from streams.events import AttributionEvent, DeadLetter
+from tests.contract import assert_valid
 from tests.helpers import wait_for
 from tests.integration.pipeline import Collected, collect, pipeline
 
@@ -97,6 +99,7 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
             sent.offset,
         )
         assert "not JSON" in poison[0].error
+        assert_valid(codec.to_dict(poison[0]))
         for t, hand_checked in stages.items():
             truth = expected_holders(t)
             for (node, idx), pods in hand_checked.items():

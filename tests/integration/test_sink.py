@@ -23,6 +23,7 @@ from sinks.http import SlackDestination, WebhookDestination
 from sinks.payloads import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from sinks.runner import run_sink
 from streams.events import Alert, AlertFigures
+from tests.contract import assert_valid
 from tests.helpers import wait_for
 from tests.integration.pipeline import collect
 
@@ -170,6 +171,7 @@ async def test_every_alert_arrives_signed_and_failures_are_dead_lettered(
     )
     assert [f.destination for f in failures if f.destination == "decode"] == ["decode"]
     assert not any(f.destination in ("webhook", "slack") for f in failures)
-    for f in failures:  # secrets never leave the sink
+    for f in failures:  # secrets never leave the sink; the contract holds
+        assert_valid(codec.to_dict(f))
         assert SECRET not in f.last_error
         assert "127.0.0.1" not in f.last_error

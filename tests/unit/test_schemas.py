@@ -1,0 +1,67 @@
+"""Output schemas: committed files are current, and real payloads validate against them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import jsonschema
+import orjson
+import pytest
+
+from agents.events import DcgmSample, ExporterClaim
+from agents.events import DeviceAssignment as A
+from gpuattr import codec
+from gpuattr.schemas import OUTPUTS, file_name, json_schema
+from sinks.events import DeliveryFailure
+from streams.alerts import AlertPolicy, step
+from streams.attribution import DeviceContext, attribute
+from streams.events import DeadLetter
+
+FOLDER = Path(__file__).resolve().parents[2] / "docs" / "schemas"
+
+
+def validator(kind: str) -> jsonschema.Draft202012Validator:
+    schema = orjson.loads((FOLDER / file_name(kind)).read_bytes())
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize("kind", list(OUTPUTS))
+def test_committed_schema_is_current(kind: str) -> None:
+    committed = orjson.loads((FOLDER / file_name(kind)).read_bytes())
+    assert committed == json_schema(kind), "run: python -m gpuattr.schemas"
+
+
+def test_real_payloads_validate_and_broken_ones_do_not() -> None:
+    sample = DcgmSample(
+        node="n",
+        ts_ms=1,
+        uuid="GPU-1",
+        gpu_index=0,
+        model="A100",
+        hostname="n",
+        util_pct=0.0,
+        fb_used_mib=10.0,
+        exporter_claims=(ExporterClaim("ns", "ghost", "c"),),
+    )
+    event, flags = attribute(
+        sample, [A("ns", "p", "c", "nvidia.com/gpu", "GPU-1")], DeviceContext()
+    )
+    state, alerts = None, []
+    for ts in range(0, 40_000, 5_000):  # idle past a 10 s window: a firing alert
+        state, fired = step(state, replace(event, ts_ms=ts), AlertPolicy(idle_window_s=10))
+        alerts += fired
+    assert alerts
+    records = [
+        event,
+        *flags,
+        *alerts,
+        DeadLetter("t", 0, 1, "k", "not JSON", "AA==", 1),
+        DeliveryFailure("idle-1", "webhook", 8, "HTTP 500", "{}", 0, 3, 1),
+    ]
+    assert {codec.kind_of(r).kind for r in records} == set(OUTPUTS)
+    for record in records:
+        payload = orjson.loads(codec.encode(record))
+        validator(payload["schema"]).validate(payload)
+        broken = {**payload, "ts_ms": "yesterday"}
+        assert not validator(payload["schema"]).is_valid(broken)
