@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agents.inventory import InventoryError, read_inventory
 from agents.podresources import PodResourcesCollector
@@ -14,12 +14,14 @@ from agents.publish import Publisher
 from agents.scrape import DcgmCollector
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import Emit, NowMs
+from gpuattr.observe import ObservabilityServer
 from gpuattr.settings import (
     DcgmSettings,
     InventorySettings,
     KafkaSettings,
     KubeletSettings,
     KubeSettings,
+    ObserveSettings,
 )
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ class AgentSettings:
     dcgm: DcgmSettings
     kube: KubeSettings
     inventory: InventorySettings
+    observe: ObserveSettings = field(default_factory=ObserveSettings)
 
 
 async def publish_inventory(
@@ -62,6 +65,12 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
     node = settings.node
     async with Publisher(settings.kafka) as publisher, contextlib.AsyncExitStack() as stack:
         emit = publisher.publish
+        if settings.observe.agent_port:
+            server = ObservabilityServer(
+                settings.observe.host, settings.observe.agent_port, {"kafka": publisher.started}
+            )
+            await server.start()
+            stack.push_async_callback(server.stop)
         kubelet, dcgm = settings.kubelet, settings.dcgm
         tasks = {
             "podresources": PodResourcesCollector(

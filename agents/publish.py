@@ -60,6 +60,9 @@ class Publisher:
             self._producer = producer
             return
 
+    def started(self) -> bool:
+        return self._producer is not None
+
     async def stop(self) -> None:
         if self._producer is not None:
             await self._producer.stop()

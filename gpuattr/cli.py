@@ -19,6 +19,7 @@ from gpuattr.settings import (
     KubeletSettings,
     KubeSettings,
     LocalKafkaSettings,
+    ObserveSettings,
     SinkSettings,
     WorkerSettings,
 )
@@ -149,7 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         dcgm = DcgmSettings()
         if args.dcgm_url:
             dcgm = dcgm.model_copy(update={"url": args.dcgm_url})
-        agent = AgentSettings(args.node, kafka, kubelet, dcgm, KubeSettings(), InventorySettings())
+        agent = AgentSettings(
+            args.node, kafka, kubelet, dcgm, KubeSettings(), InventorySettings(), ObserveSettings()
+        )
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(run_agent(agent))
         return 0
@@ -159,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sinks.runner import run_sink
 
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(run_sink(kafka, SinkSettings()))
+            asyncio.run(run_sink(kafka, SinkSettings(), observe=ObserveSettings()))
         return 0
     if args.command == "demo":
         from gpuattr.demo import run_demo

@@ -30,8 +30,11 @@ def json_schema(kind: str) -> dict[str, Any]:
     schema: dict[str, Any] = pydantic.TypeAdapter(rt.cls).json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = f"https://gpu-attribution.dev/schemas/{kind}.v{rt.version}.json"
-    schema["properties"] = {"schema": {"const": kind}, "v": {"const": rt.version},
-                            **schema["properties"]}
+    schema["properties"] = {
+        "schema": {"const": kind},
+        "v": {"const": rt.version},
+        **schema["properties"],
+    }
     schema["required"] = ["schema", "v", *schema.get("required", [])]
     return schema
 
@@ -45,8 +48,10 @@ def write_all(folder: Path) -> list[Path]:
     written = []
     for kind in OUTPUTS:
         path = folder / file_name(kind)
-        path.write_bytes(orjson.dumps(json_schema(kind), option=orjson.OPT_INDENT_2
-                                      | orjson.OPT_SORT_KEYS) + b"\n")
+        path.write_bytes(
+            orjson.dumps(json_schema(kind), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+            + b"\n"
+        )
         written.append(path)
     return written
 

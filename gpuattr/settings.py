@@ -61,6 +61,16 @@ class DcgmSettings(BaseSettings):
     timeout_s: float = Field(default=4.0, gt=0)
 
 
+class ObserveSettings(BaseSettings):
+    """Where the agent and the sink serve /metrics, /healthz and /readyz (port 0: disabled)."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_OBSERVE_", frozen=True)
+
+    host: str = "0.0.0.0"
+    agent_port: int = 9101
+    sink_port: int = 9102
+
+
 class KubeSettings(BaseSettings):
     """How the agent reaches the API server: explicit URL, in-cluster, or a kubeconfig."""
 

@@ -55,6 +55,7 @@ class NodeEndpoints:
             "GPUATTR_DCGM_SCRAPE_INTERVAL_S": str(scrape_interval_s),
             "GPUATTR_INVENTORY_FILE": str(self.inventory_file),
             "GPUATTR_KUBE_ENABLED": "true" if self.api_url else "false",
+            "GPUATTR_OBSERVE_AGENT_PORT": "0",  # several agents share one host here
         }
         if self.api_url:
             env["GPUATTR_KUBE_API_URL"] = self.api_url

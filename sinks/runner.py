@@ -20,7 +20,8 @@ from prometheus_client import Counter
 
 from gpuattr import codec
 from gpuattr.kafka_client import client_options
-from gpuattr.settings import KafkaSettings, SinkSettings
+from gpuattr.observe import ObservabilityServer
+from gpuattr.settings import KafkaSettings, ObserveSettings, SinkSettings
 from sinks.delivery import Destination, GaveUp, RateLimiter, RetryPolicy, deliver
 from sinks.events import DeliveryFailure
 from sinks.http import SlackDestination, WebhookDestination
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 DELIVERED = Counter("gpuattr_sink_delivered_total", "Alerts delivered", ["destination"])
 DEAD = Counter("gpuattr_sink_dead_lettered_total", "Alerts dead-lettered", ["destination"])
+READ = Counter("gpuattr_sink_alerts_read_total", "Alert records read from the alerts topic")
 
 
 def destinations(settings: SinkSettings, session: aiohttp.ClientSession) -> list[Destination]:
@@ -79,6 +81,7 @@ class Sink:
         )
 
     async def handle(self, msg: ConsumerRecord) -> None:
+        READ.inc()
         payload = msg.value or b""
         try:
             alert = codec.decode(payload)
@@ -114,6 +117,7 @@ async def run_sink(
     settings: SinkSettings,
     dests: Sequence[Destination] | None = None,
     stop: asyncio.Event | None = None,
+    observe: ObserveSettings | None = None,
 ) -> None:
     """Consume and deliver until ``stop`` is set (or forever)."""
     stop = stop or asyncio.Event()
@@ -136,6 +140,12 @@ async def run_sink(
         stack.push_async_callback(producer.stop)
         await consumer.start()
         stack.push_async_callback(consumer.stop)
+        if observe is not None and observe.sink_port:
+            server = ObservabilityServer(
+                observe.host, observe.sink_port, {"kafka": lambda: bool(consumer.assignment())}
+            )
+            await server.start()
+            stack.push_async_callback(server.stop)
         chosen = list(dests) if dests is not None else destinations(settings, session)
         if not chosen:
             log.warning(

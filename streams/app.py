@@ -8,6 +8,7 @@ More workers split the nodes between them.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import time
@@ -16,6 +17,7 @@ from typing import Any
 import faust
 
 from gpuattr import codec
+from gpuattr.observe import ObservabilityServer
 from gpuattr.settings import AlertSettings, KafkaSettings, TopicRole, WorkerSettings
 from streams import selfmetrics
 from streams.events import Alert, AttributionEvent, DeadLetter, ExporterMisattribution
@@ -72,10 +74,7 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
         datadir=str(worker.data_dir),
         topic_partitions=kafka.partitions,
         topic_replication_factor=kafka.replication,
-        web_enabled=worker.web_enabled,
-        web_port=worker.web_port,
-        web_bind=worker.web_host,
-        web_host=worker.web_host,
+        web_enabled=False,  # /metrics, /healthz, /readyz come from our own server (below)
         producer_acks=-1,
         processing_guarantee="at_least_once",
     )
@@ -142,7 +141,35 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
                 selfmetrics.EVENTS_OUT.labels(type(out).__name__).inc()
 
     app.agent(inputs, name="node-events")(node_events)
+    _observability(app, tables, kafka.topic("node-events"), worker)
     return app
 
 
-__all__ = ["INPUT_ROLES", "ExporterMisattribution", "build_app"]
+def _observability(
+    app: faust.App, tables: Tables, input_topic: str, worker: WorkerSettings
+) -> None:
+    """/metrics, /healthz and /readyz (our server, inside the worker), and gauges kept fresh."""
+    if worker.web_enabled:
+
+        async def serve() -> None:
+            checks = {"assigned": lambda: bool(app.consumer.assignment())}
+            server = ObservabilityServer(worker.web_host, worker.web_port, checks)
+            await server.start()
+            try:
+                await asyncio.Event().wait()  # until the worker stops this task
+            finally:
+                await server.stop()
+
+        app.task(serve)
+
+    async def refresh() -> None:
+        for name in TABLES:
+            selfmetrics.TABLE_KEYS.labels(name).set(len(getattr(tables, name)))
+        for tp in app.consumer.assignment():
+            if tp.topic == input_topic:
+                position = await app.consumer.position(tp)
+                if position is not None:
+                    lag = app.consumer.highwater(tp) - position
+                    selfmetrics.CONSUMER_LAG.labels(str(tp.partition)).set(max(0, lag))
+
+    app.timer(interval=5.0, name="refresh-gauges")(refresh)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 EVENTS_IN = Counter("gpuattr_worker_events_in_total", "Input records read", ["topic"])
 EVENTS_OUT = Counter("gpuattr_worker_events_out_total", "Output records sent", ["kind"])
 ERRORS = Counter("gpuattr_worker_errors_total", "Errors by kind", ["kind"])
 DEAD_LETTERED = Counter(
     "gpuattr_worker_dead_lettered_total", "Inputs sent to the dead-letter topic", ["topic"]
+)
+TABLE_KEYS = Gauge(
+    "gpuattr_worker_table_keys", "Keys held in this worker's table partitions", ["table"]
+)
+CONSUMER_LAG = Gauge(
+    "gpuattr_worker_consumer_lag", "Input records not yet processed", ["partition"]
 )

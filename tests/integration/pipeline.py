@@ -66,13 +66,13 @@ class Pipeline:
 
     def worker_child(self, n: int) -> Child:
         env = {
-            **self.worker_env,
             **self.env(),
             **settings_env(
                 WORKER_APP_ID=self.kafka.topic_prefix + "worker",
                 WORKER_DATA_DIR=self.workdir / f"worker-{n}",
                 WORKER_WEB_ENABLED="false",
             ),
+            **self.worker_env,  # the test's own settings win
         }
         return Child(f"worker-{n}", ["worker"], env, self.workdir / f"worker-{n}.log")
 
