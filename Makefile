@@ -18,9 +18,16 @@ $(BIN)/gpuattr: pyproject.toml
 demo: $(BIN)/gpuattr
 	$(BIN)/gpuattr demo $(ARGS)
 
-lint: $(BIN)/gpuattr
+# check-jsonschema pins a newer click than faust-streaming accepts: it gets a venv of its own
+TOOLS  := .venv-tools/bin
+$(TOOLS)/check-jsonschema:
+	$(PYTHON) -m venv .venv-tools
+	$(TOOLS)/pip install --quiet check-jsonschema==0.39.0
+
+lint: $(BIN)/gpuattr $(TOOLS)/check-jsonschema
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(TOOLS)/check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
 
 typecheck: $(BIN)/gpuattr
 	$(BIN)/mypy
@@ -32,4 +39,4 @@ unit: $(BIN)/gpuattr
 	$(BIN)/pytest tests/unit $(ARGS)
 
 clean:
-	rm -rf $(VENV) .gpuattr .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-tools .gpuattr .pytest_cache .mypy_cache .ruff_cache

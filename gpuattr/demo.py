@@ -105,6 +105,7 @@ async def run_demo(
             else:
                 kafka = kafka.model_copy(update={"topic_prefix": f"gpuattr-demo-{run_id}."})
             assert kafka.bootstrap is not None
+            print(f"demo: Kafka {kafka.bootstrap}, topics {kafka.topic_prefix}*", file=sys.stderr)
             app_id = f"gpuattr-demo-{run_id}"
             await create_topics(
                 kafka.bootstrap, topic_specs(kafka, app_id), **client_options(kafka)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from tests.integration.pipeline import Collected, collect, pipeline
 pytestmark = pytest.mark.integration
 
 SCENARIO = load("exclusive")
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "consume.py"
 DEVICES = [(n.name, gpu_uuid(n.name, i)) for n in SCENARIO.nodes for i in range(n.gpus)]
 
 
@@ -130,3 +133,27 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
                         assert (h.uid, h.uid_status) == (UIDS[name], "resolved"), ev.summary
                         assert h.workload is not None
                         assert (h.workload.kind, h.workload.name) == WORKLOADS[name]
+
+
+async def test_consumer_guide_example_reads_real_output(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    example = EXAMPLE
+    async with pipeline(kafka_bootstrap, SCENARIO, tmp_path) as p:
+        p.clock.offset_s = 10
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(example),
+            "--bootstrap",
+            kafka_bootstrap,
+            "--prefix",
+            p.kafka.topic_prefix,
+            "--max",
+            "12",
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
+    lines = out.decode().splitlines()
+    assert proc.returncode == 0
+    assert len(lines) == 12
+    assert any("train-llama" in line and "uid=" in line for line in lines), lines
