@@ -114,3 +114,12 @@ def test_the_validator_rejects_a_typo() -> None:
     agent["spec"]["template"]["spec"]["tolerationz"] = []
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(agent, K8S_VERSION, strict=True)
+
+
+def test_every_workload_has_probes_on_its_health_endpoints() -> None:
+    for doc in base_docs():
+        if doc["kind"] not in ("DaemonSet", "Deployment"):
+            continue
+        (ctr,) = doc["spec"]["template"]["spec"]["containers"]
+        assert ctr["livenessProbe"]["httpGet"]["path"] == "/healthz", doc["metadata"]["name"]
+        assert ctr["readinessProbe"]["httpGet"]["path"] == "/readyz", doc["metadata"]["name"]
