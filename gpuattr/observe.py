@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gpuattr.httpserve import start_site
+
 Checks = Mapping[str, Callable[[], bool]]
 
 
@@ -41,11 +43,7 @@ class ObservabilityServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, _, self.port = await start_site(app, self.host, self.port)
 
     async def stop(self) -> None:
         if self._runner is not None:

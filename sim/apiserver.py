@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuattr.httpserve import start_site
+
 Objects = Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
 PLURAL = {"Pod": "pods", "Node": "nodes"}
 
@@ -236,11 +238,7 @@ class ApiServerDouble:
         self.sync()
         app = web.Application()
         app.router.add_get("/api/v1/{plural:pods|nodes}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.host, self.port)
-        await self._site.start()
-        self.port = self._site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self._site, self.port = await start_site(app, self.host, self.port, 0.5)
         self._ticker = asyncio.create_task(self._tick(), name="apiserver-double-tick")
 
     async def stop(self) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
+from gpuattr.httpserve import start_site
 from sim.exporter_rows import ExporterRow, render
 
 Rows = Callable[[], Sequence[ExporterRow]]
@@ -62,11 +63,7 @@ class ExporterDouble:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, _, self.port = await start_site(app, self.host, self.port)
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaProducer
 from pydantic import SecretStr
 
 from gpuattr import codec
+from gpuattr.httpserve import start_site
 from gpuattr.kafka_admin import create_topics
 from gpuattr.settings import KafkaSettings, SinkSettings
 from gpuattr.topics import topic_specs
@@ -69,11 +70,7 @@ async def serve(*receivers: Receiver) -> AsyncIterator[list[str]]:
     app = web.Application()
     for i, r in enumerate(receivers):
         app.router.add_post(f"/hook/{i}", r.handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, _, port = await start_site(app, "127.0.0.1", 0, shutdown_timeout=0.1)
     try:
         yield [f"http://127.0.0.1:{port}/hook/{i}" for i in range(len(receivers))]
     finally:

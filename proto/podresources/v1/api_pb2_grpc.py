@@ -26,8 +26,8 @@ if _version_not_supported:
 
 
 class PodResourcesListerStub:
-    """PodResourcesLister is a service provided by the kubelet that provides information about the
-    node resources consumed by pods and containers on the node.
+    """The kubelet's view of node resources (devices, CPUs, memory) handed to pods and containers.
+    There is no Watch: clients poll List.
     """
 
     def __init__(self, channel):
@@ -54,8 +54,8 @@ class PodResourcesListerStub:
 
 
 class PodResourcesListerServicer:
-    """PodResourcesLister is a service provided by the kubelet that provides information about the
-    node resources consumed by pods and containers on the node.
+    """The kubelet's view of node resources (devices, CPUs, memory) handed to pods and containers.
+    There is no Watch: clients poll List.
     """
 
     def List(self, request, context):
@@ -65,13 +65,15 @@ class PodResourcesListerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetAllocatableResources(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GA in 1.28; older kubelets may not serve it (UNIMPLEMENTED) or have it disabled.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Get(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One pod by namespace and name (feature gate KubeletPodResourcesGet, on by default in 1.34).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -103,8 +105,8 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class PodResourcesLister:
-    """PodResourcesLister is a service provided by the kubelet that provides information about the
-    node resources consumed by pods and containers on the node.
+    """The kubelet's view of node resources (devices, CPUs, memory) handed to pods and containers.
+    There is no Watch: clients poll List.
     """
 
     @staticmethod
