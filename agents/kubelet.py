@@ -1,9 +1,25 @@
-"""Translate the kubelet PodResources API (protobuf) to our records, and back for the double.
+"""The kubelet PodResources API (protobuf) ↔ our records: the one translation module.
 
-The only module that reads the generated stubs (with :mod:`sim.kubelet_server`). Devices come
-from two places: ``devices`` (device plugins: resource name + device IDs) and, on DRA clusters,
-``dynamic_resources`` — a DRA device becomes an assignment with resource ``dra:<driver>`` and
-device ID ``<pool>/<device>`` (plus ``#<share_id>`` for a shared consumable-capacity device).
+Nothing else reads the generated stubs, except :mod:`agents.podresources` (which makes the RPCs)
+and the kubelet double in :mod:`sim.kubelet_server` (which uses the reverse builders below).
+
+A container gets devices two ways, and both become :class:`DeviceAssignment` rows:
+
+* device plugins (``ContainerDevices``): ``resource`` is the extended resource name and
+  ``device_id`` the plugin's ID, verbatim — ``GPU-<uuid>``, a replica ``GPU-<uuid>::3``,
+  ``MIG-<uuid>``, GKE's ``nvidia0/vgpu1``. Only resources whose name starts with one of
+  ``resource_prefixes`` are kept (default ``nvidia.com/``: ``nvidia.com/gpu``,
+  ``nvidia.com/gpu.shared``, ``nvidia.com/mig-1g.10gb``, …).
+* Dynamic Resource Allocation (``dynamic_resources``): each claimed device becomes
+  ``resource = "dra:<driver_name>"`` and ``device_id = "<pool_name>/<device_name>"``
+  (e.g. ``dra:gpu.nvidia.com``, ``node-a/gpu-0``). Pool names may themselves contain ``/``;
+  device names are DNS labels and never do, so the *last* ``/`` separates them. DRA rows are
+  not filtered by ``resource_prefixes`` (driver names are not resource names). A device shared
+  through consumable capacity (``share_id``, 1.35+) keeps the device's ID: several claims on one
+  device are several holders of that device. Claim resources without a device name (not a
+  device, or a kubelet older than 1.31) are skipped.
+
+The API names pods by namespace and name: there is no pod UID to carry.
 """
 
 from __future__ import annotations
@@ -14,100 +30,138 @@ from collections.abc import Iterable
 from agents.events import AllocatableDevice, DeviceAssignment
 from proto.podresources.v1 import api_pb2 as pb
 
-DEFAULT_PREFIXES = ("nvidia.com/",)
+DEFAULT_PREFIXES: tuple[str, ...] = ("nvidia.com/",)
+DRA_PREFIX = "dra:"
 
 
-def _wanted(resource: str, prefixes: tuple[str, ...]) -> bool:
-    return resource.startswith(prefixes)
+def _container_rows(
+    namespace: str, pod: str, ctr: pb.ContainerResources, resource_prefixes: tuple[str, ...]
+) -> Iterable[DeviceAssignment]:
+    for devices in ctr.devices:
+        if devices.resource_name.startswith(resource_prefixes):
+            for device_id in devices.device_ids:
+                yield DeviceAssignment(namespace, pod, ctr.name, devices.resource_name, device_id)
+    for claim in ctr.dynamic_resources:
+        for res in claim.claim_resources:
+            if res.driver_name and res.device_name:
+                yield DeviceAssignment(
+                    namespace,
+                    pod,
+                    ctr.name,
+                    f"{DRA_PREFIX}{res.driver_name}",
+                    f"{res.pool_name}/{res.device_name}",
+                )
 
 
 def assignments_from_list(
     resp: pb.ListPodResourcesResponse, resource_prefixes: tuple[str, ...] = DEFAULT_PREFIXES
 ) -> tuple[DeviceAssignment, ...]:
-    """Every (pod, container, resource, device ID) of the wanted resources, sorted, unique."""
-    out: set[DeviceAssignment] = set()
-    for pod in resp.pod_resources:
-        for ctr in pod.containers:
-            for dev in ctr.devices:
-                if _wanted(dev.resource_name, resource_prefixes):
-                    out.update(
-                        DeviceAssignment(pod.namespace, pod.name, ctr.name, dev.resource_name, i)
-                        for i in dev.device_ids
-                    )
-            for dyn in ctr.dynamic_resources:
-                for claim in dyn.claim_resources:
-                    device = f"{claim.pool_name}/{claim.device_name}"
-                    if claim.HasField("share_id"):
-                        device += f"#{claim.share_id}"
-                    out.add(
-                        DeviceAssignment(
-                            pod.namespace, pod.name, ctr.name, f"dra:{claim.driver_name}", device
-                        )
-                    )
-    return tuple(sorted(out))
+    """One row per device ID per resource per container, sorted and without duplicates.
+
+    Pods and containers without a wanted device (CPU-only pods, other vendors) add nothing.
+    """
+    rows = {
+        row
+        for pod in resp.pod_resources
+        for ctr in pod.containers
+        for row in _container_rows(pod.namespace, pod.name, ctr, resource_prefixes)
+    }
+    return tuple(sorted(rows))
 
 
 def allocatable_from_response(
     resp: pb.AllocatableResourcesResponse, resource_prefixes: tuple[str, ...] = DEFAULT_PREFIXES
 ) -> tuple[AllocatableDevice, ...]:
-    out: set[AllocatableDevice] = set()
-    for dev in resp.devices:
-        if not _wanted(dev.resource_name, resource_prefixes):
-            continue
-        numa = tuple(sorted(n.ID for n in dev.topology.nodes))
-        out.update(AllocatableDevice(dev.resource_name, i, numa) for i in dev.device_ids)
-    return tuple(sorted(out))
+    """Every device the kubelet can hand out, with its NUMA nodes, sorted and without duplicates."""
+    rows: set[AllocatableDevice] = set()
+    for devices in resp.devices:
+        if devices.resource_name.startswith(resource_prefixes):
+            numa = tuple(sorted({node.ID for node in devices.topology.nodes}))
+            rows.update(
+                AllocatableDevice(devices.resource_name, i, numa) for i in devices.device_ids
+            )
+    return tuple(sorted(rows))
 
 
-def _pod_resources(namespace: str, name: str, rows: Iterable[DeviceAssignment]) -> pb.PodResources:
-    by_container: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for a in rows:
-        by_container[a.container][a.resource].append(a.device_id)
+# Reverse builders: the replies a kubelet would give, for the double in sim/kubelet_server.py.
+
+
+def _container(name: str, rows: list[DeviceAssignment]) -> pb.ContainerResources:
+    """A container's devices: plugin devices grouped by resource; DRA devices as one claim
+    named ``<container>-devices`` (our records do not carry claim names)."""
+    plugin: dict[str, list[str]] = defaultdict(list)
+    dra: list[pb.ClaimResource] = []
+    for row in sorted(rows):
+        if row.resource.startswith(DRA_PREFIX):
+            pool, _, device = row.device_id.rpartition("/")
+            driver = row.resource.removeprefix(DRA_PREFIX)
+            dra.append(pb.ClaimResource(driver_name=driver, pool_name=pool, device_name=device))
+        else:
+            plugin[row.resource].append(row.device_id)
+    return pb.ContainerResources(
+        name=name,
+        devices=[
+            pb.ContainerDevices(resource_name=resource, device_ids=ids)
+            for resource, ids in sorted(plugin.items())
+        ],
+        dynamic_resources=(
+            [
+                pb.DynamicResource(
+                    claim_name=f"{name}-devices",
+                    claim_namespace=rows[0].namespace,
+                    claim_resources=dra,
+                )
+            ]
+            if dra
+            else []
+        ),
+    )
+
+
+def _pod(namespace: str, name: str, rows: Iterable[DeviceAssignment]) -> pb.PodResources:
+    by_container: dict[str, list[DeviceAssignment]] = defaultdict(list)
+    for row in rows:
+        by_container[row.container].append(row)
     return pb.PodResources(
         name=name,
         namespace=namespace,
-        containers=[
-            pb.ContainerResources(
-                name=ctr,
-                devices=[
-                    pb.ContainerDevices(resource_name=res, device_ids=ids)
-                    for res, ids in sorted(resources.items())
-                ],
-            )
-            for ctr, resources in sorted(by_container.items())
-        ],
+        containers=[_container(ctr, ctr_rows) for ctr, ctr_rows in sorted(by_container.items())],
     )
 
 
 def list_response(assignments: Iterable[DeviceAssignment]) -> pb.ListPodResourcesResponse:
-    """The ``List`` reply a kubelet would give for these assignments (device plugins only)."""
+    """The ``List`` reply for these assignments (pods ordered by namespace, then name)."""
     by_pod: dict[tuple[str, str], list[DeviceAssignment]] = defaultdict(list)
-    for a in assignments:
-        by_pod[(a.namespace, a.pod)].append(a)
+    for row in assignments:
+        by_pod[(row.namespace, row.pod)].append(row)
     return pb.ListPodResourcesResponse(
-        pod_resources=[_pod_resources(ns, n, rows) for (ns, n), rows in sorted(by_pod.items())]
+        pod_resources=[_pod(ns, name, rows) for (ns, name), rows in sorted(by_pod.items())]
     )
 
 
 def get_response(
     assignments: Iterable[DeviceAssignment], namespace: str, name: str
 ) -> pb.GetPodResourcesResponse | None:
-    rows = [a for a in assignments if (a.namespace, a.pod) == (namespace, name)]
-    return (
-        pb.GetPodResourcesResponse(pod_resources=_pod_resources(namespace, name, rows))
-        if rows
-        else None
-    )
+    """The ``Get`` reply for one pod, or ``None`` when no assignment names it (the double only
+    knows pods that hold devices; the kubelet answers an unknown pod with an error)."""
+    rows = [row for row in assignments if (row.namespace, row.pod) == (namespace, name)]
+    if not rows:
+        return None
+    return pb.GetPodResourcesResponse(pod_resources=_pod(namespace, name, rows))
 
 
 def allocatable_response(devices: Iterable[AllocatableDevice]) -> pb.AllocatableResourcesResponse:
+    """The ``GetAllocatableResources`` reply: one entry per resource and NUMA placement."""
+    grouped: dict[tuple[str, tuple[int, ...]], list[str]] = defaultdict(list)
+    for device in sorted(devices):
+        grouped[(device.resource, device.numa_nodes)].append(device.device_id)
     return pb.AllocatableResourcesResponse(
         devices=[
             pb.ContainerDevices(
-                resource_name=d.resource,
-                device_ids=[d.device_id],
-                topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in d.numa_nodes]),
+                resource_name=resource,
+                device_ids=ids,
+                topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in numa]) if numa else None,
             )
-            for d in devices
+            for (resource, numa), ids in sorted(grouped.items())
         ]
     )

@@ -7,51 +7,32 @@ means the broker answers the Kafka protocol; stop is SIGTERM (clean shutdown), t
 from __future__ import annotations
 
 import asyncio
-import base64
+import atexit
 import contextlib
 import logging
 import os
 import signal
 import socket
 import subprocess
-import time
-import uuid
-from dataclasses import dataclass, field
-from importlib import resources
+import sys
 from pathlib import Path
-from string import Template
-from typing import Any
+from typing import IO
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from gpuattr.localkafka.config import LocalKafkaConfig, new_cluster_id, render_properties
+from gpuattr.localkafka.jars import LocalKafkaError, require_tool, resolve_jars
+from gpuattr.localkafka.ready import wait_until_ready
 
-from gpuattr.localkafka.jars import LocalKafkaError, default_cache_dir, resolve_jars
+__all__ = ["LocalKafka", "free_port", "run_forever"]
 
 log = logging.getLogger("gpuattr.localkafka")
+HOST = "127.0.0.1"
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((HOST, 0))
         return int(s.getsockname()[1])
-
-
-@dataclass(frozen=True)
-class LocalKafkaConfig:
-    data_dir: Path
-    port: int = 0
-    controller_port: int = 0
-    cache_dir: Path = field(default_factory=default_cache_dir)
-    heap_mb: int = 512
-    log_file: Path | None = None
-    ready_timeout_s: float = 90.0
-
-
-def render_properties(data_dir: Path, port: int, controller_port: int) -> str:
-    template = (resources.files("gpuattr.localkafka") / "broker.properties").read_text()
-    return Template(template).substitute(
-        data_dir=str(data_dir), port=port, controller_port=controller_port
-    )
 
 
 class LocalKafka:
@@ -61,20 +42,26 @@ class LocalKafka:
         self.config = config
         self.port = config.port or free_port()
         self.controller_port = config.controller_port or free_port()
+        self.returncode: int | None = None  # the JVM's exit status after stop
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log: Any = None
+        self._log: IO[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{HOST}:{self.port}"
 
     @property
     def log_path(self) -> Path:
         return self.config.log_file or self.config.data_dir / "broker.log"
 
+    @property
+    def storage_dir(self) -> Path:
+        """Kafka's ``log.dirs`` (topic data and ``meta.properties``)."""
+        return self.config.data_dir.resolve() / "kraft-logs"
+
     def _java(self, libs: Path, *args: str) -> list[str]:
         return [
-            "java",
+            require_tool("java"),
             f"-Xmx{self.config.heap_mb}m",
             "-Xss1m",
             "-XX:+UseG1GC",
@@ -86,83 +73,82 @@ class LocalKafka:
 
     def _prepare(self) -> list[str]:
         libs = resolve_jars(self.config.cache_dir)
-        data = self.config.data_dir.resolve()
-        logs = data / "kraft-logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        props = data / "server.properties"
-        props.write_text(render_properties(logs, self.port, self.controller_port))
-        if not (logs / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        storage = self.storage_dir
+        storage.mkdir(parents=True, exist_ok=True)
+        props = storage.parent / "server.properties"
+        props.write_text(render_properties(storage, self.port, self.controller_port))
+        if not (storage / "meta.properties").exists():
             fmt = self._java(
-                libs, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)
+                libs, "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(props)
             )
             done = subprocess.run(fmt, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise LocalKafkaError(f"formatting storage failed: {done.stdout}{done.stderr}")
-            log.info("formatted Kafka storage in %s", logs)
+            log.info("formatted Kafka storage in %s", storage)
         return self._java(libs, "kafka.Kafka", str(props))
 
     async def start(self) -> None:
+        """Format storage if new, launch the JVM, return once the broker answers."""
+        if self._proc is not None:
+            raise LocalKafkaError(f"Kafka already running on {self.bootstrap}")
         cmd = await asyncio.to_thread(self._prepare)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(  # noqa: ASYNC220  (returns at once; stop_sync needs Popen)
+        self.returncode = None
+        # Popen, not an asyncio subprocess: stop_sync() must work from atexit, signal handlers
+        # and after the loop that started the broker has closed (the pytest session fixture).
+        self._proc = subprocess.Popen(  # noqa: ASYNC220  (returns at once)
             cmd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in a terminal reaches us; we stop the broker
         )
+        atexit.register(self.stop_sync)
         log.info(
             "starting Kafka on %s (pid %d, log %s)", self.bootstrap, self._proc.pid, self.log_path
         )
+        proc = self._proc
         try:
-            await self._wait_ready()
+            await wait_until_ready(
+                HOST,
+                self.port,
+                exited=lambda: proc.poll() is not None,
+                tail=self._tail,
+                timeout_s=self.config.ready_timeout_s,
+            )
         except BaseException:
             self.stop_sync()
             raise
+        log.info("Kafka ready on %s", self.bootstrap)
 
     def _tail(self, lines: int = 40) -> str:
         with contextlib.suppress(OSError):
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
-    async def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.config.ready_timeout_s
-        delay = 0.2
-        while True:
-            if self._proc is None or self._proc.poll() is not None:
-                raise LocalKafkaError(f"Kafka exited during start-up:\n{self._tail()}")
-            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, request_timeout_ms=3000)
-            try:
-                await producer.start()
-                return
-            except KafkaError:
-                if time.monotonic() > deadline:
-                    raise LocalKafkaError(
-                        f"Kafka not ready after {self.config.ready_timeout_s:.0f}s:\n{self._tail()}"
-                    ) from None
-            finally:
-                await producer.stop()
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 1.0)
+        return f"(no log at {self.log_path})"
 
     def stop_sync(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM, wait up to ``timeout_s`` for a clean exit, then SIGKILL. Idempotent."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning("Kafka did not stop in %.0fs; killing it", timeout_s)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        atexit.unregister(self.stop_sync)
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    log.warning("Kafka did not stop in %.0fs; killing it", timeout_s)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            self.returncode = proc.returncode
+            log.info("Kafka on %s stopped (exit %s)", self.bootstrap, proc.returncode)
         if self._log is not None:
             self._log.close()
             self._log = None
 
     async def stop(self) -> None:
+        """Stop the broker without blocking the event loop."""
         await asyncio.to_thread(self.stop_sync)
 
     async def __aenter__(self) -> LocalKafka:
@@ -173,14 +159,43 @@ class LocalKafka:
         await self.stop()
 
 
+async def _start_unless_stopped(broker: LocalKafka, stop: asyncio.Event) -> bool:
+    """Start ``broker``; False if ``stop`` was set first (a half-started broker is stopped)."""
+    starting = asyncio.create_task(broker.start())
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not starting.done():
+            starting.cancel()
+        await asyncio.wait({starting, stopping})
+    if starting.cancelled():
+        return False
+    starting.result()  # raises LocalKafkaError if start-up failed
+    return True
+
+
 async def run_forever(config: LocalKafkaConfig) -> int:
     """``gpuattr kafka``: run until SIGTERM or SIGINT, then stop cleanly."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
-    async with LocalKafka(config) as broker:
+    broker = LocalKafka(config)
+    try:
+        if not await _start_unless_stopped(broker, stop):
+            return 0
         print(f"kafka ready at {broker.bootstrap} (data: {config.data_dir})", flush=True)
         await stop.wait()
-        print("stopping kafka", flush=True)
-    return 0
+        log.info("signalled: stopping Kafka")
+        await broker.stop()
+        return 0
+    except LocalKafkaError as err:
+        print(f"gpuattr kafka: {err}", file=sys.stderr)
+        return 1
+    finally:
+        broker.stop_sync()  # no-op after a clean stop
+        for sig in signals:
+            loop.remove_signal_handler(sig)

@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import uuid
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import InvalidReplicationFactorError
 
 from gpuattr.kafka_admin import TopicSpec, create_topics
-from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, render_properties
+from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, LocalKafkaError
 
 pytestmark = pytest.mark.integration
+
+WAIT_S = 30.0  # bound on every wait for the broker
+
+
+def _unique(prefix: str) -> str:
+    """Topic names unique per run (the session broker may be a shared, long-lived cluster)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 async def _produce(bootstrap: str, topic: str, value: bytes) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
-        await producer.send_and_wait(topic, value, key=b"k")
+        await asyncio.wait_for(producer.send_and_wait(topic, value, key=b"k"), WAIT_S)
     finally:
         await producer.stop()
 
@@ -29,44 +40,67 @@ async def _read_one(bootstrap: str, topic: str) -> bytes:
     )
     await consumer.start()
     try:
-        msg = await consumer.getone()
+        msg = await asyncio.wait_for(consumer.getone(), WAIT_S)
         return msg.value or b""
     finally:
         await consumer.stop()
 
 
 async def test_round_trip(kafka_bootstrap: str) -> None:
-    await create_topics(kafka_bootstrap, [TopicSpec("it-roundtrip", 1)])
-    await _produce(kafka_bootstrap, "it-roundtrip", b"hello")
-    assert await _read_one(kafka_bootstrap, "it-roundtrip") == b"hello"
+    topic = _unique("it-roundtrip")
+    await create_topics(kafka_bootstrap, [TopicSpec(topic, 1)])
+    await _produce(kafka_bootstrap, topic, b"hello")
+    assert await _read_one(kafka_bootstrap, topic) == b"hello"
 
 
 async def test_restart_keeps_data_and_does_not_reformat(tmp_path: Path) -> None:
-    config = LocalKafkaConfig(data_dir=tmp_path / "data")
-    async with LocalKafka(config) as broker:
+    broker = LocalKafka(LocalKafkaConfig(data_dir=tmp_path / "data"))
+    storage = broker.storage_dir
+    await broker.start()
+    try:
         await create_topics(broker.bootstrap, [TopicSpec("persisted", 1)])
         await _produce(broker.bootstrap, "persisted", b"kept")
-        meta = (tmp_path / "data" / "kraft-logs" / "meta.properties").read_text()
-    async with LocalKafka(config) as again:  # same data dir: no re-format, same cluster
-        assert (tmp_path / "data" / "kraft-logs" / "meta.properties").read_text() == meta
-        assert await _read_one(again.bootstrap, "persisted") == b"kept"
+        meta = (storage / "meta.properties").read_text()
+        assert not (storage / ".kafka_cleanshutdown").exists()
+    finally:
+        await broker.stop()
+    assert broker.returncode is not None  # the JVM is gone, not orphaned
+    assert (storage / ".kafka_cleanshutdown").exists()  # Kafka's own clean-shutdown marker
+
+    await broker.start()  # same data dir: no re-format, same cluster id
+    try:
+        assert (storage / "meta.properties").read_text() == meta
+        assert await _read_one(broker.bootstrap, "persisted") == b"kept"
+    finally:
+        await broker.stop()
+
+
+async def test_jvm_exit_fails_fast_with_log_tail(tmp_path: Path) -> None:
+    with socket.socket() as taken:  # the broker cannot bind its port: the JVM exits
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        broker = LocalKafka(LocalKafkaConfig(data_dir=tmp_path / "data", port=port))
+        with pytest.raises(LocalKafkaError, match="exited during start-up") as caught:
+            await broker.start()
+    assert "Address already in use" in str(caught.value)
+    assert broker.returncode not in (None, 0)
 
 
 async def test_create_topics_is_idempotent(kafka_bootstrap: str) -> None:
-    spec = TopicSpec("it-idem", 3, config={"retention.ms": "3600000"})
-    assert await create_topics(kafka_bootstrap, [spec]) == ["it-idem"]
+    topic = _unique("it-idem")
+    spec = TopicSpec(topic, 3, config={"retention.ms": "3600000"})
+    assert await create_topics(kafka_bootstrap, [spec]) == [topic]
     assert await create_topics(kafka_bootstrap, [spec]) == []
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     await admin.start()
     try:
-        described = await admin.describe_topics(["it-idem"])
+        described = await admin.describe_topics([topic])
         assert len(described[0]["partitions"]) == 3
     finally:
         await admin.close()
 
 
-def test_properties_render_ports_dir_and_fast_join(tmp_path: Path) -> None:
-    text = render_properties(tmp_path, 19092, 19093)
-    assert "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093" in text
-    assert f"log.dirs={tmp_path}" in text
-    assert "group.initial.rebalance.delay.ms=0" in text
+async def test_create_topics_raises_real_errors(kafka_bootstrap: str) -> None:
+    with pytest.raises(InvalidReplicationFactorError):
+        await create_topics(kafka_bootstrap, [TopicSpec(_unique("it-bad"), 1, replication=99)])

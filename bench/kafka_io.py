@@ -1,0 +1,114 @@
+"""Kafka helpers for the benchmark: bulk produce, count, read back, raw passthrough."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from agents.types import AgentRecord
+from gpuattr import codec
+
+
+async def produce(bootstrap: str, topic: str, records: Iterable[AgentRecord]) -> int:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=20, acks=1, max_batch_size=1 << 20
+    )
+    await producer.start()
+    n = 0
+    try:
+        for r in records:
+            await producer.send(topic, codec.encode(r), key=r.node.encode())
+            n += 1
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return n
+
+
+async def count(bootstrap: str, topic: str) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            await consumer._client.force_metadata_update()
+            parts = consumer.partitions_for_topic(topic) or set()
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+        return sum(ends.values())
+    finally:
+        await consumer.stop()
+
+
+async def read_all(
+    bootstrap: str, topic: str, expected: int, timeout_s: float = 120
+) -> list[bytes]:
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=1 << 22,
+    )
+    await consumer.start()
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
+            for msgs in batch.values():
+                out += [m.value or b"" for m in msgs]
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def passthrough(bootstrap: str, source: str, target: str, expected: int) -> float:
+    """The ceiling: consume every message and produce it again, no decoding. Records/s."""
+    consumer = AIOKafkaConsumer(
+        source,
+        bootstrap_servers=bootstrap,
+        group_id=f"raw-{target}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=1 << 22,
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=20, acks=1, max_batch_size=1 << 20
+    )
+    await consumer.start()
+    await producer.start()
+    done, started = 0, None
+    try:
+        while done < expected:
+            batch = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            for msgs in batch.values():
+                started = started or time.monotonic()
+                for m in msgs:
+                    await producer.send(target, m.value, key=m.key)
+                done += len(msgs)
+            await consumer.commit()
+        await producer.flush()
+    finally:
+        await producer.stop()
+        await consumer.stop()
+    return done / (time.monotonic() - (started or time.monotonic()))
+
+
+async def wait_count(
+    bootstrap: str, topic: str, expected: int, timeout_s: float
+) -> tuple[float, float, int]:
+    """Poll a topic's size until it reaches ``expected``: (t first output, t done, base count)."""
+    first: float | None = None
+    base = 0
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        n = await count(bootstrap, topic)
+        if n and first is None:
+            first, base = time.monotonic(), n
+        if n >= expected:
+            return first or time.monotonic(), time.monotonic(), base
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"{topic}: fewer than {expected} records after {timeout_s:.0f}s")

@@ -1,0 +1,289 @@
+"""``python -m bench.run``: worker throughput vs a raw Kafka passthrough, latency at 50 % and
+80 % of saturation, worker RSS, agent cost, and two workers against one — on real Kafka.
+
+Prints a table and writes JSON (``--out``). Uses ``GPUATTR_KAFKA_BOOTSTRAP`` or starts the
+embedded broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import platform
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+from aiokafka import AIOKafkaConsumer
+
+from bench import kafka_io
+from bench.fleet import fleet, sample_count, samples, setup, stream
+from gpuattr.kafka_admin import create_topics
+from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
+from gpuattr.procs import Child, settings_env
+from gpuattr.settings import KafkaSettings
+from gpuattr.topics import topic_specs
+
+PARTITIONS = 8
+
+
+async def _prepared(bootstrap: str, tag: str) -> KafkaSettings:
+    kafka = KafkaSettings(
+        bootstrap=bootstrap, topic_prefix=f"b{tag}{uuid.uuid4().hex[:6]}.", partitions=PARTITIONS
+    )
+    await create_topics(bootstrap, topic_specs(kafka, kafka.topic_prefix + "worker"))
+    return kafka
+
+
+def _workers(kafka: KafkaSettings, n: int, workdir: Path) -> list[Child]:
+    env = settings_env(
+        KAFKA_BOOTSTRAP=kafka.bootstrap,
+        KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
+        KAFKA_PARTITIONS=kafka.partitions,
+        WORKER_APP_ID=kafka.topic_prefix + "worker",
+        WORKER_WEB_ENABLED="false",
+    )
+    return [
+        Child(
+            f"worker-{i}",
+            ["worker"],
+            {**env, "GPUATTR_WORKER_DATA_DIR": str(workdir / f"{kafka.topic_prefix}{i}")},
+            workdir / f"{kafka.topic_prefix}worker-{i}.log",
+        )
+        for i in range(n)
+    ]
+
+
+async def throughput(
+    bootstrap: str, nodes: int, intervals: int, workers: int, workdir: Path
+) -> dict[str, Any]:
+    """Load the input first, then start the workers: they run at saturation until done."""
+    kafka = await _prepared(bootstrap, f"w{workers}")
+    expected = sample_count(nodes, intervals)
+    inputs = await kafka_io.produce(
+        bootstrap, kafka.topic("node-events"), stream(nodes, intervals, start_ms=1_700_000_000_000)
+    )
+    children = _workers(kafka, workers, workdir)
+    for c in children:
+        await c.start()
+    try:
+        first, done, base = await kafka_io.wait_count(
+            bootstrap, kafka.topic("attribution"), expected, timeout_s=600
+        )
+        rss = sum(psutil.Process(c.proc.pid).memory_info().rss for c in children if c.proc)
+    finally:
+        for c in children:
+            await c.stop()
+    rate = (expected - base) / max(done - first, 1e-6)
+    outputs = await kafka_io.read_all(bootstrap, kafka.topic("attribution"), expected)
+    return {
+        "kafka": kafka,
+        "inputs": inputs,
+        "samples": expected,
+        "samples_per_s": rate,
+        "rss_bytes": rss,
+        "outputs": outputs,
+    }
+
+
+async def latency(
+    bootstrap: str, nodes: int, rate: float, seconds: float, workdir: Path
+) -> dict[str, float]:
+    """Paced samples stamped with wall time; latency = arrival on the output topic - ts_ms."""
+    kafka = await _prepared(bootstrap, "lat")
+    members = fleet(nodes)
+    now = int(time.time() * 1000)
+    await kafka_io.produce(
+        bootstrap, kafka.topic("node-events"), [r for n in members for r in setup(n, now)]
+    )
+    children = _workers(kafka, 1, workdir)
+    await children[0].start()
+    consumer = AIOKafkaConsumer(
+        kafka.topic("attribution"),
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="latest",
+    )
+    await consumer.start()
+    lat: list[float] = []
+
+    async def measure() -> None:
+        async for msg in consumer:
+            ts = orjson.loads(msg.value or b"{}")["ts_ms"]
+            lat.append(time.time() * 1000 - ts)
+
+    reader = asyncio.create_task(measure())
+    try:
+        await asyncio.sleep(8)  # worker start-up and partition assignment, not measured
+        lat.clear()
+        per_tick = sum(len(n.devices()) for n in members)
+        tick_s = per_tick / rate
+        rng = random.Random(1)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            ts = int(time.time() * 1000)
+            await kafka_io.produce(
+                bootstrap,
+                kafka.topic("node-events"),
+                [s for n in members for s in samples(n, ts, rng)],
+            )
+            await asyncio.sleep(max(0.0, tick_s - (time.monotonic() - t0)))
+        await asyncio.sleep(2)
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        await consumer.stop()
+        await children[0].stop()
+    lat.sort()
+    return {
+        "rate": rate,
+        "n": len(lat),
+        "p50_ms": statistics.median(lat) if lat else -1,
+        "p99_ms": lat[int(len(lat) * 0.99) - 1] if lat else -1,
+    }
+
+
+async def agent_cost(seconds: float, workdir: Path, bootstrap: str) -> dict[str, float]:
+    """One agent against one simulated 8-GPU-ish node: 1 s PodResources polls, 5 s scrapes."""
+    from sim.runner import ScenarioClock, SimulatedCluster
+    from sim.scenario import load
+
+    kafka = await _prepared(bootstrap, "agent")
+    async with SimulatedCluster(load("exclusive"), workdir / "agent-sim", ScenarioClock()) as sim:
+        ep = sim.endpoints()[0]
+        env = {
+            **settings_env(KAFKA_BOOTSTRAP=bootstrap, KAFKA_TOPIC_PREFIX=kafka.topic_prefix),
+            **ep.agent_env(poll_interval_s=1.0, scrape_interval_s=5.0),
+        }
+        agent = Child("agent", ["agent", "--node", ep.node], env, workdir / "agent.log")
+        await agent.start()
+        try:
+            assert agent.proc is not None
+            proc = psutil.Process(agent.proc.pid)
+            await asyncio.sleep(5)  # imports and connections, not measured
+            cpu0 = sum(proc.cpu_times()[:2])
+            await asyncio.sleep(seconds)
+            cpu = (sum(proc.cpu_times()[:2]) - cpu0) / seconds
+            rss = proc.memory_info().rss
+        finally:
+            await agent.stop()
+    return {"cpu_cores": cpu, "rss_mib": rss / 2**20}
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="gpuattr-bench-"))
+    async with contextlib.AsyncExitStack() as stack:
+        bootstrap = args.bootstrap
+        if not bootstrap:
+            broker = LocalKafka(LocalKafkaConfig(data_dir=workdir / "kafka", heap_mb=1024))
+            await stack.enter_async_context(broker)
+            bootstrap = broker.bootstrap
+        devices = sample_count(args.nodes, 1)
+        one = await throughput(bootstrap, args.nodes, args.intervals, 1, workdir)
+        raw_kafka = await _prepared(bootstrap, "raw")
+        await kafka_io.produce(
+            bootstrap,
+            raw_kafka.topic("node-events"),
+            stream(args.nodes, args.intervals, start_ms=1_700_000_000_000),
+        )
+        raw = await kafka_io.passthrough(
+            bootstrap, raw_kafka.topic("node-events"), raw_kafka.topic("attribution"), one["inputs"]
+        )
+        two = await throughput(bootstrap, args.nodes, args.intervals, 2, workdir)
+        same = sorted(one["outputs"]) == sorted(two["outputs"])
+        sat = one["samples_per_s"]
+        lat50 = await latency(bootstrap, args.latency_nodes, 0.5 * sat, args.latency_s, workdir)
+        lat80 = await latency(bootstrap, args.latency_nodes, 0.8 * sat, args.latency_s, workdir)
+        agent = await agent_cost(args.agent_s, workdir, bootstrap)
+    input_rate = sat * one["inputs"] / one["samples"]  # all input records, setup and churn too
+    return {
+        "machine": {
+            "cpus": psutil.cpu_count(),
+            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "fleet": {
+            "nodes": args.nodes,
+            "devices": devices,
+            "intervals": args.intervals,
+            "samples": one["samples"],
+            "input_records": one["inputs"],
+        },
+        "one_worker_samples_per_s": round(sat),
+        "one_worker_input_records_per_s": round(input_rate),
+        "raw_passthrough_records_per_s": round(raw),
+        "ratio_to_raw": round(input_rate / raw, 3),
+        "two_workers_samples_per_s": round(two["samples_per_s"]),
+        "two_vs_one": round(two["samples_per_s"] / sat, 2),
+        "two_workers_output_equal": same,
+        "latency_50pct": lat50,
+        "latency_80pct": lat80,
+        "worker_rss_mib": round(one["rss_bytes"] / 2**20, 1),
+        "worker_rss_mib_per_10k_devices": round(one["rss_bytes"] / 2**20 / devices * 10_000, 1),
+        "agent_per_node": agent,
+    }
+
+
+def table(r: dict[str, Any]) -> str:
+    rows = [
+        (
+            "fleet",
+            f"{r['fleet']['nodes']} nodes, {r['fleet']['devices']} devices, "
+            f"{r['fleet']['samples']} samples",
+        ),
+        (
+            "1 worker",
+            f"{r['one_worker_samples_per_s']} samples/s "
+            f"({r['one_worker_input_records_per_s']} input records/s)",
+        ),
+        ("raw aiokafka passthrough", f"{r['raw_passthrough_records_per_s']} records/s"),
+        ("ratio to raw", f"{r['ratio_to_raw']}"),
+        (
+            "2 workers",
+            f"{r['two_workers_samples_per_s']} samples/s = {r['two_vs_one']}x; "
+            f"output equal to 1 worker: {r['two_workers_output_equal']}",
+        ),
+        (
+            "latency at 50%",
+            f"p50 {r['latency_50pct']['p50_ms']:.0f} ms, p99 {r['latency_50pct']['p99_ms']:.0f} ms",
+        ),
+        (
+            "latency at 80%",
+            f"p50 {r['latency_80pct']['p50_ms']:.0f} ms, p99 {r['latency_80pct']['p99_ms']:.0f} ms",
+        ),
+        (
+            "worker RSS",
+            f"{r['worker_rss_mib']} MiB, {r['worker_rss_mib_per_10k_devices']} MiB per 10k devices",
+        ),
+        (
+            "agent per node",
+            f"{r['agent_per_node']['cpu_cores']:.3f} cores, "
+            f"{r['agent_per_node']['rss_mib']:.0f} MiB RSS",
+        ),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", default=None)
+    parser.add_argument("--nodes", type=int, default=250)
+    parser.add_argument("--intervals", type=int, default=8)
+    parser.add_argument("--latency-nodes", type=int, default=50)
+    parser.add_argument("--latency-s", type=float, default=20.0)
+    parser.add_argument("--agent-s", type=float, default=30.0)
+    parser.add_argument("--out", type=Path, default=Path("bench/results.json"))
+    result = asyncio.run(main(parser.parse_args()))
+    parser.parse_args().out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    print(table(result))

@@ -1,0 +1,38 @@
+"""The local broker's settings and its rendered ``server.properties``."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+from gpuattr.localkafka.jars import default_cache_dir
+
+
+@dataclass(frozen=True)
+class LocalKafkaConfig:
+    """Where the broker keeps its data and which ports it listens on (0 = a free port)."""
+
+    data_dir: Path
+    port: int = 0
+    controller_port: int = 0
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    heap_mb: int = 512
+    log_file: Path | None = None
+    ready_timeout_s: float = 90.0
+
+
+def render_properties(data_dir: Path, port: int, controller_port: int) -> str:
+    """The packaged ``broker.properties`` with ports and the log directory filled in."""
+    template = (resources.files("gpuattr.localkafka") / "broker.properties").read_text()
+    return Template(template).substitute(
+        data_dir=str(data_dir), port=port, controller_port=controller_port
+    )
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, base64url without padding (as ``random-uuid``)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

@@ -1,0 +1,45 @@
+"""The benchmark's machinery, small and untimed: the generator is right, and two workers give
+exactly the output of one for the same input."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from agents.events import DcgmSample, PodResourcesDiff, PodResourcesSnapshot
+from bench.fleet import fleet, sample_count, stream
+from bench.run import throughput
+from gpuattr import codec
+
+pytestmark = pytest.mark.integration
+
+
+def test_generator_shape() -> None:
+    records = list(stream(8, 4, start_ms=0, churn_every=2))
+    kinds = Counter(type(r).__name__ for r in records)
+    assert kinds["DcgmSample"] == sample_count(8, 4) == 4 * sum(len(n.devices()) for n in fleet(8))
+    assert kinds["PodResourcesSnapshot"] == 8
+    assert kinds["PodResourcesDiff"] == 8 * 2  # churn at intervals 2 and 4
+    assert {n.mode for n in fleet(8)} == {"exclusive", "time-slicing", "mps", "mig"}
+    assert all(codec.decode(codec.encode(r)) == r for r in records)
+    for node in fleet(8):  # time order within each node's stream
+        kinds_with_time = (DcgmSample, PodResourcesDiff, PodResourcesSnapshot)
+        stamps = [
+            r.ts_ms for r in records if r.node == node.name and isinstance(r, kinds_with_time)
+        ]
+        assert stamps == sorted(stamps)
+    assert list(stream(8, 4, start_ms=0)) == list(stream(8, 4, start_ms=0))  # deterministic
+
+
+async def test_two_workers_equal_one(kafka_bootstrap: str, tmp_path: Path) -> None:
+    one = await throughput(kafka_bootstrap, 8, 3, 1, tmp_path)
+    two = await throughput(kafka_bootstrap, 8, 3, 2, tmp_path)
+    assert len(one["outputs"]) == one["samples"] == sample_count(8, 3)
+    assert sorted(one["outputs"]) == sorted(two["outputs"])
+    states = Counter(orjson.loads(o)["state"] for o in one["outputs"])
+    assert states["shared"] > 0
+    assert states["exclusive"] > 0
+    assert "unknown" not in states

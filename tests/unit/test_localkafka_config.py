@@ -1,0 +1,81 @@
+"""The local broker's rendered config, settings defaults and pinned version (no JVM needed)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from aiokafka.errors import InvalidReplicationFactorError
+
+from gpuattr.kafka_admin import _check
+from gpuattr.localkafka import (
+    KAFKA_VERSION,
+    LocalKafkaConfig,
+    LocalKafkaError,
+    render_properties,
+    resolve_jars,
+)
+from gpuattr.localkafka.config import new_cluster_id
+
+
+def _parse(text: str) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in text.splitlines() if line and line[0] != "#")
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def test_properties_fill_ports_and_data_dir(tmp_path: Path) -> None:
+    text = render_properties(tmp_path / "logs", 19092, 19093)
+    props = _parse(text)
+    assert "$" not in text
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19092"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:19093"
+    assert props["log.dirs"] == str(tmp_path / "logs")
+
+
+def test_properties_are_single_node_kraft_with_fast_group_join(tmp_path: Path) -> None:
+    props = _parse(render_properties(tmp_path, 1, 2))
+    assert props["process.roles"] == "broker,controller"
+    assert props["controller.listener.names"] == "CONTROLLER"
+    assert props["group.initial.rebalance.delay.ms"] == "0"  # local broker only
+    assert props["offsets.topic.replication.factor"] == "1"
+    assert props["transaction.state.log.replication.factor"] == "1"
+    assert props["transaction.state.log.min.isr"] == "1"
+    assert props["num.partitions"] == "4"
+    assert props["auto.create.topics.enable"] == "true"
+
+
+def test_pom_pins_the_same_kafka_version() -> None:
+    pom = (resources.files("gpuattr.localkafka") / "pom.xml").read_text()
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    version = ET.fromstring(pom).find("m:properties/m:kafka.version", ns)
+    assert version is not None
+    assert version.text == KAFKA_VERSION
+
+
+def test_cache_dir_defaults_to_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("GPUATTR_CACHE_DIR", str(tmp_path))
+    assert LocalKafkaConfig(data_dir=tmp_path / "d").cache_dir == tmp_path
+    monkeypatch.delenv("GPUATTR_CACHE_DIR")
+    assert LocalKafkaConfig(data_dir=tmp_path / "d").cache_dir == Path.home() / ".cache/gpuattr"
+
+
+def test_cluster_id_is_16_bytes_base64url() -> None:
+    cid = new_cluster_id()
+    assert len(cid) == 22
+    assert set(cid) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def test_missing_maven_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(LocalKafkaError, match="mvn"):
+        resolve_jars(tmp_path / "cache")
+
+
+def test_topic_errors_other_than_already_exists_raise() -> None:
+    assert _check([("a", 0, None), ("b", 36, "Topic 'b' already exists.")]) == ["a"]
+    assert _check([("v0", 0)]) == ["v0"]
+    with pytest.raises(InvalidReplicationFactorError, match="'c'"):
+        _check([("c", 38, "only 1 broker(s) are registered")])
