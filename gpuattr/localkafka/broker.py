@@ -35,6 +35,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _check_port_free(port: int) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the JVM binds
+        try:
+            s.bind((HOST, port))
+        except OSError as err:
+            raise LocalKafkaError(f"{HOST}:{port} is already in use ({err.strerror})") from None
+
+
 class LocalKafka:
     """Start with ``await start()`` or ``async with``; ``bootstrap`` is ``127.0.0.1:PORT``."""
 
@@ -91,6 +100,8 @@ class LocalKafka:
         """Format storage if new, launch the JVM, return once the broker answers."""
         if self._proc is not None:
             raise LocalKafkaError(f"Kafka already running on {self.bootstrap}")
+        for port in (self.port, self.controller_port):
+            _check_port_free(port)  # a clear message rather than a JVM stack trace
         cmd = await asyncio.to_thread(self._prepare)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")

@@ -53,4 +53,4 @@ async def wait_until_ready(
         if time.monotonic() > deadline:
             raise LocalKafkaError(f"Kafka not ready after {timeout_s:.0f}s:\n{tail()}")
         await asyncio.sleep(delay)
-        delay = min(delay * 1.5, 1.0)
+        delay = min(delay * 1.5, 0.5)

@@ -75,15 +75,25 @@ async def test_restart_keeps_data_and_does_not_reformat(tmp_path: Path) -> None:
         await broker.stop()
 
 
-async def test_jvm_exit_fails_fast_with_log_tail(tmp_path: Path) -> None:
-    with socket.socket() as taken:  # the broker cannot bind its port: the JVM exits
+async def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        port = int(taken.getsockname()[1])
-        broker = LocalKafka(LocalKafkaConfig(data_dir=tmp_path / "data", port=port))
-        with pytest.raises(LocalKafkaError, match="exited during start-up") as caught:
-            await broker.start()
-    assert "Address already in use" in str(caught.value)
+        config = LocalKafkaConfig(data_dir=tmp_path / "data", port=taken.getsockname()[1])
+        with pytest.raises(LocalKafkaError, match="already in use"):
+            await LocalKafka(config).start()
+
+
+async def test_jvm_exit_fails_fast_with_log_tail(tmp_path: Path) -> None:
+    storage = tmp_path / "data" / "kraft-logs"  # someone else's storage: Kafka refuses it
+    storage.mkdir(parents=True)
+    (storage / "meta.properties").write_text(
+        "version=1\ncluster.id=AAAAAAAAAAAAAAAAAAAAAA\nnode.id=7\n"
+    )
+    broker = LocalKafka(LocalKafkaConfig(data_dir=tmp_path / "data"))
+    with pytest.raises(LocalKafkaError, match="exited during start-up") as caught:
+        await broker.start()
+    assert "Stored node id 7" in str(caught.value)  # the JVM's log tail is in the error
     assert broker.returncode not in (None, 0)
 
 

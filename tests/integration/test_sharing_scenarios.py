@@ -30,7 +30,6 @@ async def run_scenario(
     scenario = load(name)
     async with pipeline(bootstrap, scenario, tmp_path) as p, collect(p.kafka, "attribution") as ev:
         p.clock.offset_s = t
-        since = int(time.time() * 1000) + 1500
         devices = set()
         cluster = Cluster(scenario, lambda: t)
         for node in scenario.nodes:
@@ -40,6 +39,17 @@ async def run_scenario(
                     if row.mig_instance_id is not None
                     else row.uuid
                 )
+
+        def warmed_up() -> bool:  # agents and worker running, the node's view complete
+            ready = {
+                e.device_uuid
+                for e in events_since(ev, 0)
+                if e.state != "unknown" and e.sharing != "unknown"
+            }
+            return devices <= ready
+
+        await wait_for(warmed_up, timeout_s=90, what=lambda: f"warm-up\n{p.logs()}")
+        since = int(time.time() * 1000) + 1500
 
         def enough() -> bool:
             seen = [e.device_uuid for e in events_since(ev, since)]
