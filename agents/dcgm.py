@@ -1,43 +1,54 @@
 """Translate dcgm-exporter's Prometheus exposition text into one sample per device per scrape.
 
-The only module that reads metric lines. Parsing uses prometheus_client's text parser. Rows
-are grouped per device — ``(UUID, GPU_I_ID)`` — because the exporter may print one device
-several times: once per pod with ``--kubernetes-virtual-gpus`` (a ``vgpu`` label) or once per
-consuming container on DRA-shared GPUs. Those copies carry the *same* device-wide value: we keep
-it once and never add copies up; the pods they name become ``exporter_claims``.
+The only module that gives meaning to dcgm-exporter's metric lines (reading the text itself is
+:mod:`agents.dcgm_rows`, with prometheus_client's parser). Rows are grouped per device —
+``(UUID, GPU_I_ID)`` — because the exporter may print one device several times: once per pod
+with ``--kubernetes-virtual-gpus`` (a ``vgpu`` label), or once per consuming container on a
+DRA-shared GPU. Those copies carry the *same* device-wide value: it is taken once, never added
+up, and the pods they name become the sample's ``exporter_claims`` — what the exporter says,
+not our attribution.
+
+Newer exporters can instead split ``DCGM_FI_DEV_GPU_UTIL``/``DCGM_FI_DEV_FB_USED`` per process,
+so the rows of one device then carry *different* values. Such a field is not a device-wide
+reading: it is left ``None`` and named in ``exporter_split_fields`` rather than picking one pod's
+share. Identical copies (the usual case) never trigger this.
+
+Labels read: ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname`` (or the
+newer ``hostname``), ``DCGM_FI_DRIVER_VERSION``, MIG ``GPU_I_ID``/``GPU_I_PROFILE``, and the pod
+labels ``namespace``/``pod``/``container`` (or ``exported_*`` after Prometheus relabelling),
+``pod_uid`` and ``vgpu``. Other DCGM fields and labels are ignored.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from agents.dcgm_rows import MetricRow, RejectedLine, read_rows
 from agents.events import DcgmSample, ExporterClaim
 
+__all__ = ["FIELDS", "ParseResult", "RejectedLine", "parse_exposition"]
+
+#: DCGM field → DcgmSample attribute. Units as the exporter sends them.
 FIELDS: Mapping[str, str] = {
     "DCGM_FI_DEV_GPU_UTIL": "util_pct",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gr_engine_active",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gr_engine_active",  # ratio 0-1, works per MIG instance
     "DCGM_FI_DEV_FB_USED": "fb_used_mib",
     "DCGM_FI_DEV_FB_FREE": "fb_free_mib",
     "DCGM_FI_DEV_POWER_USAGE": "power_w",
     "DCGM_FI_DEV_GPU_TEMP": "temp_c",
-    "DCGM_FI_DEV_XID_ERRORS": "xid",
+    "DCGM_FI_DEV_XID_ERRORS": "xid",  # the last XID seen, kept until the exporter restarts
 }
-_POD_LABELS = (
-    ("namespace", "pod", "container"),
-    ("exported_namespace", "exported_pod", "exported_container"),
+_POD_LABEL_SETS = (  # (namespace, pod, container, pod_uid, vgpu)
+    ("namespace", "pod", "container", "pod_uid", "vgpu"),
+    ("exported_namespace", "exported_pod", "exported_container", "exported_pod_uid", "vgpu"),
 )
+NO_UUID = "row without UUID label"
+BAD_MIG_ID = "GPU_I_ID is not an integer"
 
-
-@dataclass(frozen=True, slots=True)
-class RejectedLine:
-    line_no: int
-    line: str
-    reason: str
+DeviceKey = tuple[str, int | None]  # (UUID, GPU_I_ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,122 +57,107 @@ class ParseResult:
     rejected: tuple[RejectedLine, ...]
 
 
-Row = tuple[str, Mapping[str, str], float, int]  # metric name, labels, value, line number
+def parse_exposition(text: str, *, node: str, ts_ms: int) -> ParseResult:
+    """One :class:`DcgmSample` per GPU or MIG instance, and the lines that could not be used.
+
+    Never raises on bad input: a malformed line is rejected alone and every other device still
+    yields its sample. ``node`` is the agent's node name (authoritative); the exporter's own
+    ``Hostname`` label goes to ``DcgmSample.hostname``.
+    """
+    rows, rejected = read_rows(text)
+    devices: dict[DeviceKey, list[MetricRow]] = {}
+    for row in rows:
+        if not row.name.startswith("DCGM_FI_"):
+            continue  # not a DCGM field (another exporter's metric on the same page)
+        key = _device_key(row, rejected)
+        if key is not None:
+            devices.setdefault(key, []).append(row)
+    samples = tuple(_sample(key, group, node, ts_ms) for key, group in devices.items())
+    return ParseResult(samples, tuple(sorted(rejected, key=lambda r: r.line_no)))
 
 
-def _rows(text: str) -> tuple[list[Row], list[RejectedLine]]:
-    """Every sample of the text; a malformed line is rejected alone, the rest still parse."""
+def _device_key(row: MetricRow, rejected: list[RejectedLine]) -> DeviceKey | None:
+    uuid = row.labels.get("UUID", "")
+    if not uuid:
+        rejected.append(RejectedLine.at(row.line_no, row.line, NO_UUID))
+        return None
+    mig_id = row.labels.get("GPU_I_ID")
+    if mig_id is None or mig_id == "":
+        return uuid, None
+    parsed = _int(mig_id)
+    if parsed is None:
+        rejected.append(RejectedLine.at(row.line_no, row.line, BAD_MIG_ID))
+        return None
+    return uuid, parsed
+
+
+def _int(text: str | None) -> int | None:
+    if text is None or not text.strip().isdecimal():
+        return None
     try:
-        return [
-            (s.name, s.labels, s.value, 0)
-            for fam in text_string_to_metric_families(text)
-            for s in fam.samples
-        ], []
-    except (ValueError, IndexError, KeyError, TypeError):
-        pass  # fall back to line by line to find the bad line(s)
-    rows: list[Row] = []
-    rejected: list[RejectedLine] = []
-    for no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        try:
-            rows.extend(
-                (s.name, s.labels, s.value, no)
-                for fam in text_string_to_metric_families(line + "\n")
-                for s in fam.samples
-            )
-        except (ValueError, IndexError, KeyError, TypeError) as exc:
-            rejected.append(RejectedLine(no, line[:200], f"unparseable: {exc}"[:200]))
-    return rows, rejected
+        return int(text)
+    except ValueError:  # more digits than Python converts
+        return None
 
 
 def _claim(labels: Mapping[str, str]) -> ExporterClaim | None:
-    for ns_key, pod_key, ctr_key in _POD_LABELS:
-        if labels.get(pod_key):
+    """The pod the exporter stamped on this row; a row with an empty pod label claims nothing."""
+    for ns, pod, container, pod_uid, vgpu in _POD_LABEL_SETS:
+        if labels.get(pod):
             return ExporterClaim(
-                labels.get(ns_key, ""),
-                labels[pod_key],
-                labels.get(ctr_key, ""),
-                labels.get("pod_uid") or None,
-                labels.get("vgpu") or None,
+                namespace=labels.get(ns, ""),
+                pod=labels[pod],
+                container=labels.get(container, ""),
+                pod_uid=labels.get(pod_uid) or None,
+                vgpu=labels.get(vgpu) or None,
             )
     return None
 
 
-def _int(text: str | None) -> int | None:
-    return int(text) if text is not None and text.strip().isdigit() else None
-
-
-@dataclass
-class _Device:
-    labels: Mapping[str, str]
-    values: dict[str, float | None] = field(default_factory=dict)
-    split: set[str] = field(default_factory=set)
-    copies: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    claims: dict[ExporterClaim, None] = field(default_factory=dict)
-
-    def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
-        claim = _claim(labels)
-        if claim is not None:
-            self.claims.setdefault(claim, None)
-        self.copies[name] += 1
-        attr = FIELDS.get(name)
+def _readings(rows: Sequence[MetricRow]) -> tuple[dict[str, float | None], tuple[str, ...]]:
+    """Each mapped field's value, taken once; fields whose copies disagree are left out."""
+    values: dict[str, float | None] = {}
+    split: set[str] = set()
+    for row in rows:
+        attr = FIELDS.get(row.name)
         if attr is None:
-            return
-        reading = None if math.isnan(value) else value
-        if attr not in self.values:  # copies repeat one device-wide value: take it once
-            self.values[attr] = reading
-        elif self.values[attr] != reading and attr not in self.split:
-            self.split.add(attr)  # per-process rows, not copies: no device-wide reading here
-
-    def sample(self, node: str, ts_ms: int) -> DcgmSample:
-        lb = self.labels
-        v = {k: (None if k in self.split else x) for k, x in self.values.items()}
-        xid = v.get("xid")
-        return DcgmSample(
-            node=node,
-            ts_ms=ts_ms,
-            uuid=lb["UUID"],
-            gpu_index=_int(lb.get("gpu")),
-            model=lb.get("modelName", ""),
-            hostname=lb.get("Hostname") or lb.get("hostname", ""),
-            device=lb.get("device", ""),
-            pci_bus_id=lb.get("pci_bus_id", ""),
-            driver_version=lb.get("DCGM_FI_DRIVER_VERSION", ""),
-            mig_instance_id=_int(lb.get("GPU_I_ID")),
-            mig_profile=lb.get("GPU_I_PROFILE") or None,
-            util_pct=v.get("util_pct"),
-            gr_engine_active=v.get("gr_engine_active"),
-            fb_used_mib=v.get("fb_used_mib"),
-            fb_free_mib=v.get("fb_free_mib"),
-            power_w=v.get("power_w"),
-            temp_c=v.get("temp_c"),
-            xid=None if xid is None else int(xid),
-            exporter_claims=tuple(self.claims),
-            exporter_row_copies=max(self.copies.values(), default=1),
-            exporter_split_fields=tuple(sorted(self.split)),
-        )
-
-
-def _devices(rows: list[Row], rejected: list[RejectedLine]) -> Iterator[_Device]:
-    devices: dict[tuple[str, str], _Device] = {}
-    for name, labels, value, no in rows:
-        if not name.startswith("DCGM_FI_"):
             continue
-        uuid = labels.get("UUID")
-        if not uuid:
-            rejected.append(RejectedLine(no, f"{name}{dict(labels)}"[:200], "row without UUID"))
-            continue
-        key = (uuid, labels.get("GPU_I_ID", ""))
-        device = devices.get(key)
-        if device is None:
-            device = devices[key] = _Device(labels)
-        device.add(name, labels, value)
-    return iter(devices.values())
+        reading = row.value if math.isfinite(row.value) else None  # NaN: no reading
+        if attr not in values:
+            values[attr] = reading
+        elif values[attr] != reading:
+            split.add(attr)  # per-process rows, not copies: no device-wide value
+    for attr in split:
+        values[attr] = None
+    return values, tuple(sorted(split))
 
 
-def parse_exposition(text: str, *, node: str, ts_ms: int) -> ParseResult:
-    """One :class:`DcgmSample` per GPU or MIG instance, and the lines that could not be read."""
-    rows, rejected = _rows(text)
-    samples = tuple(d.sample(node, ts_ms) for d in _devices(rows, rejected))
-    return ParseResult(samples, tuple(rejected))
+def _sample(key: DeviceKey, rows: Sequence[MetricRow], node: str, ts_ms: int) -> DcgmSample:
+    uuid, mig_instance_id = key
+    labels = rows[0].labels  # identity labels are the same on every row of a device
+    values, split = _readings(rows)
+    xid = values.get("xid")
+    claims = (_claim(row.labels) for row in rows)
+    return DcgmSample(
+        node=node,
+        ts_ms=ts_ms,
+        uuid=uuid,
+        gpu_index=_int(labels.get("gpu")),
+        model=labels.get("modelName", ""),
+        hostname=labels.get("Hostname") or labels.get("hostname", ""),
+        device=labels.get("device", ""),
+        pci_bus_id=labels.get("pci_bus_id", ""),
+        driver_version=labels.get("DCGM_FI_DRIVER_VERSION", ""),
+        mig_instance_id=mig_instance_id,
+        mig_profile=None if mig_instance_id is None else labels.get("GPU_I_PROFILE") or None,
+        util_pct=values.get("util_pct"),
+        gr_engine_active=values.get("gr_engine_active"),
+        fb_used_mib=values.get("fb_used_mib"),
+        fb_free_mib=values.get("fb_free_mib"),
+        power_w=values.get("power_w"),
+        temp_c=values.get("temp_c"),
+        xid=None if xid is None else int(xid),
+        exporter_claims=tuple(dict.fromkeys(c for c in claims if c is not None)),
+        exporter_row_copies=max(Counter(row.name for row in rows).values()),
+        exporter_split_fields=split,
+    )

@@ -1,19 +1,34 @@
-"""Scrape dcgm-exporter's ``/metrics`` every interval and publish one sample per device."""
+"""Scrape dcgm-exporter's ``/metrics`` every interval and publish one sample per device.
+
+The collector never stops on a bad source: an exporter that is down, slow or answers an error
+status is counted (``SOURCE_ERRORS{source="dcgm"}``, ``SOURCE_UP``), logged once when it starts
+failing and once when it answers again, and scraped again at the next interval. Malformed lines
+are rejected one by one by :func:`agents.dcgm.parse_exposition` (counted in ``REJECTED_LINES``,
+a warning per distinct reason at most once a minute); every other GPU is still published.
+A sample the publisher refuses is retried with backoff before the next one; one that still
+fails is logged as an error and counted as dropped, never lost silently.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from collections import Counter
+from collections.abc import Callable
 
 import aiohttp
 
-from agents.dcgm import parse_exposition
+from agents.dcgm import RejectedLine, parse_exposition
 from agents.events import DcgmSample
 from agents.selfmetrics import REJECTED_LINES, SOURCE_ERRORS, SOURCE_UP
 from agents.types import Emit, NowMs
 
 log = logging.getLogger(__name__)
+
+SOURCE = "dcgm"
+#: Makes the collector's one HTTP session (the per-request timeout is set by the collector).
+SessionFactory = Callable[[], aiohttp.ClientSession]
+REJECTION_LOG_EVERY_MS = 60_000
 
 
 class DcgmCollector:
@@ -26,86 +41,140 @@ class DcgmCollector:
         timeout_s: float,
         emit: Emit,
         now_ms: NowMs,
-        emit_retries: int = 5,
+        session_factory: SessionFactory = aiohttp.ClientSession,
+        emit_attempts: int = 4,
+        emit_backoff_s: float = 0.05,
     ) -> None:
-        self.node = node
+        self.node = node  # the agent's node name is authoritative, not the exporter's Hostname
         self.url = url
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self.emit = emit
-        self.now_ms = now_ms
-        self.emit_retries = emit_retries
-        self._down_since: float | None = None
-        self._reasons_logged: dict[str, float] = {}
+        self._emit = emit
+        self._now_ms = now_ms
+        self._session_factory = session_factory
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._emit_attempts = max(1, emit_attempts)
+        self._emit_backoff_s = emit_backoff_s
+        self._failures = 0  # consecutive failed scrapes
+        self._rejection_logged_ms: dict[str, int] = {}
 
     async def run(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        """Scrape every ``interval_s`` (start to start) until cancelled."""
+        loop = asyncio.get_running_loop()
+        async with self._session_factory() as session:
+            next_at = loop.time()
             while True:
-                started = time.monotonic()
                 await self.scrape_once(session)
-                await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+                next_at = max(next_at + self.interval_s, loop.time())  # late: no catch-up burst
+                await asyncio.sleep(next_at - loop.time())
 
     async def scrape_once(self, session: aiohttp.ClientSession) -> int:
-        """One scrape; returns the number of samples published."""
-        ts_ms = self.now_ms()
-        try:
-            async with session.get(self.url) as resp:
-                if resp.status != 200:
-                    self._down(f"http_{resp.status}", f"HTTP {resp.status}")
-                    return 0
-                text = await resp.text()
-        except TimeoutError:
-            self._down("timeout", f"no answer within {self.timeout_s}s")
+        """One scrape: fetch, parse, publish. Returns how many samples were published."""
+        ts_ms = self._now_ms()
+        text = await self._fetch(session)
+        if text is None:
             return 0
-        except aiohttp.ClientError as exc:
-            self._down("unreachable", str(exc) or type(exc).__name__)
-            return 0
-        self._up()
         result = parse_exposition(text, node=self.node, ts_ms=ts_ms)
-        for bad in result.rejected:
-            REJECTED_LINES.inc()
-            self._log_rejected(bad.line_no, bad.reason, bad.line)
+        if result.rejected:
+            REJECTED_LINES.inc(len(result.rejected))
+            self._log_rejected(result.rejected, ts_ms)
+        published = 0
         for sample in result.samples:
-            await self._emit_with_retry(sample)
-        return len(result.samples)
+            published += await self._publish(sample)
+        return published
 
-    async def _emit_with_retry(self, sample: DcgmSample) -> None:
-        delay = 0.1
-        for attempt in range(1, self.emit_retries + 1):
-            try:
-                await self.emit(sample)
-                return
-            except (OSError, RuntimeError) as exc:
-                SOURCE_ERRORS.labels("dcgm", "emit").inc()
-                if attempt == self.emit_retries:
-                    raise
-                log.warning("publishing a sample failed (%s); retry %d", exc, attempt)
-                await asyncio.sleep(delay)
-                delay *= 2
-
-    def _log_rejected(self, line_no: int, reason: str, line: str) -> None:
-        now = time.monotonic()
-        key = reason.split(":")[0]
-        if now - self._reasons_logged.get(key, -1e9) >= 60:
-            self._reasons_logged[key] = now
+    async def _fetch(self, session: aiohttp.ClientSession) -> str | None:
+        try:
+            async with session.get(self.url, timeout=self._timeout) as resp:
+                if resp.status != 200:
+                    self._failed(f"http_{resp.status}", f"HTTP {resp.status} {resp.reason or ''}")
+                    return None
+                body = await resp.read()
+        except TimeoutError:
+            self._failed("timeout", f"no complete answer within {self.timeout_s:g}s")
+            return None
+        except aiohttp.ClientPayloadError as exc:
+            self._failed("payload", f"response body broken off: {exc}")
+            return None
+        except aiohttp.ClientError as exc:
+            self._failed("unreachable", f"{type(exc).__name__}: {exc}")
+            return None
+        self._recovered()
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            SOURCE_ERRORS.labels(SOURCE, "encoding").inc()
             log.warning(
-                "rejected dcgm-exporter line %d from %s: %s: %r", line_no, self.url, reason, line
+                "dcgm-exporter at %s sent invalid UTF-8 (%s); reading it anyway", self.url, exc
             )
+            return body.decode("utf-8", errors="replace")
 
-    def _down(self, reason: str, details: str) -> None:
-        SOURCE_ERRORS.labels("dcgm", reason).inc()
-        SOURCE_UP.labels("dcgm").set(0)
-        if self._down_since is None:
-            self._down_since = time.monotonic()
-            log.warning("dcgm-exporter at %s failing (%s); will keep scraping", self.url, details)
+    async def _publish(self, sample: DcgmSample) -> int:
+        delay_s = self._emit_backoff_s
+        for attempt in range(1, self._emit_attempts + 1):
+            try:
+                await self._emit(sample)
+                return 1
+            except Exception as exc:  # the publisher's errors are its own: log, count, retry
+                SOURCE_ERRORS.labels(SOURCE, "emit_failed").inc()
+                if attempt == self._emit_attempts:
+                    SOURCE_ERRORS.labels(SOURCE, "sample_dropped").inc()
+                    log.error(
+                        "dropped the DCGM sample of %s (MIG %s) at %d after %d failed publish "
+                        "attempts: %r",
+                        sample.uuid,
+                        sample.mig_instance_id,
+                        sample.ts_ms,
+                        attempt,
+                        exc,
+                    )
+                    return 0
+                log.warning("publishing a DCGM sample failed (%r); retry %d", exc, attempt)
+                await asyncio.sleep(delay_s)
+                delay_s *= 2
+        return 0
 
-    def _up(self) -> None:
-        SOURCE_UP.labels("dcgm").set(1)
-        if self._down_since is not None:
-            log.info(
-                "dcgm-exporter at %s answering again after %.1fs",
+    def _log_rejected(self, rejected: tuple[RejectedLine, ...], now_ms: int) -> None:
+        per_reason = Counter(r.reason for r in rejected)
+        for bad in rejected:
+            last = self._rejection_logged_ms.get(bad.reason)
+            if last is not None and now_ms - last < REJECTION_LOG_EVERY_MS:
+                log.debug(
+                    "rejected dcgm-exporter line %d: %s: %r", bad.line_no, bad.reason, bad.line
+                )
+                continue
+            self._rejection_logged_ms[bad.reason] = now_ms
+            log.warning(
+                "rejected dcgm-exporter line %d from %s: %s: %r (%d such line(s) in this scrape; "
+                "the other GPUs are still published)",
+                bad.line_no,
                 self.url,
-                time.monotonic() - self._down_since,
+                bad.reason,
+                bad.line,
+                per_reason[bad.reason],
             )
-            self._down_since = None
+
+    def _failed(self, reason: str, detail: str) -> None:
+        SOURCE_ERRORS.labels(SOURCE, reason).inc()
+        SOURCE_UP.labels(SOURCE).set(0)
+        self._failures += 1
+        if self._failures == 1:
+            log.warning(
+                "dcgm-exporter at %s is failing (%s); no GPU samples until it answers, "
+                "still scraping every %gs",
+                self.url,
+                detail,
+                self.interval_s,
+            )
+        else:
+            log.debug("dcgm-exporter at %s still failing (%s)", self.url, detail)
+
+    def _recovered(self) -> None:
+        SOURCE_UP.labels(SOURCE).set(1)
+        if self._failures:
+            log.info(
+                "dcgm-exporter at %s answers again after %d failed scrape(s)",
+                self.url,
+                self._failures,
+            )
+            self._failures = 0
