@@ -65,6 +65,53 @@ async def read_all(
     return out
 
 
+async def read_present(bootstrap: str, topic: str) -> list[bytes]:
+    """Every record the topic holds right now (up to its end offsets when called)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=1 << 22,
+    )
+    await consumer.start()
+    out: list[bytes] = []
+    try:
+        await consumer._client.force_metadata_update()
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        pending = {tp for tp in tps if ends[tp] > 0}
+        while pending:
+            batch = await consumer.getmany(*pending, timeout_ms=500, max_records=10_000)
+            for tp, msgs in batch.items():
+                out += [m.value or b"" for m in msgs if m.offset < ends[tp]]
+                if msgs and msgs[-1].offset >= ends[tp] - 1:
+                    pending.discard(tp)
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def wait_distinct(
+    bootstrap: str, topic: str, expected: int, timeout_s: float
+) -> tuple[list[bytes], float]:
+    """Read the topic until it holds ``expected`` distinct records: (all records, time done).
+
+    After a rebalance a worker may write some outputs twice (at-least-once); those duplicates
+    are byte-identical and counted, not mistaken for coverage."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = await read_present(bootstrap, topic)
+        if len(set(records)) >= expected:
+            return records, time.monotonic()
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{topic}: {len(set(records))} distinct of {expected} after {timeout_s:.0f}s"
+            )
+        await asyncio.sleep(0.5)
+
+
 async def passthrough(bootstrap: str, source: str, target: str, expected: int) -> float:
     """The ceiling: consume every message and produce it again, no decoding. Records/s."""
     consumer = AIOKafkaConsumer(

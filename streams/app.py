@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import time
 from typing import Any
@@ -22,8 +23,9 @@ from gpuattr.settings import AlertSettings, KafkaSettings, TopicRole, WorkerSett
 from streams import selfmetrics
 from streams.events import Alert, AttributionEvent, DeadLetter, ExporterMisattribution
 from streams.faust_codecs import RecordTable, register
-from streams.processor import Processor, Tables
+from streams.processor import Output, Processor, Tables
 from streams.tables import TABLES
+from streams.transport import App
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +68,7 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
     if not kafka.bootstrap:
         raise ValueError("the worker needs a Kafka bootstrap address")
     register()
-    app = faust.App(
+    app = App(
         worker.app_id,
         broker=[f"kafka://{b}" for b in kafka.bootstrap.split(",")],
         broker_credentials=broker_credentials(kafka),
@@ -77,6 +79,7 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
         web_enabled=False,  # /metrics, /healthz, /readyz come from our own server (below)
         producer_acks=-1,
         processing_guarantee="at_least_once",
+        producer_linger=0.005,
     )
     raw = {
         "key_type": bytes,
@@ -115,6 +118,37 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
         )
         await deadletter.send(key=msg.key, value=codec.encode(record))
 
+    names = {
+        Alert: alert_topic.get_topic_name(),
+        AttributionEvent: attribution.get_topic_name(),
+        ExporterMisattribution: flags.get_topic_name(),
+    }
+
+    def delivered(kind: str, fut: asyncio.Future[Any]) -> None:
+        """A write the producer gave up on (after its own retries) stops the worker.
+
+        Carrying on could let a later commit cover the lost output; stopping leaves the input
+        uncommitted, so the restarted worker (its Deployment restarts it) processes it again."""
+        if fut.cancelled() or fut.exception() is None:
+            return
+        error = fut.exception()
+        selfmetrics.ERRORS.labels("produce").inc()
+        log.critical("publishing a %s failed, stopping the worker: %r", kind, error)
+        app._crash(error)
+
+    async def publish(out: Output) -> None:
+        """Hand one output to the producer without Faust's per-message channel machinery.
+
+        The producer batches; Faust flushes it before every offset commit, so an input is never
+        committed before its outputs are written (at least once)."""
+        kind = type(out).__name__
+        key = out.id.encode() if isinstance(out, Alert) else output_key(out)
+        fut = await app.producer.send(
+            names[type(out)], key, codec.encode(out), partition=None, timestamp=None, headers=None
+        )
+        fut.add_done_callback(functools.partial(delivered, kind))
+        selfmetrics.EVENTS_OUT.labels(kind).inc()
+
     async def node_events(stream: Any) -> None:
         async for event in stream.events():
             topic = event.message.topic
@@ -133,12 +167,7 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
                 await dead_letter(event, f"{type(exc).__name__}: {exc}")
                 continue
             for out in outputs:
-                if isinstance(out, Alert):
-                    await alert_topic.send(key=out.id.encode(), value=codec.encode(out))
-                else:
-                    target = attribution if isinstance(out, AttributionEvent) else flags
-                    await target.send(key=output_key(out), value=codec.encode(out))
-                selfmetrics.EVENTS_OUT.labels(type(out).__name__).inc()
+                await publish(out)
 
     app.agent(inputs, name="node-events")(node_events)
     _observability(app, tables, kafka.topic("node-events"), worker)
