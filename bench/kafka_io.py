@@ -76,8 +76,8 @@ async def read_present(bootstrap: str, topic: str) -> list[bytes]:
     await consumer.start()
     out: list[bytes] = []
     try:
-        await consumer._client.force_metadata_update()
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        parts = await consumer._client._wait_on_metadata(topic)  # raises if unknown
+        tps = [TopicPartition(topic, p) for p in parts]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)

@@ -60,6 +60,25 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("worker", help="run a Faust worker (scale out by running more)")
     sub.add_parser("sink", help="deliver alerts to Slack and webhooks (scale out by running more)")
 
+    t = sub.add_parser("top", help="the cluster's GPUs, refreshed in place (like nvidia-smi)")
+    t.add_argument("--url", default=os.environ.get("GPUATTR_API_URL", "http://127.0.0.1:6066"))
+    t.add_argument("--node")
+    t.add_argument("--namespace")
+    t.add_argument("--workload", help="name or Kind/name")
+    t.add_argument("--sharing", help="none, time-slicing, mps, mig, mig+time-slicing")
+    t.add_argument("--idle", action="store_true", help="only devices in an idle episode")
+    t.add_argument("--alerts", action="store_true", help="only devices with an open alert")
+    t.add_argument("--sort", default="node", help="node, util, idle, tenants, namespace, model")
+    t.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    t.add_argument("--once", action="store_true", help="print once and exit")
+    t.add_argument("--json", action="store_true", help="with --once: the rows as JSON")
+
+    rp = sub.add_parser("report", help="GPU-hours held per namespace and workload")
+    rp.add_argument("--since", required=True, help="how far back: 30m, 2h, 1d, 1h30m")
+    rp.add_argument("--csv", help="also write CSV to this file ('-': CSV to stdout only)")
+    rp.add_argument("--max-gap", type=float, default=30.0, help="seconds one event may cover")
+    rp.add_argument("--idle-threshold", type=float, default=AlertSettings().idle_threshold_pct)
+
     d = sub.add_parser("demo", help="local Kafka + simulated cluster + agents + worker, live")
     d.add_argument(
         "--scenario",
@@ -125,7 +144,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         secret = SinkSettings().webhook_secret
         return run(args.host, args.port, secret.get_secret_value() if secret else None)
-    if kafka.bootstrap is None and args.command in ("topics", "agent", "worker", "sink"):
+    if args.command == "top":
+        from gpuattr.top import run as run_top
+
+        filters = {k: getattr(args, k) for k in ("node", "namespace", "workload", "sharing")}
+        filters |= {"idle": args.idle, "alerts": args.alerts}
+        with contextlib.suppress(KeyboardInterrupt):
+            return asyncio.run(
+                run_top(
+                    args.url,
+                    filters,
+                    args.sort,
+                    interval_s=args.interval,
+                    once=args.once,
+                    as_json=args.json,
+                )
+            )
+        return 0
+    if kafka.bootstrap is None and args.command in ("topics", "agent", "worker", "sink", "report"):
         print(
             "gpuattr: no Kafka configured: set GPUATTR_KAFKA_BOOTSTRAP or --bootstrap "
             "(or run `gpuattr kafka` for a local broker)",
@@ -141,6 +177,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         specs = topic_specs(kafka, WorkerSettings().app_id)
         asyncio.run(create_topics(kafka.bootstrap, specs, **client_options(kafka)))
         return 0
+    if args.command == "report":
+        from gpuattr.report_cli import run as run_report
+
+        return asyncio.run(
+            run_report(
+                kafka,
+                args.since,
+                csv_path=args.csv,
+                max_gap_s=args.max_gap,
+                idle_threshold_pct=args.idle_threshold,
+            )
+        )
     if args.command == "agent":
         from agents.main import AgentSettings, run_agent
 

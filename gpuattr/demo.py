@@ -20,7 +20,7 @@ from gpuattr import codec
 from gpuattr.demo_view import render
 from gpuattr.kafka_admin import create_topics
 from gpuattr.kafka_client import client_options
-from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
+from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, free_port
 from gpuattr.procs import Child, settings_env
 from gpuattr.settings import KafkaSettings
 from gpuattr.topics import topic_specs
@@ -107,6 +107,12 @@ async def run_demo(
             assert kafka.bootstrap is not None
             print(f"demo: Kafka {kafka.bootstrap}, topics {kafka.topic_prefix}*", file=sys.stderr)
             app_id = f"gpuattr-demo-{run_id}"
+            api_port = free_port()
+            api = f"http://127.0.0.1:{api_port}"
+            print(
+                f"demo: query API {api} — in another terminal: gpuattr top --url {api}",
+                file=sys.stderr,
+            )
             await create_topics(
                 kafka.bootstrap, topic_specs(kafka, app_id), **client_options(kafka)
             )
@@ -127,7 +133,8 @@ async def run_demo(
                         **settings_env(
                             WORKER_APP_ID=app_id,
                             WORKER_DATA_DIR=root / "worker",
-                            WORKER_WEB_ENABLED="false",
+                            WORKER_WEB_ENABLED="true",
+                            WORKER_WEB_PORT=api_port,
                         ),
                         **DEMO_ALERTS,
                     },
@@ -150,7 +157,7 @@ async def run_demo(
                 await child.start()
                 stack.push_async_callback(child.stop)
             deadline = None if duration_s is None else time.monotonic() + duration_s
-            title = f"gpuattr demo · scenario {scenario.name} · logs in {root}"
+            title = f"gpuattr demo · scenario {scenario.name} · API {api} · logs in {root}"
             try:
                 count = await _stream(kafka, deadline, json_out, title)
             except asyncio.CancelledError:

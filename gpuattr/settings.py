@@ -136,6 +136,8 @@ class WorkerSettings(BaseSettings):
     web_enabled: bool = True
     web_port: int = 6066
     web_host: str = "127.0.0.1"
+    #: how other workers reach this one's API (a pod IP); defaults to web_host
+    advertised_host: str | None = None
     loglevel: str = "warn"
 
 

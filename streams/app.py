@@ -18,11 +18,12 @@ from typing import Any
 import faust
 
 from gpuattr import codec
-from gpuattr.observe import ObservabilityServer
 from gpuattr.settings import AlertSettings, KafkaSettings, TopicRole, WorkerSettings
 from streams import selfmetrics
+from streams.api import QueryApi
 from streams.events import Alert, AttributionEvent, DeadLetter, ExporterMisattribution
 from streams.faust_codecs import RecordTable, register
+from streams.live import LiveDevices
 from streams.processor import Output, Processor, Tables
 from streams.tables import TABLES
 from streams.transport import App
@@ -76,7 +77,10 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
         datadir=str(worker.data_dir),
         topic_partitions=kafka.partitions,
         topic_replication_factor=kafka.replication,
-        web_enabled=False,  # /metrics, /healthz, /readyz come from our own server (below)
+        web_enabled=worker.web_enabled,  # query API, /metrics, /healthz, /readyz
+        web_bind=worker.web_host,
+        web_port=worker.web_port,
+        canonical_url=f"http://{worker.advertised_host or worker.web_host}:{worker.web_port}",
         producer_acks=-1,
         processing_guarantee="at_least_once",
         producer_linger=0.005,
@@ -102,6 +106,7 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
 
     tables = Tables(**{field: table(name) for field, name in TABLES.items()})
     processor = Processor(tables, alerts.policy())
+    live = LiveDevices()
 
     async def dead_letter(event: Any, error: str) -> None:
         msg = event.message
@@ -168,28 +173,19 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
                 continue
             for out in outputs:
                 await publish(out)
+                if isinstance(out, AttributionEvent):
+                    live.update(event.message.partition, out)
 
     app.agent(inputs, name="node-events")(node_events)
-    _observability(app, tables, kafka.topic("node-events"), worker)
+    _gauges(app, tables, kafka.topic("node-events"))
+    if worker.web_enabled:
+        ready = lambda: bool(app.consumer.assignment())  # noqa: E731
+        QueryApi(app, tables, live, kafka.topic("node-events"), ready).register()
     return app
 
 
-def _observability(
-    app: faust.App, tables: Tables, input_topic: str, worker: WorkerSettings
-) -> None:
-    """/metrics, /healthz and /readyz (our server, inside the worker), and gauges kept fresh."""
-    if worker.web_enabled:
-
-        async def serve() -> None:
-            checks = {"assigned": lambda: bool(app.consumer.assignment())}
-            server = ObservabilityServer(worker.web_host, worker.web_port, checks)
-            await server.start()
-            try:
-                await asyncio.Event().wait()  # until the worker stops this task
-            finally:
-                await server.stop()
-
-        app.task(serve)
+def _gauges(app: faust.App, tables: Tables, input_topic: str) -> None:
+    """Table sizes and consumer lag for /metrics, refreshed every 5 s."""
 
     async def refresh() -> None:
         for name in TABLES:

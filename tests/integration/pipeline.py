@@ -63,6 +63,7 @@ class Pipeline:
     agents: list[Child]
     workdir: Path
     worker_env: dict[str, str] = field(default_factory=dict)
+    web_ports: list[int] = field(default_factory=list)  # one per worker: query API on
 
     def worker_child(self, n: int) -> Child:
         env = {
@@ -70,7 +71,8 @@ class Pipeline:
             **settings_env(
                 WORKER_APP_ID=self.kafka.topic_prefix + "worker",
                 WORKER_DATA_DIR=self.workdir / f"worker-{n}",
-                WORKER_WEB_ENABLED="false",
+                WORKER_WEB_ENABLED="true" if self.web_ports else "false",
+                WORKER_WEB_PORT=self.web_ports[n] if self.web_ports else None,
             ),
             **self.worker_env,  # the test's own settings win
         }
@@ -97,6 +99,7 @@ async def pipeline(
     partitions: int = 4,
     agent_env: dict[str, str] | None = None,
     worker_env: dict[str, str] | None = None,
+    web_ports: list[int] | None = None,
 ) -> AsyncIterator[Pipeline]:
     """Everything of a real deployment but the cluster, with a scenario clock the test moves."""
     kafka = KafkaSettings(
@@ -105,7 +108,7 @@ async def pipeline(
     await create_topics(bootstrap, topic_specs(kafka, kafka.topic_prefix + "worker"))
     clock = ScenarioClock(speed=0.0)
     async with SimulatedCluster(scenario, workdir / "sim", clock) as sim:
-        p = Pipeline(kafka, sim, clock, [], [], workdir, worker_env or {})
+        p = Pipeline(kafka, sim, clock, [], [], workdir, worker_env or {}, web_ports or [])
         p.workers = [p.worker_child(n) for n in range(workers)]
         for ep in sim.endpoints():
             env = {

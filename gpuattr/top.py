@@ -1,0 +1,122 @@
+"""``gpuattr top``: the cluster's GPUs in one terminal view, refreshed in place.
+
+One row per device or MIG instance, from any worker's query API (``/api/v1/devices``; the worker
+gathers the others). A shared device shows "N tenants · device-wide X%" and every holder, never
+a per-pod usage figure. ``--once --json`` prints the rows for scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+import orjson
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from streams.api import ROWS
+from streams.views import SORT_KEYS, DeviceRow, usage_text
+
+
+def query_url(base: str, filters: dict[str, Any], sort: str) -> str:
+    params = {k: ("1" if v is True else str(v)) for k, v in filters.items() if v}
+    params["sort"] = sort
+    return f"{base.rstrip('/')}/api/v1/devices?{urlencode(params)}"
+
+
+async def fetch(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+        body: dict[str, Any] = orjson.loads(await resp.read())
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: HTTP {resp.status}: {body.get('error', body)}")
+        return body
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _holders(row: DeviceRow) -> Text:
+    if not row.holders:
+        return Text("—", style="dim")
+    lines = []
+    for h in row.holders:
+        who = f"{h.namespace}/{h.pod}"
+        extra = [h.workload or "no workload", h.uid_prefix or "uid?"]
+        if row.state == "shared" and h.allocation_share is not None:
+            extra.append(f"alloc {h.allocation_share:.0%}")
+        lines.append(f"{who} ({' · '.join(extra)})")
+    return Text("\n".join(lines))
+
+
+def render(body: dict[str, Any], rows: Sequence[DeviceRow], title: str) -> Group:
+    table = Table(title=title, expand=True, show_lines=True)
+    for name in ("node", "gpu", "model", "sharing", "holders", "usage", "memory", "idle", "alerts"):
+        table.add_column(name.upper(), overflow="fold")
+    for r in rows:
+        gpu = str(r.gpu_index) if r.gpu_index is not None else r.gpu_uuid[:12]
+        if r.mig_instance is not None:
+            gpu += f" mig{r.mig_instance} {r.mig_profile or ''}".rstrip()
+        mem = ""
+        if r.fb_used_mib is not None:
+            total = r.fb_used_mib + (r.fb_free_mib or 0)
+            mem = f"{r.fb_used_mib:.0f}/{total:.0f} MiB"
+        table.add_row(
+            r.node,
+            gpu,
+            r.model,
+            r.sharing if r.state != "unallocated" else f"{r.sharing} (free)",
+            _holders(r),
+            usage_text(r),
+            mem,
+            _duration(r.idle_s),
+            Text(", ".join(r.open_alerts), style="bold red") if r.open_alerts else "",
+        )
+    notes: list[Table | Text] = [table]
+    if body.get("unavailable"):
+        missing = ", ".join(body["unavailable"])
+        notes.append(Text(f"workers not answering: {missing}", style="yellow"))
+    return Group(*notes)
+
+
+async def run(
+    url: str,
+    filters: dict[str, Any],
+    sort: str,
+    *,
+    interval_s: float,
+    once: bool,
+    as_json: bool,
+) -> int:
+    if sort not in SORT_KEYS:
+        print(f"--sort must be one of {', '.join(SORT_KEYS)}", file=sys.stderr)
+        return 2
+    target = query_url(url, filters, sort)
+    async with aiohttp.ClientSession() as session:
+        if once:
+            body = await fetch(session, target)
+            if as_json:
+                sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
+            else:
+                Console().print(render(body, ROWS.validate_python(body["devices"]), url))
+            return 0
+        with Live(Text("connecting…"), auto_refresh=False, screen=False) as live:
+            while True:
+                try:
+                    body = await fetch(session, target)
+                    rows = ROWS.validate_python(body["devices"])
+                    title = f"{url} · {len(rows)} devices · {time.strftime('%H:%M:%S')}"
+                    live.update(render(body, rows, title), refresh=True)
+                except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+                    live.update(Text(f"{url}: {exc!r} — retrying", style="red"), refresh=True)
+                await asyncio.sleep(interval_s)
