@@ -46,7 +46,7 @@ _POD_LABEL_SETS = (  # (namespace, pod, container, pod_uid, vgpu)
     ("exported_namespace", "exported_pod", "exported_container", "exported_pod_uid", "vgpu"),
 )
 NO_UUID = "row without UUID label"
-BAD_MIG_ID = "GPU_I_ID is not an integer"
+BAD_MIG_ID = "GPU_I_ID is not an integer of at most 9 digits"
 
 DeviceKey = tuple[str, int | None]  # (UUID, GPU_I_ID)
 
@@ -92,12 +92,9 @@ def _device_key(row: MetricRow, rejected: list[RejectedLine]) -> DeviceKey | Non
 
 
 def _int(text: str | None) -> int | None:
-    if text is None or not text.strip().isdecimal():
-        return None
-    try:
-        return int(text)
-    except ValueError:  # more digits than Python converts
-        return None
+    """A label that is an index: 1-9 ASCII digits, else ``None`` (never a number we can't ship)."""
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdecimal() and len(text) <= 9 else None
 
 
 def _claim(labels: Mapping[str, str]) -> ExporterClaim | None:
@@ -132,6 +129,13 @@ def _readings(rows: Sequence[MetricRow]) -> tuple[dict[str, float | None], tuple
     return values, tuple(sorted(split))
 
 
+def _xid(value: float | None) -> int | None:
+    """XID codes are small integers; a value outside 0..2^31 is not an XID and is dropped."""
+    if value is None or not 0 <= value < 2**31:
+        return None
+    return int(value)
+
+
 def _sample(key: DeviceKey, rows: Sequence[MetricRow], node: str, ts_ms: int) -> DcgmSample:
     uuid, mig_instance_id = key
     labels = rows[0].labels  # identity labels are the same on every row of a device
@@ -156,7 +160,7 @@ def _sample(key: DeviceKey, rows: Sequence[MetricRow], node: str, ts_ms: int) ->
         fb_free_mib=values.get("fb_free_mib"),
         power_w=values.get("power_w"),
         temp_c=values.get("temp_c"),
-        xid=None if xid is None else int(xid),
+        xid=_xid(xid),
         exporter_claims=tuple(dict.fromkeys(c for c in claims if c is not None)),
         exporter_row_copies=max(Counter(row.name for row in rows).values()),
         exporter_split_fields=split,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from agents.events import NodeRecord, OwnerRef, PodRecord
@@ -23,7 +23,15 @@ OwnerLookup = Callable[[str, str, str], OwnerRef | None]
 
 
 def _ms(value: datetime | None) -> int | None:
-    return int(value.timestamp() * 1000) if value is not None else None
+    """Milliseconds since the epoch; a zone-less time is UTC (as the API server means it)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    try:
+        return int(value.timestamp() * 1000)
+    except (ValueError, OverflowError):  # year 1 and friends: not a time we can use
+        return None
 
 
 def _gpu(resources: Mapping[str, Any] | None) -> dict[str, str]:

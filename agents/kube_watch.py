@@ -101,6 +101,12 @@ class _Watcher:
                 self._down(f"http_{exc.status}", str(exc.reason))
             except (aiohttp.ClientError, TimeoutError, OSError, StreamCut) as exc:
                 self._down(type(exc).__name__.lower(), str(exc) or type(exc).__name__)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                # an object the client library (or our translation) cannot read: count it, log
+                # it, and list again after a backoff; the agent's other collectors go on
+                log.error("%s watch: unreadable object from the API server: %r", self.kind, exc)
+                self._down("unreadable_object", repr(exc)[:200])
+                rv = None
             await asyncio.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, self.settings.max_backoff_s)
 

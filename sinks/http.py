@@ -19,7 +19,9 @@ def _verdict(status: int, text: str) -> None:
     if 200 <= status < 300:
         return
     retryable = status in (408, 425, 429) or status >= 500
-    raise DeliveryError(f"HTTP {status}: {text[:200]}", retryable=retryable)
+    # The body is not quoted: an error page may echo the request path, which holds the secret
+    # part of a webhook URL. Its size is enough to tell pages apart when debugging.
+    raise DeliveryError(f"HTTP {status} ({len(text)} bytes of body)", retryable=retryable)
 
 
 class _Http:

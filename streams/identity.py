@@ -21,8 +21,16 @@ from typing import Literal
 
 Family = Literal["gpu", "mig", "mig-legacy", "gke", "other"]
 
-_GKE = re.compile(r"^nvidia(?P<index>\d+)(?:/gi(?P<gi>\d+))?(?:/vgpu(?P<replica>\d+))?$")
-_LEGACY_MIG = re.compile(r"^MIG-(?P<parent>GPU-[^/]+)/(?P<gi>\d+)/(?P<ci>\d+)$")
+# Indexes are ASCII digits, at most 9 of them: anything else is not an index we can trust
+# (``\d`` would also match other scripts' digits, and int() refuses very long numbers).
+_N = r"[0-9]{1,9}"
+_GKE = re.compile(rf"^nvidia(?P<index>{_N})(?:/gi(?P<gi>{_N}))?(?:/vgpu(?P<replica>{_N}))?$")
+_LEGACY_MIG = re.compile(rf"^MIG-(?P<parent>GPU-[^/]+)/(?P<gi>{_N})/(?P<ci>{_N})$")
+
+
+def small_index(text: str) -> int | None:
+    """``text`` as a non-negative index if it is 1-9 ASCII digits, else ``None``."""
+    return int(text) if re.fullmatch(_N, text) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +70,7 @@ EMPTY_INVENTORY = Inventory(gpus={}, migs={})
 def parse_device_id(raw: str) -> DeviceId:
     """Split a kubelet device ID into base device and replica (split on the first ``::``)."""
     base, sep, rest = raw.partition("::")
-    replica = int(rest) if sep and rest.isdigit() else None
+    replica = small_index(rest) if sep else None
     if sep and replica is None:
         base = raw  # "::" followed by something that is not a replica index: keep it whole
     if m := _LEGACY_MIG.match(base):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from agents.events import DeviceAssignment
 from streams.events import Sharing
-from streams.identity import parse_device_id
+from streams.identity import parse_device_id, small_index
 
 LABEL_STRATEGY = "nvidia.com/gpu.sharing-strategy"
 LABEL_REPLICAS = "nvidia.com/gpu.replicas"
@@ -35,7 +35,7 @@ class NodeSharing:
 
 def sharing_from_labels(labels: Mapping[str, str]) -> NodeSharing:
     raw = labels.get(LABEL_REPLICAS, "")
-    replicas = int(raw) if raw.isdigit() else None
+    replicas = small_index(raw)
     return NodeSharing(
         strategy=labels.get(LABEL_STRATEGY),
         replicas=replicas,

@@ -1,0 +1,231 @@
+"""Fuzz the worker core: ``Processor(Tables(**dicts)).handle(record)`` on random record streams.
+
+Streams start from the benchmark's realistic fleet (:mod:`bench.fleet`: exclusive, time-slicing,
+MPS and MIG nodes with pod churn) and are then mutated — records dropped, duplicated, swapped,
+a field replaced by a random one, random records inserted. Every record goes through the codec
+first (what the worker actually reads). ``handle`` must never raise, and every output must be
+publishable and honest:
+
+* on a shared device nobody is credited with usage: ``credit`` is ``device-wide`` as soon as two
+  pods hold it, ``allocation_share`` is slots / replicas (an allocation) and ``Holder`` has no
+  usage field at all; the exporter's claim is never trusted on a multi-tenant device;
+* holder UIDs come from our own join — from pod records of that node — never from the
+  exporter's ``pod_uid`` labels (those all carry :data:`EXPORTER_UID_PREFIX` here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agents.events import (
+    DcgmSample,
+    DeviceAssignment,
+    NodeRecord,
+    PodRecord,
+    PodResourcesDiff,
+    PodResourcesSnapshot,
+)
+from agents.types import AgentRecord
+from bench import fleet as bench_fleet
+from gpuattr import codec
+from streams.events import Alert, AttributionEvent, ExporterMisattribution, Holder
+from streams.processor import Output, Processor, Tables
+from streams.tables import TABLES
+from tests.fuzz_strategies import (
+    EXPORTER_UID_PREFIX,
+    GPU_UUIDS,
+    NODES,
+    START_MS,
+    agent_records,
+    mutated,
+)
+
+USAGE_WORDS = ("util", "usage", "fb_", "power", "temp", "xid")
+HOLDER_FIELDS = {f.name for f in dataclasses.fields(Holder)}
+
+
+def new_processor() -> Processor:
+    return Processor(Tables(**{name: {} for name in TABLES}))
+
+
+def wire(record: AgentRecord) -> Any:
+    """The record as the worker reads it from Kafka."""
+    return codec.decode(codec.encode(record))
+
+
+@st.composite
+def record_streams(draw: st.DrawFn) -> list[AgentRecord]:
+    """A realistic fleet stream, then a few random edits."""
+    records: list[AgentRecord] = list(
+        bench_fleet.stream(
+            draw(st.integers(1, 4)),
+            draw(st.integers(1, 4)),
+            start_ms=START_MS,
+            interval_ms=draw(st.sampled_from([1000, 5000, 600_000])),
+            churn_every=draw(st.integers(0, 3)),
+            seed=draw(st.integers(0, 1000)),
+        )
+    )
+    for _ in range(draw(st.integers(0, 20))):
+        op = draw(st.sampled_from(["drop", "dup", "swap", "mutate", "insert", "insert"]))
+        i = draw(st.integers(0, max(0, len(records) - 1)))
+        if op == "insert" or not records:
+            records.insert(i, draw(agent_records))
+        elif op == "drop":
+            del records[i]
+        elif op == "dup":
+            records.insert(draw(st.integers(i, len(records))), records[i])
+        elif op == "swap":
+            j = draw(st.integers(0, len(records) - 1))
+            records[i], records[j] = records[j], records[i]
+        else:
+            records[i] = draw(mutated(records[i]))
+    return records
+
+
+def pods_of(holders: tuple[Holder, ...]) -> set[tuple[str, str]]:
+    return {(h.namespace, h.pod) for h in holders}
+
+
+def check_holder_uids(node: str, holders: tuple[Holder, ...], uids: dict[str, set[str]]) -> None:
+    for h in holders:
+        assert (h.uid is not None) == (h.uid_status == "resolved"), h
+        if h.uid is not None:
+            assert not h.uid.startswith(EXPORTER_UID_PREFIX), f"exporter label became a UID: {h}"
+            assert h.uid in uids[node], f"{h.uid!r} never came from a pod record of {node}"
+
+
+def check_event(ev: AttributionEvent, uids: dict[str, set[str]]) -> None:
+    tenants = pods_of(ev.holders)
+    assert ev.tenant_count == len(tenants)
+    assert ev.usage.scope == ("mig-instance" if ev.mig is not None else "device")
+    if ev.mig is not None:
+        assert ev.usage.util_source in (None, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    if ev.state in ("unallocated", "unknown", "mig-parent"):
+        assert ev.holders == ()
+        assert ev.credit == "none"
+    if ev.state == "exclusive":
+        assert len(tenants) == 1
+        assert ev.credit == "holder"
+        assert all(h.allocation_share == 1.0 for h in ev.holders)
+    if len(tenants) > 1:
+        assert ev.state == "shared"
+        assert ev.credit == "device-wide"
+        assert not ev.exporter.trusted, "a multi-tenant device's exporter label is trusted"
+    if ev.credit == "holder":
+        assert len(tenants) == 1
+    if ev.state == "shared":
+        for h in ev.holders:  # an allocation (slots / replicas), never a usage figure
+            expected = round(h.slots / ev.replicas, 4) if ev.replicas else None
+            assert h.allocation_share == expected, (h, ev.replicas)
+    payload = orjson.loads(codec.encode(ev))
+    for holder in payload["holders"]:
+        assert set(holder) == HOLDER_FIELDS
+    check_holder_uids(ev.node, ev.holders, uids)
+
+
+def check_outputs(outputs: list[Output], uids: dict[str, set[str]]) -> None:
+    for out in outputs:
+        assert codec.decode(codec.encode(out)) is not None  # the worker can publish it
+        if isinstance(out, AttributionEvent):
+            check_event(out, uids)
+        elif isinstance(out, Alert):
+            assert out.device_wide == (len(pods_of(out.holders)) > 1)
+            check_holder_uids(out.node, out.holders, uids)
+        else:
+            assert isinstance(out, ExporterMisattribution)
+            held = {(c.namespace, c.pod) for c in out.holders}
+            assert (out.claimed.namespace, out.claimed.pod) not in held
+
+
+def test_holders_carry_no_usage_field() -> None:
+    """The shape itself: no per-holder usage number can exist."""
+    assert not [f for f in HOLDER_FIELDS if any(w in f for w in USAGE_WORDS)]
+
+
+@settings(max_examples=120, deadline=None)
+@given(stream=record_streams())
+def test_processor_never_raises_and_stays_honest(stream: list[AgentRecord]) -> None:
+    proc = new_processor()
+    uids: dict[str, set[str]] = defaultdict(set)
+    events = 0
+    for record in stream:
+        decoded = wire(record)
+        assert decoded == record  # the strategies only draw records valid on the wire
+        if isinstance(decoded, PodRecord):
+            uids[decoded.node].add(decoded.uid)
+        outputs = proc.handle(decoded)
+        events += sum(isinstance(o, AttributionEvent) for o in outputs)
+        check_outputs(outputs, uids)
+    assert events == sum(isinstance(r, DcgmSample) for r in stream)
+
+
+@settings(max_examples=150, deadline=None)
+@given(records=st.lists(agent_records, max_size=40))
+def test_processor_on_random_records_only(records: list[AgentRecord]) -> None:
+    """No fleet at all: state built from random records alone, in any order."""
+    proc = new_processor()
+    uids: dict[str, set[str]] = defaultdict(set)
+    for record in records:
+        decoded = wire(record)
+        if isinstance(decoded, PodRecord):
+            uids[decoded.node].add(decoded.uid)
+        check_outputs(proc.handle(decoded), uids)
+
+
+def test_fleet_stream_is_attributed_honestly() -> None:
+    """The unmutated benchmark fleet: every sample an event, every held GPU resolved."""
+    proc = new_processor()
+    uids: dict[str, set[str]] = defaultdict(set)
+    events: list[AttributionEvent] = []
+    stream = list(bench_fleet.stream(4, 3, start_ms=START_MS, churn_every=2))
+    for record in stream:
+        if isinstance(record, PodRecord):
+            uids[record.node].add(record.uid)
+        outputs = proc.handle(wire(record))
+        check_outputs(outputs, uids)
+        events += [o for o in outputs if isinstance(o, AttributionEvent)]
+    assert len(events) == bench_fleet.sample_count(4, 3)
+    assert {e.state for e in events} == {"exclusive", "shared"}
+    assert {e.sharing for e in events} == {"none", "time-slicing", "mps", "mig"}
+    assert all(h.uid_status == "resolved" for e in events for h in e.holders)
+
+
+# --- crashes fuzzing found (fixed: ASCII indexes of at most 9 digits) -------------------------
+
+G = GPU_UUIDS[0]
+NODE = NODES[0]
+
+
+def _sample() -> DcgmSample:
+    return DcgmSample(NODE, START_MS + 1, G, 0, "A100", NODE, util_pct=50.0)
+
+
+@pytest.mark.parametrize(
+    "device_id",
+    [f"{G}::²", f"{G}::" + "1" * 5000, "nvidia" + "7" * 5000, f"MIG-{G}/{'1' * 5000}/0"],
+    ids=["superscript-replica", "5000-digit-replica", "5000-digit-gke-index", "5000-digit-gi"],
+)
+def test_odd_digits_in_a_device_id_do_not_crash_the_worker(device_id: str) -> None:
+    proc = new_processor()
+    row = DeviceAssignment("ml", "p", "main", "nvidia.com/gpu", device_id)
+    record = wire(PodResourcesSnapshot(NODE, START_MS, (row,)))  # valid on the wire
+    proc.handle(record)  # raises today: the whole node snapshot is dead-lettered
+    proc.handle(wire(PodResourcesDiff(NODE, START_MS + 1, (), (row,))))
+    (event,) = [o for o in proc.handle(_sample()) if isinstance(o, AttributionEvent)]
+    assert event.state in ("unallocated", "exclusive")
+
+
+@pytest.mark.parametrize("replicas", ["²", "9" * 5000], ids=["superscript", "5000-digits"])
+def test_odd_replica_label_does_not_crash_every_sample_of_the_node(replicas: str) -> None:
+    proc = new_processor()
+    proc.handle(wire(NodeRecord(NODE, START_MS, (("nvidia.com/gpu.replicas", replicas),))))
+    outputs = proc.handle(_sample())  # raises today, for every sample of the node
+    assert [type(o) for o in outputs] == [AttributionEvent]
