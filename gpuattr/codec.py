@@ -96,7 +96,7 @@ def decode(payload: bytes | bytearray | memoryview | str) -> Any:
     rt = REGISTRY.get(kind) if isinstance(kind, str) else None
     if rt is None:
         raise DecodeError(f"unknown record kind {kind!r}")
-    if version != rt.version:
+    if type(version) is not int or version != rt.version:  # not True, not 1.0
         raise DecodeError(f"{kind} v{version!r} is not supported (this build reads v{rt.version})")
     adapter = _ADAPTERS.get(rt.cls)
     if adapter is None:
