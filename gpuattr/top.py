@@ -108,7 +108,8 @@ async def run(
             if as_json:
                 sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
             else:
-                Console().print(render(body, ROWS.validate_python(body["devices"]), url))
+                width = None if sys.stdout.isatty() else 180  # a pipe or file: don't squeeze
+                Console(width=width).print(render(body, ROWS.validate_python(body["devices"]), url))
             return 0
         with Live(Text("connecting…"), auto_refresh=False, screen=False) as live:
             while True:
