@@ -64,10 +64,29 @@ def read_rows(text: str) -> tuple[list[MetricRow], list[RejectedLine]]:
         last = lines.pop()
         if last.strip():
             rejected.append(RejectedLine.at(len(lines) + 1, last, NO_FINAL_LINE_FEED))
+    lines = _drop_bad_types(lines, rejected)
     rows = _read_whole(lines, rejected)
     if rows is None:
         rows = _read_line_by_line(lines, rejected)
     return rows, rejected
+
+
+TYPES = ("counter", "gauge", "histogram", "summary", "untyped", "unknown")
+
+
+def _drop_bad_types(lines: list[str], rejected: list[RejectedLine]) -> list[str]:
+    """``# TYPE`` lines naming no known type are rejected (and blanked, keeping line numbers):
+    the parser would quietly take them as "unknown"."""
+    out = []
+    for no, line in enumerate(lines, 1):
+        parts = line.split()
+        is_type = len(parts) >= 2 and parts[0] == "#" and parts[1] == "TYPE"
+        if is_type and (len(parts) != 4 or parts[3] not in TYPES):
+            rejected.append(RejectedLine.at(no, line, MALFORMED_COMMENT))
+            out.append("\n")
+            continue
+        out.append(line)
+    return out
 
 
 def _is_sample_line(line: str) -> bool:

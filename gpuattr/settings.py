@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
@@ -26,7 +26,11 @@ MICROK8S_KUBELET_SOCKET = Path(
 class KafkaSettings(BaseSettings):
     """Where Kafka is and how to talk to it. No bootstrap → the embedded local broker."""
 
-    model_config = SettingsConfigDict(env_prefix="GPUATTR_KAFKA_", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="GPUATTR_KAFKA_",
+        frozen=True,
+        hide_input_in_errors=True,  # secrets inside
+    )
 
     bootstrap: str | None = None
     topic_prefix: str = "gpuattr."
@@ -39,6 +43,23 @@ class KafkaSettings(BaseSettings):
     ssl_cafile: Path | None = None
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSettings:
+        """SASL without a user or password fails at connect time, far from the cause: refuse it
+        here, naming the settings (never their values)."""
+        if self.security_protocol.startswith("SASL"):
+            missing = [
+                f"GPUATTR_KAFKA_{name.upper()}"
+                for name, value in (
+                    ("sasl_username", self.sasl_username),
+                    ("sasl_password", self.sasl_password),
+                )
+                if not value
+            ]
+            if missing:
+                raise ValueError(f"{self.security_protocol} needs {' and '.join(missing)}")
+        return self
 
     def topic(self, role: TopicRole) -> str:
         return f"{self.topic_prefix}{role}"
@@ -114,7 +135,11 @@ class AlertSettings(BaseSettings):
 class SinkSettings(BaseSettings):
     """Alert delivery. URLs and signing keys are secrets: never logged, never in events."""
 
-    model_config = SettingsConfigDict(env_prefix="GPUATTR_SINK_", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="GPUATTR_SINK_",
+        frozen=True,
+        hide_input_in_errors=True,  # secrets inside
+    )
 
     group_id: str = "gpuattr-sink"
     slack_webhook_url: SecretStr | None = None

@@ -728,3 +728,20 @@ def test_agent_service_account_can_only_read_pods_and_nodes() -> None:
     for doc in docs:  # no other role in the base may write anything either
         for rule in doc.get("rules", []) if doc["kind"] in ("Role", "ClusterRole") else []:
             assert set(rule["verbs"]) <= READ_VERBS, (doc["metadata"]["name"], rule)
+
+
+def test_sasl_without_credentials_is_refused_naming_the_settings() -> None:
+    from pydantic import ValidationError
+
+    from gpuattr.settings import KafkaSettings
+
+    with pytest.raises(ValidationError, match="GPUATTR_KAFKA_SASL_PASSWORD") as info:
+        KafkaSettings(bootstrap="k:9093", security_protocol="SASL_SSL", sasl_username="u")
+    assert "k:9093" not in str(info.value)  # inputs are hidden from validation errors
+    with pytest.raises(ValidationError) as info:  # a password next to a bad value stays hidden
+        KafkaSettings(security_protocol="SASL_SSL", sasl_password=SASL_PASSWORD, partitions=0)
+    assert SASL_PASSWORD not in str(info.value)
+    ok = KafkaSettings(
+        bootstrap="k:9093", security_protocol="SASL_SSL", sasl_username="u", sasl_password="p"
+    )
+    assert ok.sasl_password is not None
