@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 
 import pytest
+from hypothesis import settings
 
 from tests.kafka_fixture import kafka_bootstrap
+
+# CI runs the fuzz tests on a fixed sequence of examples (a red CI means a code change, not a
+# lucky draw); local runs draw new examples every time and keep failures in .hypothesis/.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 __all__ = ["kafka_bootstrap"]
 
