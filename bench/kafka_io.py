@@ -42,31 +42,12 @@ async def count(bootstrap: str, topic: str) -> int:
         await consumer.stop()
 
 
-async def read_all(
-    bootstrap: str, topic: str, expected: int, timeout_s: float = 120
-) -> list[bytes]:
-    consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=1 << 22,
-    )
-    await consumer.start()
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(out) < expected and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
-            for msgs in batch.values():
-                out += [m.value or b"" for m in msgs]
-    finally:
-        await consumer.stop()
-    return out
+Record = tuple[int, bytes | None, bytes]  # partition, key, value
 
 
-async def read_present(bootstrap: str, topic: str) -> list[bytes]:
-    """Every record the topic holds right now (up to its end offsets when called)."""
+async def read_records(bootstrap: str, topic: str) -> list[Record]:
+    """Every record the topic holds now (up to its end offsets when called), partition by
+    partition in offset order."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
@@ -74,10 +55,10 @@ async def read_present(bootstrap: str, topic: str) -> list[bytes]:
         max_partition_fetch_bytes=1 << 22,
     )
     await consumer.start()
-    out: list[bytes] = []
+    got: dict[int, list[Record]] = {}
     try:
         parts = await consumer._client._wait_on_metadata(topic)  # raises if unknown
-        tps = [TopicPartition(topic, p) for p in parts]
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
@@ -85,12 +66,19 @@ async def read_present(bootstrap: str, topic: str) -> list[bytes]:
         while pending:
             batch = await consumer.getmany(*pending, timeout_ms=500, max_records=10_000)
             for tp, msgs in batch.items():
-                out += [m.value or b"" for m in msgs if m.offset < ends[tp]]
+                got.setdefault(tp.partition, []).extend(
+                    (tp.partition, m.key, m.value or b"") for m in msgs if m.offset < ends[tp]
+                )
                 if msgs and msgs[-1].offset >= ends[tp] - 1:
                     pending.discard(tp)
     finally:
         await consumer.stop()
-    return out
+    return [r for p in sorted(got) for r in got[p]]
+
+
+async def read_present(bootstrap: str, topic: str) -> list[bytes]:
+    """The values of :func:`read_records`."""
+    return [value for _, _, value in await read_records(bootstrap, topic)]
 
 
 async def wait_distinct(

@@ -26,16 +26,14 @@ from typing import Any
 import aiohttp
 import faust
 import orjson
-import pydantic
 from faust.exceptions import SameNode
 
 from gpuattr.observe import metrics_body
 from streams.live import LiveDevices
 from streams.processor import Tables
-from streams.views import DeviceRow, Filter, merge, select
+from streams.views import ROWS, DeviceRow, Filter, merge, select
 
 log = logging.getLogger(__name__)
-ROWS = pydantic.TypeAdapter(list[DeviceRow])
 PEER_TIMEOUT = aiohttp.ClientTimeout(total=5)
 
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic
+
 from streams.alerts import DeviceAlerts
 from streams.events import AttributionEvent, Holder
 
@@ -78,6 +80,10 @@ class Filter:
             idle=flag("idle"),
             alerts=flag("alerts"),
         )
+
+
+#: rows as JSON (another worker's answer, or the API's for ``gpuattr top``) → DeviceRow
+ROWS = pydantic.TypeAdapter(list[DeviceRow])
 
 
 def _holder(h: Holder) -> HolderRow:

@@ -23,6 +23,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.kafka_io import read_records as read_topic
 from gpuattr import codec
 from gpuattr.kafka_admin import create_topics
 from gpuattr.procs import Child, settings_env
@@ -32,32 +33,8 @@ from streams.events import Alert, AttributionEvent
 from streams.tables import TABLES
 from tests.helpers import wait_for_async
 
-Record = tuple[int, bytes | None, bytes]  # partition, key, value
-
 #: what every fault run reports, printed at the end of the session (see conftest.py)
 RESULTS: list[str] = []
-
-
-async def read_topic(bootstrap: str, topic: str) -> list[Record]:
-    """Every record of the topic now, partition by partition in offset order."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
-    await consumer.start()
-    out: list[Record] = []
-    try:
-        parts = await consumer._client._wait_on_metadata(topic)
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        for tp in tps:
-            got: list[Record] = []
-            while len(got) < ends[tp]:
-                batch = await consumer.getmany(tp, timeout_ms=1000, max_records=10_000)
-                got += [(tp.partition, m.key, m.value or b"") for m in batch.get(tp, [])]
-            out += got[: ends[tp]]
-    finally:
-        await consumer.stop()
-    return out
 
 
 async def lag(bootstrap: str, group: str, topic: str) -> int:
