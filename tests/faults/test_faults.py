@@ -129,6 +129,7 @@ async def test_no_fault(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert run.alerts, "the scenario's idle GPU raises an alert within the run"
 
 
+@pytest.mark.timeout(600)  # each restart waits out the group's session timeout: ~3-5 min here
 async def test_worker_sigkill_three_times_with_two_workers(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
