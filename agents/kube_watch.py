@@ -78,7 +78,7 @@ class _Watcher:
         raise NotImplementedError
 
     async def _after_list(self, items: list[Any], rv: str) -> None:
-        """Hook: publish a listing snapshot (pods)."""
+        """Hook, after the list's records: publish a listing snapshot (pods)."""
 
     # --- the loop, one small step each
     async def run(self) -> None:
@@ -115,10 +115,10 @@ class _Watcher:
         listing = await self._list_call()(field_selector=self._selector())
         rv = str(listing.metadata.resource_version or "")
         items = list(listing.items or [])
-        await self._after_list(items, rv)
         for obj in items:
             for record in self._records(obj, deleted=False):
                 await self.emit(record)
+        await self._after_list(items, rv)  # last: it marks the full list as published
         self._up()
         return rv
 

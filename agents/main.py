@@ -8,11 +8,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from agents.events import PodListSnapshot, PodResourcesSnapshot
 from agents.inventory import InventoryError, read_inventory
 from agents.podresources import PodResourcesCollector
 from agents.publish import Publisher
 from agents.scrape import DcgmCollector
 from agents.selfmetrics import SOURCE_ERRORS
+from agents.startgate import StartGate
 from agents.types import Emit, NowMs
 from gpuattr.observe import ObservabilityServer
 from gpuattr.settings import (
@@ -64,7 +66,14 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
     """Run every collector for the node until cancelled."""
     node = settings.node
     async with Publisher(settings.kafka) as publisher, contextlib.AsyncExitStack() as stack:
-        emit = publisher.publish
+        # the first samples wait for what identifies their holders (agents/startgate.py)
+        needs = (
+            (PodResourcesSnapshot, PodListSnapshot)
+            if settings.kube.enabled
+            else (PodResourcesSnapshot,)
+        )
+        gate = StartGate(publisher.publish, needs, settings.dcgm.first_sample_wait_s)
+        emit = gate.emit
         if settings.observe.agent_port:
             server = ObservabilityServer(
                 settings.observe.host, settings.observe.agent_port, {"kafka": publisher.started}
@@ -89,6 +98,7 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
                 timeout_s=dcgm.timeout_s,
                 emit=emit,
                 now_ms=now_ms,
+                before_first_scrape=gate.wait,
             ).run(),
             "inventory": publish_inventory(node, settings.inventory, emit, now_ms),
         }

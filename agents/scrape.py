@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
@@ -44,6 +44,7 @@ class DcgmCollector:
         session_factory: SessionFactory = aiohttp.ClientSession,
         emit_attempts: int = 4,
         emit_backoff_s: float = 0.05,
+        before_first_scrape: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.node = node  # the agent's node name is authoritative, not the exporter's Hostname
         self.url = url
@@ -57,10 +58,13 @@ class DcgmCollector:
         self._emit_backoff_s = emit_backoff_s
         self._failures = 0  # consecutive failed scrapes
         self._rejection_logged_ms: dict[str, int] = {}
+        self._before_first_scrape = before_first_scrape
 
     async def run(self) -> None:
         """Scrape every ``interval_s`` (start to start) until cancelled."""
         loop = asyncio.get_running_loop()
+        if self._before_first_scrape is not None:
+            await self._before_first_scrape()
         async with self._session_factory() as session:
             next_at = loop.time()
             while True:

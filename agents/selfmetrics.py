@@ -18,3 +18,7 @@ REJECTED_LINES = Counter(
 SOURCE_UP = Gauge(
     "gpuattr_agent_source_up", "1 when the last read of a source succeeded", ["source"]
 )
+START_GATE_TIMEOUTS = Counter(
+    "gpuattr_agent_start_gate_timeouts_total",
+    "First samples published before the pod list or PodResources snapshot (gate timed out)",
+)

@@ -80,6 +80,9 @@ class DcgmSettings(BaseSettings):
     url: str = "http://localhost:9400/metrics"
     scrape_interval_s: float = Field(default=5.0, gt=0)
     timeout_s: float = Field(default=4.0, gt=0)
+    #: the first scrape of a run waits at most this long for the node's pod list and
+    #: PodResources snapshot to be published, so no event names a holder without its identity
+    first_sample_wait_s: float = Field(default=30.0, ge=0)
 
 
 class ObserveSettings(BaseSettings):

@@ -78,6 +78,8 @@ class ApiServerDouble:
         self._log: list[Event] = []
         self._expired_below = 0
         self._fail: list[int] = []
+        self._pod_lists_open = asyncio.Event()
+        self._pod_lists_open.set()
         self._changed = asyncio.Condition()
         self._cut = 0  # generation: streams opened before a cut are cut
         self._runner: web.AppRunner | None = None
@@ -92,6 +94,13 @@ class ApiServerDouble:
 
     def fail_next(self, n: int, status: int = 500) -> None:
         self._fail += [status] * n
+
+    def hold_pod_lists(self) -> None:
+        """Pod lists are answered only after :meth:`release_pod_lists` (a slow API server)."""
+        self._pod_lists_open.clear()
+
+    def release_pod_lists(self) -> None:
+        self._pod_lists_open.set()
 
     def cut_streams(self) -> None:
         self._cut += 1
@@ -160,6 +169,8 @@ class ApiServerDouble:
         if request.query.get("watch", "").lower() in ("1", "true"):
             return await self._watch(request, plural, selector)
         self.lists += 1
+        if plural == "pods":
+            await self._pod_lists_open.wait()
         items = [
             o for (p, _), o in sorted(self._store.items()) if p == plural and _matches(o, selector)
         ]

@@ -32,7 +32,7 @@ def parse_slot(text: str) -> Slot:
 def resource_name(node: NodeSpec, slot: Slot) -> str:
     if slot.gi is not None and node.mig is not None:
         return f"nvidia.com/mig-{node.mig.profile}"
-    if node.sharing != "none" and node.rename_shared:
+    if node.rename_shared and node.replicas_of(slot.gpu) > 1:
         return "nvidia.com/gpu.shared"
     return "nvidia.com/gpu"
 
@@ -84,8 +84,8 @@ class Cluster:
 
     def allocatable(self, spec: NodeSpec) -> tuple[AllocatableDevice, ...]:
         out = []
-        replicas = spec.replicas if spec.sharing != "none" else 1
         for gpu in range(spec.gpus):
+            replicas = spec.replicas_of(gpu)
             gis: list[int | None] = (
                 list(spec.mig.instances) if spec.mig and gpu in spec.mig.gpus else [None]
             )
@@ -161,7 +161,7 @@ class Cluster:
             mig_instance_id=gi,
             values=tuple(values),
         )
-        labelled = self._claims(spec, pods, gi, scrape)
+        labelled = self._claims(spec, pods, gpu, gi, scrape)
         if not labelled:
             return [ExporterRow(**base)]  # type: ignore[arg-type]
         return [
@@ -170,12 +170,12 @@ class Cluster:
         ]
 
     def _claims(
-        self, spec: NodeSpec, pods: list[PodSpec], gi: int | None, scrape: int
+        self, spec: NodeSpec, pods: list[PodSpec], gpu: int, gi: int | None, scrape: int
     ) -> list[tuple[PodSpec, tuple[tuple[str, str], ...]]]:
         """Which pods dcgm-exporter stamps on the device's row(s), as the real one does."""
         if not pods:
             return []
-        shared = spec.sharing != "none" and spec.replicas > 1
+        shared = spec.replicas_of(gpu) > 1
         if shared and spec.rename_shared:
             return []  # renamed resource: the exporter does not look it up (dcgm-exporter #151)
         if not shared or len(pods) == 1:

@@ -85,8 +85,8 @@ def pod_objects(scenario: Scenario, t: float, epoch_s: float) -> list[dict[str, 
 
 def _allocatable(node: NodeSpec) -> dict[str, str]:
     counts: Counter[str] = Counter()
-    replicas = node.replicas if node.sharing != "none" else 1
     for gpu in range(node.gpus):
+        replicas = node.replicas_of(gpu)
         if node.mig and gpu in node.mig.gpus:
             counts[f"nvidia.com/mig-{node.mig.profile}"] += len(node.mig.instances)
         else:

@@ -48,11 +48,19 @@ class NodeSpec:
     gpus: int
     sharing: Literal["none", "time-slicing", "mps"] = "none"
     replicas: int = 1
+    #: GPU indexes the sharing config replicates (its ``resources[].devices``); None = all
+    shared_gpus: tuple[int, ...] | None = None
     rename_shared: bool = False
     mig: MigSpec | None = None
     exporter_mode: ExporterMode = "arbitrary"
     memory_mib: int = 40960
     labels: tuple[tuple[str, str], ...] = ()
+
+    def replicas_of(self, gpu: int) -> int:
+        """How many replicas the device plugin advertises of GPU ``gpu`` (1: handed out whole)."""
+        if self.sharing == "none" or self.replicas < 2:
+            return 1
+        return self.replicas if self.shared_gpus is None or gpu in self.shared_gpus else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +124,7 @@ def parse(doc: dict[str, Any]) -> Scenario:
                 gpus=int(n["gpus"]),
                 sharing=n.get("sharing", "none"),
                 replicas=int(n.get("replicas", 1)),
+                shared_gpus=tuple(int(g) for g in n["shared_gpus"]) if "shared_gpus" in n else None,
                 rename_shared=bool(n.get("rename_shared", False)),
                 mig=MigSpec(tuple(mig["gpus"]), mig["profile"], tuple(mig["instances"]))
                 if mig

@@ -26,7 +26,7 @@ from streams.events import (
     Usage,
     Workload,
 )
-from streams.sharing import NodeSharing, decide
+from streams.sharing import Advertised, NodeSharing, decide
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,7 @@ class DeviceContext:
     """What the worker's tables know about the sample's device besides its holders."""
 
     node_sharing: NodeSharing | None = None
+    advertised: Advertised | None = None  # how the kubelet advertises this very device
     mig_uuid: str | None = None
     mig_parent: bool = False
     holders_known: bool = True
@@ -185,7 +186,7 @@ def attribute(
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
     """Join one sample with the holders of its device at the sample's time."""
     is_mig = sample.mig_instance_id is not None
-    decision = decide(ctx.node_sharing, rows, is_mig)
+    decision = decide(ctx.node_sharing, rows, is_mig, ctx.advertised)
     pods = {(a.namespace, a.pod) for a in rows}
     shared = decision.sharing not in ("none", "mig")
     state: State

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from agents.events import (
     AllocatableDevice,
@@ -19,6 +19,7 @@ from agents.events import (
     PodResourcesSnapshot,
 )
 from streams.identity import EMPTY_INVENTORY, Inventory, parse_device_id, resolve
+from streams.sharing import Advertised, advertised_by_key
 
 HISTORY_MS = 10 * 60 * 1000
 HISTORY_MAX = 16
@@ -56,7 +57,11 @@ class SlotHolders:
 
 @dataclass(frozen=True, slots=True)
 class NodeDevices:
-    """Index of one node's devices: base IDs seen, device key → base IDs, allocatable devices."""
+    """Index of one node's devices: base IDs seen, device key → base IDs, allocatable devices.
+
+    ``advertised`` is the allocatable list grouped by device key (whole, or how many replicas):
+    the per-device evidence for sharing, computed when PodResources or the inventory change.
+    """
 
     node: str
     bases: tuple[str, ...]
@@ -64,6 +69,7 @@ class NodeDevices:
     unresolved: tuple[str, ...]
     allocatable: tuple[AllocatableDevice, ...]
     updated_ms: int
+    advertised: Mapping[str, Advertised] = field(default_factory=dict)
 
 
 def empty_index(node: str) -> NodeDevices:
@@ -145,11 +151,19 @@ def apply_podresources(
         )
     )
     keys, unresolved = index_keys(bases, inventory)
-    new_index = NodeDevices(record.node, bases, keys, unresolved, allocatable, record.ts_ms)
+    advertised = (
+        index.advertised
+        if allocatable == index.allocatable and index.advertised
+        else advertised_by_key(allocatable, inventory)
+    )
+    new_index = NodeDevices(
+        record.node, bases, keys, unresolved, allocatable, record.ts_ms, advertised
+    )
     return new_index, changed
 
 
 def reindex(index: NodeDevices, inventory: Inventory) -> NodeDevices:
     """Recompute device keys after the node's inventory changed."""
     keys, unresolved = index_keys(index.bases, inventory)
-    return replace(index, keys=keys, unresolved=unresolved)
+    advertised = advertised_by_key(index.allocatable, inventory)
+    return replace(index, keys=keys, unresolved=unresolved, advertised=advertised)

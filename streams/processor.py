@@ -173,6 +173,7 @@ class Processor:
         node_rec = t.nodes.get(node)
         ctx = DeviceContext(
             node_sharing=sharing_from_labels(dict(node_rec.labels)) if node_rec else None,
+            advertised=index.advertised.get(key) if index is not None else None,
             mig_uuid=mig_uuid,
             mig_parent=mig_parent,
             holders_known=index is not None,

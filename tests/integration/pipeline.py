@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,7 @@ async def pipeline(
     agent_env: dict[str, str] | None = None,
     worker_env: dict[str, str] | None = None,
     web_ports: list[int] | None = None,
+    before_start: Callable[[SimulatedCluster], None] | None = None,
 ) -> AsyncIterator[Pipeline]:
     """Everything of a real deployment but the cluster, with a scenario clock the test moves."""
     kafka = KafkaSettings(
@@ -124,6 +125,8 @@ async def pipeline(
                     workdir / f"agent-{ep.node}.log",
                 )
             )
+        if before_start is not None:
+            before_start(sim)  # e.g. a fault switch on a double, set before any agent runs
         try:
             for child in (*p.workers, *p.agents):
                 await child.start()

@@ -134,3 +134,53 @@ async def test_mixed_covers_every_mode_and_all_eight_gpus(
         assert ev.holders[0].resource == "nvidia.com/gpu.shared"
         assert ev.exporter.claims == ()
         assert not ev.exporter.trusted
+
+
+async def test_mps_on_a_subset_leaves_the_whole_gpu_exclusive(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    events, devices = await run_scenario("mps-subset", tmp_path, kafka_bootstrap)
+    scenario = load("mps-subset")
+    uids = {p.name: p.uid for p in scenario.pods}
+    shared, whole = gpu_uuid("h100-mps", 0), gpu_uuid("h100-mps", 1)
+    assert devices == {shared, whole}
+    for ev in (e for e in events if e.device_uuid == whole):  # 100 % of them
+        assert (ev.state, ev.sharing, ev.replicas, ev.credit) == (
+            "exclusive",
+            "none",
+            None,
+            "holder",
+        )
+        assert [(h.pod, h.uid, h.allocation_share) for h in ev.holders] == [
+            ("train-mixtral-0", uids["train-mixtral-0"], 1.0)
+        ]
+        assert ev.usage.util_pct == 88
+        assert ev.exporter.trusted
+        assert any("hands out this device whole" in n for n in ev.notes)
+    tenants = {p.name for p in scenario.pods if p.slots[0].startswith("0::")}
+    for ev in (e for e in events if e.device_uuid == shared):
+        assert (ev.state, ev.sharing, ev.replicas, ev.tenant_count) == ("shared", "mps", 8, 5)
+        assert {h.pod: h.uid for h in ev.holders} == {t: uids[t] for t in tenants}
+        assert {h.pod: h.allocation_share for h in ev.holders}["notebook-dan-0"] == 0.25
+        assert ev.credit == "device-wide"
+        assert "5 tenants share this GPU" in ev.summary
+
+
+async def test_time_slicing_on_a_subset_with_the_renamed_resource(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    events, devices = await run_scenario("time-slicing-subset", tmp_path, kafka_bootstrap)
+    whole = gpu_uuid("a10-ts", 2)
+    assert len(devices) == 3
+    for ev in events:
+        if ev.device_uuid == whole:
+            assert (ev.state, ev.sharing, ev.replicas) == ("exclusive", "none", None)
+            assert [(h.pod, h.resource, h.allocation_share) for h in ev.holders] == [
+                ("finetune-bert-6f9c7d8b5-q3wzr", "nvidia.com/gpu", 1.0)
+            ]
+            assert ev.usage.util_pct == 76
+            assert ev.exporter.trusted  # the exporter looks up nvidia.com/gpu: right here
+        else:
+            assert (ev.state, ev.sharing, ev.replicas) == ("shared", "time-slicing", 4)
+            assert {h.resource for h in ev.holders} == {"nvidia.com/gpu.shared"}
+            assert (ev.exporter.claims, ev.exporter.trusted) == ((), False)  # renamed: no pod

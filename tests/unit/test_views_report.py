@@ -7,8 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from agents.events import DcgmSample, NodeRecord, PodResourcesSnapshot
 from gpuattr.report import accumulate, csv_rows
 from gpuattr.report_cli import parse_duration
+from sim.cluster import Cluster
+from sim.scenario import gpu_uuid, load
 from streams.alerts import DeviceAlerts, Episode
 from streams.events import (
     AttributionEvent,
@@ -19,6 +22,8 @@ from streams.events import (
     Workload,
 )
 from streams.live import LiveDevices
+from streams.processor import Processor, Tables
+from streams.tables import TABLES
 from streams.views import Filter, device_row, merge, select, usage_text
 
 TRAIN = Holder(
@@ -197,3 +202,36 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
+
+
+def test_exclusive_gpu_on_a_sharing_node_counts_in_full() -> None:
+    """mps-subset: GPU 1 is handed out whole on a node GFD labels mps/8. Through the worker's
+    own processor, its trainer is credited the whole GPU: full GPU-hours, busy hours measured,
+    its usage shown as its own; the MPS tenants of GPU 0 keep allocation shares only."""
+    scenario = load("mps-subset")
+    spec = scenario.node("h100-mps")
+    held, allocatable = Cluster(scenario, lambda: 10.0).podresources("h100-mps")
+    proc = Processor(Tables(**{name: {} for name in TABLES}))
+    proc.handle(NodeRecord("h100-mps", 0, spec.labels))
+    proc.handle(PodResourcesSnapshot("h100-mps", 0, held, allocatable))
+    events: list[AttributionEvent] = []
+    for t in range(0, 3601, 60):
+        for gpu, util in ((0, 30.0), (1, 88.0)):
+            sample = DcgmSample("h100-mps", t * 1000, gpu_uuid("h100-mps", gpu), gpu, "H100", "h")
+            events += [
+                o
+                for o in proc.handle(replace(sample, util_pct=util))
+                if isinstance(o, AttributionEvent)
+            ]
+    lines = {x.workload: x for x in accumulate(events, max_gap_s=120, idle_threshold_pct=5)}
+    trainer = lines["Pod/train-mixtral-0"]
+    assert trainer.held_gpu_hours == pytest.approx(1.0)  # one GPU for one hour, not 1/8
+    assert trainer.shared_held_gpu_hours == 0
+    assert trainer.busy_gpu_hours == pytest.approx(0.88)
+    dan = lines["Pod/notebook-dan-0"]
+    assert dan.held_gpu_hours == pytest.approx(2 / 8)  # two of eight replicas: an allocation
+    assert dan.busy_gpu_hours is None
+    rows = {r.gpu_index: r for r in (device_row(e, None) for e in events[-2:])}
+    assert (rows[1].state, rows[1].sharing, usage_text(rows[1])) == ("exclusive", "none", "88%")
+    assert [h.allocation_share for h in rows[1].holders] == [1.0]
+    assert usage_text(rows[0]) == "5 tenants · device-wide 30%"
