@@ -27,6 +27,7 @@ $(TOOLS)/check-jsonschema:
 lint: $(BIN)/gpuattr $(TOOLS)/check-jsonschema
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 	$(TOOLS)/check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
 
 typecheck: $(BIN)/gpuattr

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pydantic
 
-from agents.events import DeviceInventory, GpuInfo, MigInfo
+from contract.inputs import DeviceInventory, GpuInfo, MigInfo
 
 log = logging.getLogger(__name__)
 

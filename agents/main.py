@@ -8,16 +8,16 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from agents.events import PodListSnapshot, PodResourcesSnapshot
+from agents.dcgm.collect import DcgmCollector
 from agents.inventory import InventoryError, read_inventory
-from agents.podresources import PodResourcesCollector
+from agents.podresources.collect import PodResourcesCollector
 from agents.publish import Publisher
-from agents.scrape import DcgmCollector
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.startgate import StartGate
 from agents.types import Emit, NowMs
-from gpuattr.observe import ObservabilityServer
-from gpuattr.settings import (
+from contract.inputs import PodListSnapshot, PodResourcesSnapshot
+from infra.observe import ObservabilityServer
+from infra.settings import (
     DcgmSettings,
     InventorySettings,
     KafkaSettings,
@@ -103,7 +103,7 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
             "inventory": publish_inventory(node, settings.inventory, emit, now_ms),
         }
         if settings.kube.enabled:
-            from agents.kube_watch import NodeWatcher, PodWatcher, make_api_client
+            from agents.kube.watch import NodeWatcher, PodWatcher, make_api_client
 
             api = await make_api_client(settings.kube)
             stack.push_async_callback(api.close)

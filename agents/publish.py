@@ -17,9 +17,10 @@ from aiokafka.errors import KafkaError
 
 from agents.selfmetrics import RECORDS_PUBLISHED, SOURCE_ERRORS
 from agents.types import AgentRecord
-from gpuattr import codec
-from gpuattr.kafka_client import client_options
-from gpuattr.settings import KafkaSettings, TopicRole
+from contract import codec
+from contract.topics import TopicRole
+from infra.kafka import client_options
+from infra.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -4,25 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from agents.events import (
-    DcgmSample,
-    DeviceInventory,
-    NodeRecord,
-    PodListSnapshot,
-    PodRecord,
-    PodResourcesDiff,
-    PodResourcesSnapshot,
-)
+from contract.inputs import InputRecord
 
-AgentRecord = (
-    PodResourcesSnapshot
-    | PodResourcesDiff
-    | DcgmSample
-    | PodRecord
-    | PodListSnapshot
-    | NodeRecord
-    | DeviceInventory
-)
+#: Every record a collector hands over (the node-events topic's records)
+AgentRecord = InputRecord
 
 #: Where collectors hand their records: the publisher routes them to topics keyed by node.
 Emit = Callable[[AgentRecord], Awaitable[None]]

@@ -11,7 +11,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from agents.events import (
+from contract.inputs import (
     DcgmSample,
     DeviceAssignment,
     DeviceInventory,
@@ -23,7 +23,7 @@ from agents.events import (
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
-from agents.types import AgentRecord
+from contract.inputs import InputRecord as AgentRecord
 from sim.scenario import gpu_uuid, mig_uuid
 
 MODES = ("exclusive", "time-slicing", "mps", "mig")

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from agents.types import AgentRecord
-from gpuattr import codec
+from contract import codec
+from contract.inputs import InputRecord as AgentRecord
 
 
 async def produce(bootstrap: str, topic: str, records: Iterable[AgentRecord]) -> int:

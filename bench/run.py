@@ -25,11 +25,11 @@ from aiokafka import AIOKafkaConsumer
 
 from bench import kafka_io
 from bench.fleet import fleet, sample_count, samples, setup, stream
-from gpuattr.kafka_admin import create_topics
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
 from gpuattr.procs import Child, settings_env
-from gpuattr.settings import KafkaSettings
-from gpuattr.topics import topic_specs
+from infra.admin import create_topics
+from infra.settings import KafkaSettings
+from infra.topics import topic_specs
 
 PARTITIONS = 8
 

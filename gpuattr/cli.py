@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuattr.settings import (
+from infra.settings import (
     AlertSettings,
     DcgmSettings,
     InventorySettings,
@@ -23,6 +23,7 @@ from gpuattr.settings import (
     SinkSettings,
     WorkerSettings,
 )
+from sim.scenario import builtin_names
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--scenario",
         default="mixed",
-        help="exclusive, mps-lab, time-slicing, mig, mixed, or a .toml path",
+        help=f"{', '.join(builtin_names())}, or a .toml path",
     )
     d.add_argument("--duration", type=float, help="seconds, then exit 0 (default: until Ctrl-C)")
     d.add_argument("--json", action="store_true", help="one JSON attribution event per line")
@@ -100,7 +101,7 @@ def _kafka(args: argparse.Namespace) -> KafkaSettings:
 def _run_worker(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSettings) -> int:
     import faust
 
-    from streams.app import build_app
+    from streams.worker.app import build_app
 
     app = build_app(kafka, worker, alerts)
     faust.Worker(app, loglevel=worker.loglevel, quiet=True).execute_from_commandline()
@@ -169,9 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     if args.command == "topics":
-        from gpuattr.kafka_admin import create_topics
-        from gpuattr.kafka_client import client_options
-        from gpuattr.topics import topic_specs
+        from infra.admin import create_topics
+        from infra.kafka import client_options
+        from infra.topics import topic_specs
 
         assert kafka.bootstrap is not None
         specs = topic_specs(kafka, WorkerSettings().app_id)

@@ -16,14 +16,14 @@ from aiokafka import AIOKafkaConsumer
 from rich.console import Console
 from rich.live import Live
 
-from gpuattr import codec
+from contract import codec
 from gpuattr.demo_view import render
-from gpuattr.kafka_admin import create_topics
-from gpuattr.kafka_client import client_options
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, free_port
 from gpuattr.procs import Child, settings_env
-from gpuattr.settings import KafkaSettings
-from gpuattr.topics import topic_specs
+from infra.admin import create_topics
+from infra.kafka import client_options
+from infra.settings import KafkaSettings
+from infra.topics import topic_specs
 from sim.runner import ScenarioClock, SimulatedCluster
 from sim.scenario import load
 

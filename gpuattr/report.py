@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 
-from streams.events import AttributionEvent, Holder
+from contract.outputs import AttributionEvent, Holder
 
 GroupKey = tuple[str, str]  # (namespace, workload "Kind/name" or "pod/<name>")
 

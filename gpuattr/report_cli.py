@@ -17,11 +17,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from gpuattr import codec
-from gpuattr.kafka_client import client_options
+from contract import codec
+from contract.outputs import AttributionEvent
 from gpuattr.report import CSV_HEADER, Line, accumulate, csv_rows
-from gpuattr.settings import KafkaSettings
-from streams.events import AttributionEvent
+from infra.kafka import client_options
+from infra.settings import KafkaSettings
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

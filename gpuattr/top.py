@@ -21,7 +21,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from streams.views import ROWS, SORT_KEYS, DeviceRow, usage_text
+from streams.core.views import ROWS, SORT_KEYS, DeviceRow, usage_text
 
 
 def query_url(base: str, filters: dict[str, Any], sort: str) -> str:

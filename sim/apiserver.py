@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gpuattr.httpserve import start_site
+from infra.httpserve import start_site
 
 Objects = Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
 PLURAL = {"Pod": "pods", "Node": "nodes"}

@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agents.events import AllocatableDevice, DeviceAssignment
+from contract.inputs import AllocatableDevice, DeviceAssignment
 from sim.exporter_rows import ExporterRow
 from sim.scenario import NodeSpec, PodSpec, Scenario, gpu_uuid, mig_uuid
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from gpuattr.httpserve import start_site
+from infra.httpserve import start_site
 from sim.exporter_rows import ExporterRow, render
 
 Rows = Callable[[], Sequence[ExporterRow]]

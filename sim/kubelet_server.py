@@ -19,9 +19,9 @@ from typing import Any
 
 import grpc
 
-from agents.events import AllocatableDevice, DeviceAssignment
-from agents.kubelet import allocatable_response, get_response, list_response
+from contract.inputs import AllocatableDevice, DeviceAssignment
 from proto.podresources.v1 import api_pb2 as pb
+from sim.podresources_replies import allocatable_response, get_response, list_response
 
 State = Callable[[], tuple[tuple[DeviceAssignment, ...], tuple[AllocatableDevice, ...]]]
 SERVICE = "v1.PodResourcesLister"

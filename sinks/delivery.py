@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from streams.events import Alert
+from contract.outputs import Alert
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ import time
 import aiohttp
 from pydantic import SecretStr
 
+from contract.outputs import Alert
 from sinks.delivery import DeliveryError
 from sinks.payloads import slack_body, webhook_request
-from streams.events import Alert
 
 
 def _verdict(status: int, text: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from streams.events import Alert
+from contract.outputs import Alert
 
 SIGNATURE_HEADER = "X-Gpuattr-Signature"
 TIMESTAMP_HEADER = "X-Gpuattr-Timestamp"

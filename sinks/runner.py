@@ -18,14 +18,14 @@ import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from prometheus_client import Counter
 
-from gpuattr import codec
-from gpuattr.kafka_client import client_options
-from gpuattr.observe import ObservabilityServer
-from gpuattr.settings import KafkaSettings, ObserveSettings, SinkSettings
+from contract import codec
+from contract.delivery import DeliveryFailure
+from contract.outputs import Alert
+from infra.kafka import client_options
+from infra.observe import ObservabilityServer
+from infra.settings import KafkaSettings, ObserveSettings, SinkSettings
 from sinks.delivery import Destination, GaveUp, RateLimiter, RetryPolicy, deliver
-from sinks.events import DeliveryFailure
 from sinks.http import SlackDestination, WebhookDestination
-from streams.events import Alert
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import orjson
 
-from gpuattr.schemas import file_name
+from contract.schemas import file_name
 
 FOLDER = Path(__file__).resolve().parents[1] / "docs" / "schemas"
 

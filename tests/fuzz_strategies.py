@@ -1,7 +1,7 @@
 """Hypothesis strategies shared by the fuzz tests (``tests/unit/test_fuzz_*.py``).
 
-Every agent record drawn here is *valid on the wire*: :func:`gpuattr.codec.encode` writes it and
-:func:`gpuattr.codec.decode` reads it back (ints stay in 64 bits, strings are valid Unicode).
+Every agent record drawn here is *valid on the wire*: :func:`contract.codec.encode` writes it and
+:func:`contract.codec.decode` reads it back (ints stay in 64 bits, strings are valid Unicode).
 Names are drawn mostly from the pools of :mod:`bench.fleet` so that random records collide with
 the realistic ones (same nodes, GPUs, pods), plus arbitrary text.
 
@@ -22,8 +22,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from agents.dcgm import FIELDS
-from agents.events import (
+from agents.dcgm.translate import FIELDS
+from agents.types import AgentRecord
+from bench.fleet import MIG_GPUS, MIG_INSTANCES, fleet
+from contract.inputs import (
     AllocatableDevice,
     DcgmSample,
     DeviceAssignment,
@@ -38,8 +40,6 @@ from agents.events import (
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
-from agents.types import AgentRecord
-from bench.fleet import MIG_GPUS, MIG_INSTANCES, fleet
 from sim.scenario import gpu_uuid, mig_uuid
 
 INT64 = (-(2**63), 2**63 - 1)

@@ -24,13 +24,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.kafka_io import read_records as read_topic
-from gpuattr import codec
-from gpuattr.kafka_admin import create_topics
+from contract import codec
+from contract.outputs import Alert, AttributionEvent
+from contract.topics import TABLES, TopicRole
 from gpuattr.procs import Child, settings_env
-from gpuattr.settings import KafkaSettings, TopicRole
-from gpuattr.topics import topic_specs
-from streams.events import Alert, AttributionEvent
-from streams.tables import TABLES
+from infra.admin import create_topics
+from infra.settings import KafkaSettings
+from infra.topics import topic_specs
 from tests.helpers import wait_for_async
 
 #: what every fault run reports, printed at the end of the session (see conftest.py)

@@ -24,13 +24,13 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from bench.kafka_io import count
-from gpuattr.httpserve import start_site
+from contract.delivery import DeliveryFailure
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
 from gpuattr.localkafka.broker import free_port
-from gpuattr.settings import SinkSettings
+from infra.httpserve import start_site
+from infra.settings import SinkSettings
 from sim.cluster import Cluster
 from sim.scenario import load
-from sinks.events import DeliveryFailure
 from sinks.http import WebhookDestination
 from sinks.payloads import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from sinks.runner import run_sink

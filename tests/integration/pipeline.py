@@ -12,11 +12,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from gpuattr import codec
-from gpuattr.kafka_admin import create_topics
+from contract import codec
+from contract.topics import TopicRole
 from gpuattr.procs import Child, settings_env
-from gpuattr.settings import KafkaSettings, TopicRole
-from gpuattr.topics import topic_specs
+from infra.admin import create_topics
+from infra.settings import KafkaSettings
+from infra.topics import topic_specs
 from sim.runner import ScenarioClock, SimulatedCluster
 from sim.scenario import Scenario
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from contract.outputs import Alert, AttributionEvent
 from sim.scenario import gpu_uuid, load
-from streams.events import Alert, AttributionEvent
 from tests.helpers import wait_for
 from tests.integration.pipeline import collect, pipeline
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from agents.events import DcgmSample, PodResourcesDiff, PodResourcesSnapshot
 from bench.fleet import fleet, sample_count, stream
 from bench.run import throughput
-from gpuattr import codec
+from contract import codec
+from contract.inputs import DcgmSample, PodResourcesDiff, PodResourcesSnapshot
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ async def test_two_workers_started_together_skip_no_input(
 ) -> None:
     """Regression: two workers starting on a preloaded topic hand partitions over before anyone
     has committed. Faust dropped what the new owner prefetched during recovery and did not seek
-    back (no committed offset), so ~5 % of samples were never attributed. streams.transport
+    back (no committed offset), so ~5 % of samples were never attributed. streams.worker.transport
     rewinds such partitions; every sample must now have its attribution event."""
     nodes, intervals = 100, 8
     two = await throughput(kafka_bootstrap, nodes, intervals, 2, tmp_path, timeout_s=120)

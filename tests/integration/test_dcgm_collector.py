@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import aiohttp
 
-from agents.events import DcgmSample
-from agents.scrape import DcgmCollector
+from agents.dcgm.collect import DcgmCollector
 from agents.selfmetrics import REJECTED_LINES, SOURCE_ERRORS
 from agents.types import AgentRecord
+from contract.inputs import DcgmSample
 from sim.exporter_rows import ExporterRow
 from sim.exporter_server import ExporterDouble
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from contract.outputs import AttributionEvent
 from gpuattr.procs import Child
 from sim.runner import SimulatedCluster
 from sim.scenario import load
-from streams.events import AttributionEvent
 from tests.helpers import wait_for
 from tests.integration.pipeline import Collected, Pipeline, collect, pipeline
 

@@ -7,11 +7,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from agents.events import NodeRecord, PodListSnapshot, PodRecord
-from agents.kube_watch import NodeWatcher, PodWatcher, make_api_client
+from agents.kube.watch import NodeWatcher, PodWatcher, make_api_client
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import AgentRecord
-from gpuattr.settings import KubeSettings
+from contract.inputs import NodeRecord, PodListSnapshot, PodRecord
+from infra.settings import KubeSettings
 from sim.apiserver import ApiServerDouble
 from sim.kube_objects import node_objects, pod_objects
 from sim.scenario import load

@@ -12,8 +12,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import InvalidReplicationFactorError
 
-from gpuattr.kafka_admin import TopicSpec, create_topics
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, LocalKafkaError
+from infra.admin import TopicSpec, create_topics
 
 pytestmark = pytest.mark.integration
 

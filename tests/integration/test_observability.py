@@ -11,12 +11,12 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuattr import codec
+from contract import codec
+from contract.outputs import Alert, AlertFigures
 from gpuattr.localkafka.broker import free_port
-from gpuattr.settings import ObserveSettings, SinkSettings
+from infra.settings import ObserveSettings, SinkSettings
 from sim.scenario import load
 from sinks.runner import run_sink
-from streams.events import Alert, AlertFigures
 from tests.helpers import wait_for_async
 from tests.integration.pipeline import pipeline
 

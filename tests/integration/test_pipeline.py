@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from gpuattr import codec
+from contract import codec
+from contract.outputs import AttributionEvent, DeadLetter
 from sim.cluster import Cluster
 from sim.scenario import gpu_uuid, load
-from streams.events import AttributionEvent, DeadLetter
 from tests.contract import assert_valid
 from tests.helpers import wait_for
 from tests.integration.pipeline import Collected, collect, pipeline

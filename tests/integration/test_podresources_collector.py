@@ -15,10 +15,10 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from agents.events import AllocatableDevice, PodResourcesDiff, PodResourcesSnapshot
-from agents.events import DeviceAssignment as A
-from agents.podresources import PodResourcesCollector
+from agents.podresources.collect import PodResourcesCollector
 from agents.types import AgentRecord
+from contract.inputs import AllocatableDevice, PodResourcesDiff, PodResourcesSnapshot
+from contract.inputs import DeviceAssignment as A
 from proto.podresources.v1 import api_pb2 as pb
 from proto.podresources.v1 import api_pb2_grpc as pb_grpc
 from sim.kubelet_server import KubeletDouble
@@ -118,7 +118,7 @@ async def test_snapshot_first_then_exact_diffs(tmp_path: Path) -> None:
 async def test_socket_absent_at_start_then_recovers_with_a_snapshot(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="agents.podresources")
+    caplog.set_level(logging.INFO, logger="agents.podresources.collect")
     world = World()
     sock = tmp_path / "pod-resources" / "kubelet.sock"
     before = errors("socket_missing")
@@ -160,7 +160,7 @@ async def test_kubelet_restart_sends_a_snapshot_first(tmp_path: Path) -> None:
 async def test_garbled_replies_are_counted_and_skipped(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="agents.podresources")
+    caplog.set_level(logging.WARNING, logger="agents.podresources.collect")
     world = World()
     sock = tmp_path / "kubelet.sock"
     async with KubeletDouble(sock, world.state) as kubelet, collecting(world, sock):
@@ -192,7 +192,7 @@ async def test_failed_emit_is_retried_and_nothing_is_lost(tmp_path: Path) -> Non
 async def test_old_kubelet_without_allocatable_api(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="agents.podresources")
+    caplog.set_level(logging.INFO, logger="agents.podresources.collect")
     world = World()
     sock = tmp_path / "kubelet.sock"
     async with (

@@ -13,11 +13,11 @@ import aiohttp
 import orjson
 import pytest
 
+from contract.outputs import AttributionEvent
 from gpuattr.localkafka.broker import free_port
 from sim.cluster import Cluster
 from sim.scenario import load
-from streams.events import AttributionEvent
-from streams.views import device_row
+from streams.core.views import device_row
 from tests.helpers import wait_for, wait_for_async
 from tests.integration.pipeline import collect, pipeline
 

@@ -13,10 +13,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from bench.kafka_io import count
-from gpuattr import codec
-from gpuattr.kafka_admin import create_topics
-from gpuattr.settings import KafkaSettings
-from gpuattr.topics import topic_specs
+from contract import codec
+from infra.admin import create_topics
+from infra.settings import KafkaSettings
+from infra.topics import topic_specs
 from tests.helpers import wait_for_async
 from tests.unit.test_views_report import ALICE, BOB, TRAIN, ev
 

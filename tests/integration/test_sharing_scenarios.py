@@ -8,10 +8,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gpuattr import codec
+from contract import codec
+from contract.outputs import AttributionEvent
 from sim.cluster import Cluster
 from sim.scenario import gpu_uuid, load, mig_uuid
-from streams.events import AttributionEvent
 from tests.helpers import wait_for
 from tests.integration.pipeline import Collected, collect, pipeline
 

@@ -14,16 +14,16 @@ from aiohttp import web
 from aiokafka import AIOKafkaProducer
 from pydantic import SecretStr
 
-from gpuattr import codec
-from gpuattr.httpserve import start_site
-from gpuattr.kafka_admin import create_topics
-from gpuattr.settings import KafkaSettings, SinkSettings
-from gpuattr.topics import topic_specs
-from sinks.events import DeliveryFailure
+from contract import codec
+from contract.delivery import DeliveryFailure
+from contract.outputs import Alert, AlertFigures
+from infra.admin import create_topics
+from infra.httpserve import start_site
+from infra.settings import KafkaSettings, SinkSettings
+from infra.topics import topic_specs
 from sinks.http import SlackDestination, WebhookDestination
 from sinks.payloads import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from sinks.runner import run_sink
-from streams.events import Alert, AlertFigures
 from tests.contract import assert_valid
 from tests.helpers import wait_for
 from tests.integration.pipeline import collect

@@ -7,10 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from streams.alerts import AlertPolicy, DeviceAlerts, policy_for, step
-from streams.events import Alert, AttributionEvent, ExporterView, Holder, Usage
+from contract.outputs import Alert, AttributionEvent, ExporterView, Holder, Usage
+from infra.settings import AlertSettings
+from streams.core.alerts import DeviceAlerts, policy_for, step
 
-POLICY = AlertPolicy(
+POLICY = AlertSettings(
     idle_threshold_pct=5,
     idle_hysteresis_pct=2,
     idle_window_s=60,
@@ -50,7 +51,7 @@ def ev(
     )
 
 
-def run(events: Sequence[AttributionEvent], policy: AlertPolicy = POLICY) -> list[Alert]:
+def run(events: Sequence[AttributionEvent], policy: AlertSettings = POLICY) -> list[Alert]:
     state: DeviceAlerts | None = None
     out: list[Alert] = []
     for e in events:

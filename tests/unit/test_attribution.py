@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agents.events import DcgmSample, ExporterClaim
-from agents.events import DeviceAssignment as A
-from streams.attribution import DeviceContext, PodIdentity, attribute
-from streams.sharing import sharing_from_labels
+from contract.inputs import DcgmSample, ExporterClaim
+from contract.inputs import DeviceAssignment as A
+from streams.core.attribution import DeviceContext, PodIdentity, attribute
+from streams.core.sharing import sharing_from_labels
 
 G = "GPU-aaaa"
 

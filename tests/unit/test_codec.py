@@ -6,14 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.events import (
+from contract import codec
+from contract.inputs import (
     DcgmSample,
     DeviceAssignment,
     ExporterClaim,
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
-from gpuattr import codec
+from streams.core.state import TABLE_CODEC
 
 text = st.text(max_size=20)
 assignment = st.builds(DeviceAssignment, text, text, text, text, text)
@@ -89,11 +90,11 @@ def test_random_bytes_are_a_record_or_a_decode_error(payload: bytes) -> None:
 
 
 def test_table_state_round_trips() -> None:
-    from agents.events import DeviceAssignment as A
-    from streams.alerts import DeviceAlerts, Episode
-    from streams.holders import apply_podresources
-    from streams.identity import Inventory, MigDevice
-    from streams.pods import NodePods, PodLife, PodNames
+    from contract.inputs import DeviceAssignment as A
+    from streams.core.alerts import DeviceAlerts, Episode
+    from streams.core.holders import apply_podresources
+    from streams.core.identity import Inventory, MigDevice
+    from streams.core.pods import NodePods, PodLife, PodNames
 
     inv = Inventory({0: "GPU-a", 3: "GPU-b"}, {"MIG-1": MigDevice("MIG-1", "GPU-b", 7, "1g.10gb")})
     index, holders = apply_podresources(
@@ -108,4 +109,4 @@ def test_table_state_round_trips() -> None:
         DeviceAlerts(idle=Episode(5, firing=True), last_xid=79),
     ]
     for state in states:
-        assert codec.decode(codec.encode(state)) == state
+        assert TABLE_CODEC.decode(TABLE_CODEC.encode(state)) == state

@@ -18,14 +18,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.dcgm import ParseResult, parse_exposition
-from agents.dcgm_rows import (
+from agents.dcgm.rows import (
     MALFORMED_COMMENT,
     MALFORMED_SAMPLE,
     MAX_LINE_CHARS,
     NO_FINAL_LINE_FEED,
 )
-from agents.events import DcgmSample, ExporterClaim
+from agents.dcgm.translate import ParseResult, parse_exposition
+from contract.inputs import DcgmSample, ExporterClaim
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(

@@ -11,8 +11,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpuattr.settings import KafkaSettings
-from gpuattr.topics import topic_specs
+from infra.settings import KafkaSettings
+from infra.topics import topic_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "kustomize" / "base"

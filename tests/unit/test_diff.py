@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.diff import diff_assignments
-from agents.events import DeviceAssignment
+from agents.podresources.diff import diff_assignments
+from contract.inputs import DeviceAssignment
 
 A = DeviceAssignment("ml", "a", "main", "nvidia.com/gpu", "GPU-aaaa")
 B = DeviceAssignment("ml", "b", "main", "nvidia.com/gpu", "GPU-bbbb")

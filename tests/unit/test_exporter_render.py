@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from agents.dcgm import parse_exposition
-from agents.events import DcgmSample, ExporterClaim
+from agents.dcgm.translate import parse_exposition
+from contract.inputs import DcgmSample, ExporterClaim
 from sim.exporter_rows import ExporterRow, render
 from tests.unit.test_dcgm_parse import fixture
 

@@ -30,10 +30,10 @@ INSTRUMENTED = ("gpuattr", "agents", "streams", "sinks", "prometheus_client.pars
 
 
 def _seed_corpus(target: str, directory: Path) -> None:
-    from agents.events import DeviceAssignment
-    from agents.kubelet import list_response
     from bench import fleet
-    from gpuattr import codec
+    from contract import codec
+    from contract.inputs import DeviceAssignment
+    from sim.podresources_replies import list_response
 
     directory.mkdir(parents=True, exist_ok=True)
     records = list(fleet.stream(4, 1, start_ms=1_700_000_000_000))
@@ -55,13 +55,13 @@ def _seed_corpus(target: str, directory: Path) -> None:
 def _targets() -> dict[str, Callable[[bytes], None]]:
     from google.protobuf.message import DecodeError
 
-    from agents.dcgm import parse_exposition
-    from agents.events import PodResourcesSnapshot
-    from agents.kubelet import assignments_from_list
-    from gpuattr import codec
+    from agents.dcgm.translate import parse_exposition
+    from agents.podresources.translate import assignments_from_list
+    from contract import codec
+    from contract.inputs import PodResourcesSnapshot
+    from contract.topics import TABLES
     from proto.podresources.v1 import api_pb2 as pb
-    from streams.processor import Processor, Tables
-    from streams.tables import TABLES
+    from streams.core.processor import Processor, Tables
 
     def codec_target(data: bytes) -> None:
         try:

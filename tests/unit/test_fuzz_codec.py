@@ -1,4 +1,4 @@
-"""Fuzz ``gpuattr.codec.decode``: whatever arrives on a topic is a record or a ``DecodeError``.
+"""Fuzz the codec's ``decode``: whatever arrives on a topic is a record or a ``DecodeError``.
 
 Starting points are valid payloads of *every* registered kind (agent inputs, worker outputs,
 table state, sink failures) and realistic fleet records; they are then mutated at the JSON
@@ -18,28 +18,32 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bench import fleet as bench_fleet
-from gpuattr import codec
+from contract import codec, delivery, inputs, outputs
+from streams.core import state
 from tests.fuzz_strategies import START_MS, agent_records, json_values
 
-REGISTERED = {rt.cls for rt in codec.REGISTRY.values()}
-KINDS = sorted(codec.REGISTRY)
-FLEET_PAYLOADS = [codec.encode(r) for r in bench_fleet.stream(4, 1, start_ms=START_MS)]
+#: the machinery behind the wire codec and the worker's table codec, over every kind of both
+ALL = codec.Codec(inputs.KINDS, outputs.KINDS, delivery.KINDS, state.KINDS)
+
+REGISTERED = {rt.cls for rt in ALL.registry.values()}
+KINDS = sorted(ALL.registry)
+FLEET_PAYLOADS = [ALL.encode(r) for r in bench_fleet.stream(4, 1, start_ms=START_MS)]
 
 
 @st.composite
 def any_registered_record(draw: st.DrawFn) -> bytes:
     """A valid payload of any registered kind, built by Hypothesis from the dataclass types."""
-    rt = codec.REGISTRY[draw(st.sampled_from(KINDS))]
+    rt = ALL.registry[draw(st.sampled_from(KINDS))]
     record = draw(st.from_type(rt.cls))
     try:
-        return codec.encode(record)
+        return ALL.encode(record)
     except TypeError:  # an int beyond 64 bits: not something a writer could have sent
         assume(False)
         raise
 
 
 valid_payloads = st.one_of(
-    st.sampled_from(FLEET_PAYLOADS), agent_records.map(codec.encode), any_registered_record()
+    st.sampled_from(FLEET_PAYLOADS), agent_records.map(ALL.encode), any_registered_record()
 )
 
 
@@ -115,12 +119,12 @@ def byte_mutations(draw: st.DrawFn) -> bytes:
 def decode_or_reject(payload: Any) -> Any:
     """The worker's contract: a registered record, or DecodeError with a reason."""
     try:
-        record = codec.decode(payload)
+        record = ALL.decode(payload)
     except codec.DecodeError as exc:
         assert str(exc)  # noqa: PT017  (always says why)
         return None
     assert type(record) in REGISTERED
-    codec.encode(record)  # and it can be written again (dead-letter, table state)
+    ALL.encode(record)  # and it can be written again (dead-letter, table state)
     return record
 
 
@@ -129,7 +133,7 @@ def decode_or_reject(payload: Any) -> Any:
 def test_every_valid_payload_decodes(payload: bytes) -> None:
     record = decode_or_reject(payload)
     assert record is not None
-    assert codec.kind_of(record).kind == orjson.loads(payload)["schema"]
+    assert ALL.kind_of(record).kind == orjson.loads(payload)["schema"]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -156,7 +160,7 @@ def test_any_json_document_is_a_record_or_a_decode_error(value: Any) -> None:
 @pytest.mark.parametrize("version", [0, 2, -1, "1", None, 1.5, [1], {"v": 1}], ids=repr)
 def test_versions_other_than_1_are_refused(kind: str, version: Any) -> None:
     with pytest.raises(codec.DecodeError, match="not supported"):
-        codec.decode(orjson.dumps({"schema": kind, "v": version}))
+        ALL.decode(orjson.dumps({"schema": kind, "v": version}))
 
 
 @pytest.mark.parametrize(
@@ -193,4 +197,4 @@ def test_versions_other_than_1_are_refused(kind: str, version: Any) -> None:
 )
 def test_hostile_payloads_are_decode_errors(payload: bytes) -> None:
     with pytest.raises(codec.DecodeError):
-        codec.decode(payload)
+        ALL.decode(payload)

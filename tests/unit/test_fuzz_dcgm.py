@@ -1,4 +1,4 @@
-"""Fuzz dcgm-exporter text → samples (``agents.dcgm.parse_exposition``) and its collector.
+"""Fuzz dcgm-exporter text → samples (``agents.dcgm.translate.parse_exposition``) and its collector.
 
 Arbitrary text, and the genuine captures in ``tests/fixtures/dcgm-exporter`` mutated line by
 line (label values replaced, values made NaN/Inf/huge/garbage, lines deleted or duplicated,
@@ -22,17 +22,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-from agents.dcgm import BAD_MIG_ID, NO_UUID, ParseResult, parse_exposition
-from agents.dcgm_rows import (
+from agents.dcgm.collect import DcgmCollector
+from agents.dcgm.rows import (
     MALFORMED_COMMENT,
     MALFORMED_SAMPLE,
     NO_FINAL_LINE_FEED,
     VALUE_OUT_OF_RANGE,
 )
-from agents.events import DcgmSample
-from agents.scrape import DcgmCollector
+from agents.dcgm.translate import BAD_MIG_ID, NO_UUID, ParseResult, parse_exposition
 from agents.types import AgentRecord
-from gpuattr import codec
+from contract import codec
+from contract.inputs import DcgmSample
 from tests.fuzz_strategies import captured
 
 FIXTURES = sorted(
@@ -283,7 +283,7 @@ async def test_collector_counts_and_logs_every_rejected_line(
         node=NODE, url=URL, interval_s=5, timeout_s=1, emit=emit, now_ms=lambda: TS
     )
     before = rejected_total()
-    with captured("agents.scrape") as logs:
+    with captured("agents.dcgm.collect") as logs:
         count = await collector.scrape_once(_Session(text.encode()))  # type: ignore[arg-type]
     assert rejected_total() - before == len(expected.rejected)
     assert count == len(published) == len(expected.samples)
@@ -312,7 +312,7 @@ async def test_invalid_utf8_is_counted_and_read_anyway() -> None:
     )
     labels = {"source": "dcgm", "error": "encoding"}
     before = REGISTRY.get_sample_value("gpuattr_agent_source_errors_total", labels) or 0.0
-    with captured("agents.scrape") as logs:
+    with captured("agents.dcgm.collect") as logs:
         assert await collector.scrape_once(_Session(body)) == 1  # type: ignore[arg-type]
     after = REGISTRY.get_sample_value("gpuattr_agent_source_errors_total", labels)
     assert after == before + 1

@@ -3,9 +3,10 @@
 Two ways in, as in the agent: models built directly with random and missing fields (``None``
 metadata, spec or status, no owner references, several controllers, odd phases and
 timestamps), and JSON objects deserialized by the client library exactly as the watch does.
-:func:`agents.kube.pod_record` / :func:`agents.kube.node_record` have no rejection path: they
-must turn every object the client library accepts into a record the codec writes and reads
-back unchanged, with only the GPU resources, ``gpuattr.io/`` annotations and GPU labels kept.
+:func:`agents.kube.translate.pod_record` / :func:`agents.kube.translate.node_record` have no
+rejection path: they must turn every object the client library accepts into a record the codec
+writes and reads back unchanged, with only the GPU resources, ``gpuattr.io/`` annotations and
+GPU labels kept.
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.client.api_client import ApiClient
 
-from agents.events import NodeRecord, OwnerRef, PodRecord
-from agents.kube import ANNOTATION_PREFIX, GPU_PREFIX, node_record, pod_record
-from agents.kube_watch import PodWatcher, make_api_client
+from agents.kube.translate import ANNOTATION_PREFIX, GPU_PREFIX, node_record, pod_record
+from agents.kube.watch import PodWatcher, make_api_client
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import AgentRecord
-from gpuattr import codec
-from gpuattr.settings import KubeSettings
+from contract import codec
+from contract.inputs import NodeRecord, OwnerRef, PodRecord
+from infra.settings import KubeSettings
 from sim.apiserver import ApiServerDouble
 from tests.helpers import wait_for
 

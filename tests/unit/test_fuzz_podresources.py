@@ -5,8 +5,9 @@ One kubelet double (a real gRPC server on a unix socket, :mod:`sim.kubelet_serve
 own RPC methods read them through grpc.aio's deserializer — the exact parse path of the agent.
 
 * Random bytes, and valid replies truncated or with flipped bytes: either the protobuf parser
-  accepts them (then we get exactly the rows :func:`agents.kubelet.assignments_from_list` makes
-  of that message) or the reply is counted as ``garbled`` and logged, and the poll is skipped.
+  accepts them (then we get exactly the rows
+  :func:`agents.podresources.translate.assignments_from_list` makes of that message) or the
+  reply is counted as ``garbled`` and logged, and the poll is skipped.
 * Random but valid ``ListPodResourcesResponse`` messages (any names including empty ones,
   unknown resources, DRA claims with missing fields, CPU and memory noise): checked against an
   independent oracle, and the records survive the codec.
@@ -28,11 +29,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-from agents.events import AllocatableDevice, DeviceAssignment, PodResourcesSnapshot
-from agents.kubelet import allocatable_from_response, assignments_from_list
-from agents.podresources import MAX_REPLY_BYTES, PodResourcesCollector
+from agents.podresources.collect import MAX_REPLY_BYTES, PodResourcesCollector
+from agents.podresources.translate import allocatable_from_response, assignments_from_list
 from agents.types import AgentRecord
-from gpuattr import codec
+from contract import codec
+from contract.inputs import AllocatableDevice, DeviceAssignment, PodResourcesSnapshot
 from proto.podresources.v1 import api_pb2 as pb
 from proto.podresources.v1 import api_pb2_grpc as pb_grpc
 from sim.kubelet_server import Context, KubeletDouble
@@ -240,7 +241,7 @@ async def test_garbled_list_replies_are_counted_and_logged(wire: Wire, payload: 
     wire.kubelet.list_reply = payload
     collector = wire.collector()
     before = errors("garbled")
-    with captured("agents.podresources") as logs:
+    with captured("agents.podresources.collect") as logs:
         rows = await collector._list(wire.stub)
     message = parsed(pb.ListPodResourcesResponse, payload)
     event("refused by protobuf" if message is None else "parsed by protobuf")
@@ -281,7 +282,7 @@ async def test_valid_list_replies_become_exactly_our_records(
 async def test_garbled_allocatable_replies_are_counted(wire: Wire, payload: bytes) -> None:
     wire.kubelet.allocatable_reply = payload
     before = errors("garbled")
-    with captured("agents.podresources") as logs:
+    with captured("agents.podresources.collect") as logs:
         devices_ = await wire.collector()._allocatable(wire.stub)
     message = parsed(pb.AllocatableResourcesResponse, payload)
     event("refused by protobuf" if message is None else "parsed by protobuf")
@@ -379,7 +380,7 @@ async def test_a_reply_over_the_16_mib_limit_is_counted_not_raised(wire: Wire) -
     assert len(reply) > MAX_REPLY_BYTES
     wire.kubelet.list_reply = reply
     before = errors("resource_exhausted")
-    with captured("agents.podresources") as logs:
+    with captured("agents.podresources.collect") as logs:
         assert await wire.collector()._list(wire.stub) is None
     assert errors("resource_exhausted") == before + 1
     assert any(str(wire.socket) in m for m in logs.messages(logging.WARNING))

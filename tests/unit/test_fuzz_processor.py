@@ -24,7 +24,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.events import (
+from agents.types import AgentRecord
+from bench import fleet as bench_fleet
+from contract import codec
+from contract.inputs import (
     DcgmSample,
     DeviceAssignment,
     NodeRecord,
@@ -32,12 +35,9 @@ from agents.events import (
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
-from agents.types import AgentRecord
-from bench import fleet as bench_fleet
-from gpuattr import codec
-from streams.events import Alert, AttributionEvent, ExporterMisattribution, Holder
-from streams.processor import Output, Processor, Tables
-from streams.tables import TABLES
+from contract.outputs import Alert, AttributionEvent, ExporterMisattribution, Holder
+from contract.topics import TABLES
+from streams.core.processor import Output, Processor, Tables
 from tests.fuzz_strategies import (
     EXPORTER_UID_PREFIX,
     GPU_UUIDS,

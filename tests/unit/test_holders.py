@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from agents.events import DeviceAssignment as A
-from agents.events import PodResourcesDiff, PodResourcesSnapshot
-from streams.holders import HISTORY_MS, apply_podresources
-from streams.identity import Inventory, MigDevice
+from contract.inputs import DeviceAssignment as A
+from contract.inputs import PodResourcesDiff, PodResourcesSnapshot
+from streams.core.holders import HISTORY_MS, apply_podresources
+from streams.core.identity import Inventory, MigDevice
 
 G0, G1 = "GPU-aaaa", "GPU-bbbb"
 P1 = A("ml", "train-1", "c", "nvidia.com/gpu", G0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.identity import (
+from streams.core.identity import (
     EMPTY_INVENTORY,
     Inventory,
     MigDevice,

@@ -18,8 +18,8 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.client.api_client import ApiClient
 
-from agents.events import OwnerRef
-from agents.kube import node_record, pod_record, resolve_workload
+from agents.kube.translate import node_record, pod_record, resolve_workload
+from contract.inputs import OwnerRef
 
 
 @pytest.mark.parametrize(

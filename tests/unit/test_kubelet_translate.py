@@ -5,15 +5,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.events import AllocatableDevice, DeviceAssignment
-from agents.kubelet import (
-    allocatable_from_response,
-    allocatable_response,
-    assignments_from_list,
-    get_response,
-    list_response,
-)
+from agents.podresources.translate import allocatable_from_response, assignments_from_list
+from contract.inputs import AllocatableDevice, DeviceAssignment
 from proto.podresources.v1 import api_pb2 as pb
+from sim.podresources_replies import allocatable_response, get_response, list_response
 
 GPU_A = "GPU-8b2c4a51-8a9e-4f1b-a0d2-3c5e7f9a1b2c"
 GPU_B = "GPU-1f3a9c7e-52d4-4b8e-9a06-7d2e4c1b8f30"

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from aiokafka.errors import InvalidReplicationFactorError
 
-from gpuattr.kafka_admin import _check
 from gpuattr.localkafka import (
     KAFKA_VERSION,
     LocalKafkaConfig,
@@ -18,6 +17,7 @@ from gpuattr.localkafka import (
     resolve_jars,
 )
 from gpuattr.localkafka.config import new_cluster_id
+from infra.admin import _check
 
 
 def _parse(text: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from contract.outputs import Alert, AlertFigures, Holder, Workload
 from sinks.delivery import RetryPolicy
 from sinks.payloads import (
     IDEMPOTENCY_HEADER,
@@ -15,7 +16,6 @@ from sinks.payloads import (
     verify,
     webhook_request,
 )
-from streams.events import Alert, AlertFigures, Holder, Workload
 
 H = Holder(
     "ml",

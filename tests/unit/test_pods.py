@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.events import OwnerRef, PodListSnapshot, PodRecord
-from streams.pods import PodNames, apply_pod, apply_pod_list, resolve
+from contract.inputs import OwnerRef, PodListSnapshot, PodRecord
+from streams.core.pods import PodNames, apply_pod, apply_pod_list, resolve
 
 
 def pod(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from agents.events import DcgmSample, ExporterClaim, PodResourcesDiff, PodResourcesSnapshot
-from agents.events import DeviceAssignment as A
-from streams.events import AttributionEvent
-from streams.identity import Inventory, MigDevice
-from streams.processor import Processor, Tables
+from contract.inputs import DcgmSample, ExporterClaim, PodResourcesDiff, PodResourcesSnapshot
+from contract.inputs import DeviceAssignment as A
+from contract.outputs import AttributionEvent
+from streams.core.identity import Inventory, MigDevice
+from streams.core.processor import Processor, Tables
 
 G0, G1 = "GPU-aaaa", "GPU-bbbb"
 

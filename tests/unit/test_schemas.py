@@ -9,14 +9,15 @@ import jsonschema
 import orjson
 import pytest
 
-from agents.events import DcgmSample, ExporterClaim
-from agents.events import DeviceAssignment as A
-from gpuattr import codec
-from gpuattr.schemas import OUTPUTS, file_name, json_schema
-from sinks.events import DeliveryFailure
-from streams.alerts import AlertPolicy, step
-from streams.attribution import DeviceContext, attribute
-from streams.events import DeadLetter
+from contract import codec
+from contract.delivery import DeliveryFailure
+from contract.inputs import DcgmSample, ExporterClaim
+from contract.inputs import DeviceAssignment as A
+from contract.outputs import DeadLetter
+from contract.schemas import OUTPUTS, file_name, json_schema
+from infra.settings import AlertSettings
+from streams.core.alerts import step
+from streams.core.attribution import DeviceContext, attribute
 
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 
@@ -29,7 +30,7 @@ def validator(kind: str) -> jsonschema.Draft202012Validator:
 @pytest.mark.parametrize("kind", list(OUTPUTS))
 def test_committed_schema_is_current(kind: str) -> None:
     committed = orjson.loads((FOLDER / file_name(kind)).read_bytes())
-    assert committed == json_schema(kind), "run: python -m gpuattr.schemas"
+    assert committed == json_schema(kind), "run: python -m contract.schemas"
 
 
 def test_real_payloads_validate_and_broken_ones_do_not() -> None:
@@ -49,7 +50,7 @@ def test_real_payloads_validate_and_broken_ones_do_not() -> None:
     )
     state, alerts = None, []
     for ts in range(0, 40_000, 5_000):  # idle past a 10 s window: a firing alert
-        state, fired = step(state, replace(event, ts_ms=ts), AlertPolicy(idle_window_s=10))
+        state, fired = step(state, replace(event, ts_ms=ts), AlertSettings(idle_window_s=10))
         alerts += fired
     assert alerts
     records = [

@@ -36,10 +36,12 @@ from pydantic import SecretStr
 
 from agents.main import AgentSettings
 from agents.publish import Publisher
-from gpuattr import codec
-from gpuattr.httpserve import start_site
-from gpuattr.kafka_client import client_options
-from gpuattr.settings import (
+from contract import codec
+from contract.delivery import DeliveryFailure
+from contract.outputs import Alert, AlertFigures, Holder
+from infra.httpserve import start_site
+from infra.kafka import client_options
+from infra.settings import (
     DcgmSettings,
     InventorySettings,
     KafkaSettings,
@@ -49,7 +51,6 @@ from gpuattr.settings import (
 )
 from sinks import receiver
 from sinks.delivery import DeliveryError, GaveUp, RateLimiter, RetryPolicy, deliver
-from sinks.events import DeliveryFailure
 from sinks.http import SlackDestination, WebhookDestination
 from sinks.payloads import (
     IDEMPOTENCY_HEADER,
@@ -59,8 +60,7 @@ from sinks.payloads import (
     webhook_request,
 )
 from sinks.runner import Sink, destinations
-from streams.app import broker_credentials
-from streams.events import Alert, AlertFigures, Holder
+from streams.worker.app import broker_credentials
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -732,7 +732,7 @@ def test_agent_service_account_can_only_read_pods_and_nodes() -> None:
 def test_sasl_without_credentials_is_refused_naming_the_settings() -> None:
     from pydantic import ValidationError
 
-    from gpuattr.settings import KafkaSettings
+    from infra.settings import KafkaSettings
 
     with pytest.raises(ValidationError, match="GPUATTR_KAFKA_SASL_PASSWORD") as info:
         KafkaSettings(bootstrap="k:9093", security_protocol="SASL_SSL", sasl_username="u")

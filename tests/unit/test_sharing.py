@@ -13,19 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.events import (
+from contract import codec
+from contract.inputs import (
     AllocatableDevice,
     DcgmSample,
     DeviceAssignment,
     NodeRecord,
     PodResourcesSnapshot,
 )
-from gpuattr import codec
-from streams.events import AttributionEvent
-from streams.identity import EMPTY_INVENTORY
-from streams.processor import Processor, Tables
-from streams.sharing import Advertised, advertised_by_key, decide, sharing_from_labels
-from streams.tables import TABLES
+from contract.outputs import AttributionEvent
+from contract.topics import TABLES
+from streams.core.identity import EMPTY_INVENTORY
+from streams.core.processor import Processor, Tables
+from streams.core.sharing import Advertised, advertised_by_key, decide, sharing_from_labels
 
 G0, G1 = "GPU-0000aaaa", "GPU-1111bbbb"
 MPS8 = sharing_from_labels(

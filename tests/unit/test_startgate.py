@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from agents.events import DcgmSample, PodListSnapshot, PodResourcesSnapshot
 from agents.selfmetrics import START_GATE_TIMEOUTS
 from agents.startgate import StartGate
 from agents.types import AgentRecord
+from contract.inputs import DcgmSample, PodListSnapshot, PodResourcesSnapshot
 
 LISTING = PodListSnapshot("n", 1, ("uid-1",))
 SNAPSHOT = PodResourcesSnapshot("n", 1, ())

@@ -7,13 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from agents.events import DcgmSample, NodeRecord, PodResourcesSnapshot
-from gpuattr.report import accumulate, csv_rows
-from gpuattr.report_cli import parse_duration
-from sim.cluster import Cluster
-from sim.scenario import gpu_uuid, load
-from streams.alerts import DeviceAlerts, Episode
-from streams.events import (
+from contract.inputs import DcgmSample, NodeRecord, PodResourcesSnapshot
+from contract.outputs import (
     AttributionEvent,
     ExporterView,
     Holder,
@@ -21,10 +16,15 @@ from streams.events import (
     Usage,
     Workload,
 )
-from streams.live import LiveDevices
-from streams.processor import Processor, Tables
-from streams.tables import TABLES
-from streams.views import Filter, device_row, merge, select, usage_text
+from contract.topics import TABLES
+from gpuattr.report import accumulate, csv_rows
+from gpuattr.report_cli import parse_duration
+from sim.cluster import Cluster
+from sim.scenario import gpu_uuid, load
+from streams.core.alerts import DeviceAlerts, Episode
+from streams.core.processor import Processor, Tables
+from streams.core.views import Filter, device_row, merge, select, usage_text
+from streams.worker.live import LiveDevices
 
 TRAIN = Holder(
     "ml",

@@ -1,0 +1,185 @@
+"""Scrape dcgm-exporter's ``/metrics`` every interval and publish one sample per device.
+
+The collector never stops on a bad source: an exporter that is down, slow or answers an error
+status is counted (``SOURCE_ERRORS{source="dcgm"}``, ``SOURCE_UP``), logged once when it starts
+failing and once when it answers again, and scraped again at the next interval. Malformed lines
+are rejected one by one by :func:`agents.dcgm.translate.parse_exposition` (counted in
+``REJECTED_LINES``, a warning per distinct reason at most once a minute); every other GPU is
+still published.
+A sample the publisher refuses is retried with backoff before the next one; one that still
+fails is logged as an error and counted as dropped, never lost silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+
+from agents.dcgm.translate import RejectedLine, parse_exposition
+from agents.selfmetrics import REJECTED_LINES, SOURCE_ERRORS, SOURCE_UP
+from agents.types import Emit, NowMs
+from contract.inputs import DcgmSample
+
+log = logging.getLogger(__name__)
+
+SOURCE = "dcgm"
+#: Makes the collector's one HTTP session (the per-request timeout is set by the collector).
+SessionFactory = Callable[[], aiohttp.ClientSession]
+REJECTION_LOG_EVERY_MS = 60_000
+
+
+class DcgmCollector:
+    def __init__(
+        self,
+        *,
+        node: str,
+        url: str,
+        interval_s: float,
+        timeout_s: float,
+        emit: Emit,
+        now_ms: NowMs,
+        session_factory: SessionFactory = aiohttp.ClientSession,
+        emit_attempts: int = 4,
+        emit_backoff_s: float = 0.05,
+        before_first_scrape: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.node = node  # the agent's node name is authoritative, not the exporter's Hostname
+        self.url = url
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self._emit = emit
+        self._now_ms = now_ms
+        self._session_factory = session_factory
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._emit_attempts = max(1, emit_attempts)
+        self._emit_backoff_s = emit_backoff_s
+        self._failures = 0  # consecutive failed scrapes
+        self._rejection_logged_ms: dict[str, int] = {}
+        self._before_first_scrape = before_first_scrape
+
+    async def run(self) -> None:
+        """Scrape every ``interval_s`` (start to start) until cancelled."""
+        loop = asyncio.get_running_loop()
+        if self._before_first_scrape is not None:
+            await self._before_first_scrape()
+        async with self._session_factory() as session:
+            next_at = loop.time()
+            while True:
+                await self.scrape_once(session)
+                next_at = max(next_at + self.interval_s, loop.time())  # late: no catch-up burst
+                await asyncio.sleep(next_at - loop.time())
+
+    async def scrape_once(self, session: aiohttp.ClientSession) -> int:
+        """One scrape: fetch, parse, publish. Returns how many samples were published."""
+        ts_ms = self._now_ms()
+        text = await self._fetch(session)
+        if text is None:
+            return 0
+        result = parse_exposition(text, node=self.node, ts_ms=ts_ms)
+        if result.rejected:
+            REJECTED_LINES.inc(len(result.rejected))
+            self._log_rejected(result.rejected, ts_ms)
+        published = 0
+        for sample in result.samples:
+            published += await self._publish(sample)
+        return published
+
+    async def _fetch(self, session: aiohttp.ClientSession) -> str | None:
+        try:
+            async with session.get(self.url, timeout=self._timeout) as resp:
+                if resp.status != 200:
+                    self._failed(f"http_{resp.status}", f"HTTP {resp.status} {resp.reason or ''}")
+                    return None
+                body = await resp.read()
+        except TimeoutError:
+            self._failed("timeout", f"no complete answer within {self.timeout_s:g}s")
+            return None
+        except aiohttp.ClientPayloadError as exc:
+            self._failed("payload", f"response body broken off: {exc}")
+            return None
+        except aiohttp.ClientError as exc:
+            self._failed("unreachable", f"{type(exc).__name__}: {exc}")
+            return None
+        self._recovered()
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            SOURCE_ERRORS.labels(SOURCE, "encoding").inc()
+            log.warning(
+                "dcgm-exporter at %s sent invalid UTF-8 (%s); reading it anyway", self.url, exc
+            )
+            return body.decode("utf-8", errors="replace")
+
+    async def _publish(self, sample: DcgmSample) -> int:
+        delay_s = self._emit_backoff_s
+        for attempt in range(1, self._emit_attempts + 1):
+            try:
+                await self._emit(sample)
+                return 1
+            except Exception as exc:  # the publisher's errors are its own: log, count, retry
+                SOURCE_ERRORS.labels(SOURCE, "emit_failed").inc()
+                if attempt == self._emit_attempts:
+                    SOURCE_ERRORS.labels(SOURCE, "sample_dropped").inc()
+                    log.error(
+                        "dropped the DCGM sample of %s (MIG %s) at %d after %d failed publish "
+                        "attempts: %r",
+                        sample.uuid,
+                        sample.mig_instance_id,
+                        sample.ts_ms,
+                        attempt,
+                        exc,
+                    )
+                    return 0
+                log.warning("publishing a DCGM sample failed (%r); retry %d", exc, attempt)
+                await asyncio.sleep(delay_s)
+                delay_s *= 2
+        return 0
+
+    def _log_rejected(self, rejected: tuple[RejectedLine, ...], now_ms: int) -> None:
+        per_reason = Counter(r.reason for r in rejected)
+        for bad in rejected:
+            last = self._rejection_logged_ms.get(bad.reason)
+            if last is not None and now_ms - last < REJECTION_LOG_EVERY_MS:
+                log.debug(
+                    "rejected dcgm-exporter line %d: %s: %r", bad.line_no, bad.reason, bad.line
+                )
+                continue
+            self._rejection_logged_ms[bad.reason] = now_ms
+            log.warning(
+                "rejected dcgm-exporter line %d from %s: %s: %r (%d such line(s) in this scrape; "
+                "the other GPUs are still published)",
+                bad.line_no,
+                self.url,
+                bad.reason,
+                bad.line,
+                per_reason[bad.reason],
+            )
+
+    def _failed(self, reason: str, detail: str) -> None:
+        SOURCE_ERRORS.labels(SOURCE, reason).inc()
+        SOURCE_UP.labels(SOURCE).set(0)
+        self._failures += 1
+        if self._failures == 1:
+            log.warning(
+                "dcgm-exporter at %s is failing (%s); no GPU samples until it answers, "
+                "still scraping every %gs",
+                self.url,
+                detail,
+                self.interval_s,
+            )
+        else:
+            log.debug("dcgm-exporter at %s still failing (%s)", self.url, detail)
+
+    def _recovered(self) -> None:
+        SOURCE_UP.labels(SOURCE).set(1)
+        if self._failures:
+            log.info(
+                "dcgm-exporter at %s answers again after %d failed scrape(s)",
+                self.url,
+                self._failures,
+            )
+            self._failures = 0

@@ -1,0 +1,125 @@
+"""Translate Kubernetes objects (kubernetes-asyncio models) into our records. Never crashes on a
+partial object: whatever is missing is published as unknown.
+
+Workload identity: a pod's controller resolved to the workload a person would name — a
+ReplicaSet to its Deployment, a Job to its CronJob — through an owner lookup when one is given,
+else by the controllers' naming conventions (marked ``inferred``), else the direct owner.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from contract.inputs import NodeRecord, OwnerRef, PodRecord
+
+GPU_PREFIX = "nvidia.com/"
+ANNOTATION_PREFIX = "gpuattr.io/"
+_CRONJOB_JOB = re.compile(r"^(?P<cronjob>.+)-\d{8,}$")
+
+OwnerLookup = Callable[[str, str, str], OwnerRef | None]
+
+
+def _ms(value: datetime | None) -> int | None:
+    """Milliseconds since the epoch; a zone-less time is UTC (as the API server means it)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    try:
+        return int(value.timestamp() * 1000)
+    except (ValueError, OverflowError):  # year 1 and friends: not a time we can use
+        return None
+
+
+def _gpu(resources: Mapping[str, Any] | None) -> dict[str, str]:
+    return {k: str(v) for k, v in (resources or {}).items() if k.startswith(GPU_PREFIX)}
+
+
+def controller_of(owner_refs: list[Any] | None) -> OwnerRef | None:
+    refs = owner_refs or []
+    chosen = next((r for r in refs if getattr(r, "controller", False)), refs[0] if refs else None)
+    return OwnerRef(chosen.kind, chosen.name) if chosen is not None else None
+
+
+def resolve_workload(
+    owner: OwnerRef | None,
+    pod_labels: Mapping[str, str],
+    namespace: str = "",
+    lookup: OwnerLookup | None = None,
+) -> OwnerRef | None:
+    """The workload behind a pod's direct owner."""
+    if owner is None:
+        return None
+    if owner.kind in ("ReplicaSet", "Job") and lookup is not None:
+        parent = lookup(owner.kind, namespace, owner.name)
+        if parent is not None:
+            return parent
+    if owner.kind == "ReplicaSet":
+        pod_hash = pod_labels.get("pod-template-hash")
+        if pod_hash and owner.name.endswith(f"-{pod_hash}"):
+            return OwnerRef("Deployment", owner.name[: -len(pod_hash) - 1], inferred=True)
+    if owner.kind == "Job" and (m := _CRONJOB_JOB.match(owner.name)):
+        return OwnerRef("CronJob", m["cronjob"], inferred=True)
+    return owner
+
+
+def pod_record(
+    pod: Any, *, node: str, ts_ms: int, deleted: bool = False, lookup: OwnerLookup | None = None
+) -> PodRecord:
+    meta, spec, status = pod.metadata, pod.spec, pod.status
+    labels = dict(getattr(meta, "labels", None) or {})
+    annotations = {
+        k: v
+        for k, v in (getattr(meta, "annotations", None) or {}).items()
+        if k.startswith(ANNOTATION_PREFIX)
+    }
+    containers = list(getattr(spec, "containers", None) or [])
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    for c in containers:
+        res = getattr(c, "resources", None)
+        requests.update(_gpu(getattr(res, "requests", None)))
+        limits.update(_gpu(getattr(res, "limits", None)))
+    owner = controller_of(getattr(meta, "owner_references", None))
+    namespace = getattr(meta, "namespace", None) or ""
+    return PodRecord(
+        node=node,
+        ts_ms=ts_ms,
+        uid=getattr(meta, "uid", None) or "",
+        namespace=namespace,
+        name=getattr(meta, "name", None) or "",
+        phase=getattr(status, "phase", None),
+        created_ms=_ms(getattr(meta, "creation_timestamp", None)),
+        deletion_ts_ms=_ms(getattr(meta, "deletion_timestamp", None)),
+        deletion_grace_s=getattr(meta, "deletion_grace_period_seconds", None),
+        deleted=deleted,
+        containers=tuple(c.name for c in containers if getattr(c, "name", None)),
+        gpu_requests=tuple(sorted(requests.items())),
+        gpu_limits=tuple(sorted(limits.items())),
+        labels=tuple(sorted(labels.items())),
+        annotations=tuple(sorted(annotations.items())),
+        owner=owner,
+        workload=resolve_workload(owner, labels, namespace, lookup),
+        resource_version=getattr(meta, "resource_version", None) or "",
+    )
+
+
+def node_record(node: Any, *, ts_ms: int, deleted: bool = False) -> NodeRecord:
+    meta, status = node.metadata, node.status
+    labels = {
+        k: v
+        for k, v in (getattr(meta, "labels", None) or {}).items()
+        if k.startswith(GPU_PREFIX) or k == "kubernetes.io/hostname"
+    }
+    allocatable = _gpu(getattr(status, "allocatable", None))
+    return NodeRecord(
+        node=getattr(meta, "name", None) or "",
+        ts_ms=ts_ms,
+        labels=tuple(sorted(labels.items())),
+        allocatable=tuple(sorted(allocatable.items())),
+        deleted=deleted,
+        resource_version=getattr(meta, "resource_version", None) or "",
+    )

@@ -1,0 +1,200 @@
+"""Pod and node watchers: list → resourceVersion → watch (bookmarks) → relist on 410 → backoff.
+
+Pods: ONE watcher per agent with ``fieldSelector=spec.nodeName=<node>``, like the kubelet itself.
+It scales with the cluster (each agent sees only its node's pods, the API server filters), and
+its records are keyed by node like every other input, so they land in the partition where that
+node's holders are joined. Nodes: one watcher with ``fieldSelector=metadata.name=<node>``.
+
+Each step is a small method; every outage is one warning and one recovery line, counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.watch import Watch
+
+from agents.kube.translate import node_record, pod_record
+from agents.selfmetrics import SOURCE_ERRORS, SOURCE_UP
+from agents.types import AgentRecord, Emit, NowMs
+from contract.inputs import PodListSnapshot
+from infra.settings import KubeSettings
+
+log = logging.getLogger(__name__)
+
+
+class StreamCut(Exception):
+    """The watch stream ended mid-line or carried something that is not an event."""
+
+
+async def make_api_client(settings: KubeSettings) -> Any:
+    """Explicit URL (the double, tests), else in-cluster, else a kubeconfig."""
+    if settings.api_url:
+        conf = client.Configuration()
+        conf.host = settings.api_url
+        return client.ApiClient(configuration=conf)
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()
+        return client.ApiClient()
+    conf = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
+        context=settings.context,
+        client_configuration=conf,
+    )
+    return client.ApiClient(configuration=conf)
+
+
+class _Watcher:
+    kind = ""
+
+    def __init__(
+        self, *, node: str, api: Any, emit: Emit, now_ms: NowMs, settings: KubeSettings
+    ) -> None:
+        self.node = node
+        self.core = client.CoreV1Api(api)
+        self.emit = emit
+        self.now_ms = now_ms
+        self.settings = settings
+        self._down_since: float | None = None
+
+    # --- what differs between pods and nodes
+    def _list_call(self) -> Callable[..., Any]:
+        raise NotImplementedError
+
+    def _selector(self) -> str:
+        raise NotImplementedError
+
+    def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
+        raise NotImplementedError
+
+    async def _after_list(self, items: list[Any], rv: str) -> None:
+        """Hook, after the list's records: publish a listing snapshot (pods)."""
+
+    # --- the loop, one small step each
+    async def run(self) -> None:
+        rv: str | None = None
+        backoff = 0.2
+        while True:
+            try:
+                if rv is None:
+                    rv = await self.relist()
+                rv = await self.watch(rv)
+                backoff = 0.2
+            except ApiException as exc:
+                if exc.status == 410:
+                    SOURCE_ERRORS.labels("apiserver", "expired").inc()
+                    log.info(
+                        "%s watch: resourceVersion %s expired (410 Gone); relisting", self.kind, rv
+                    )
+                    rv = None
+                    continue
+                self._down(f"http_{exc.status}", str(exc.reason))
+            except (aiohttp.ClientError, TimeoutError, OSError, StreamCut) as exc:
+                self._down(type(exc).__name__.lower(), str(exc) or type(exc).__name__)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                # an object the client library (or our translation) cannot read: count it, log
+                # it, and list again after a backoff; the agent's other collectors go on
+                log.error("%s watch: unreadable object from the API server: %r", self.kind, exc)
+                self._down("unreadable_object", repr(exc)[:200])
+                rv = None
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, self.settings.max_backoff_s)
+
+    async def relist(self) -> str:
+        """List everything, publish it, and return the list's resourceVersion."""
+        listing = await self._list_call()(field_selector=self._selector())
+        rv = str(listing.metadata.resource_version or "")
+        items = list(listing.items or [])
+        for obj in items:
+            for record in self._records(obj, deleted=False):
+                await self.emit(record)
+        await self._after_list(items, rv)  # last: it marks the full list as published
+        self._up()
+        return rv
+
+    async def watch(self, rv: str) -> str:
+        """Follow the watch from ``rv`` until the server ends it; return the last version."""
+        stream = Watch().stream(
+            self._list_call(),
+            field_selector=self._selector(),
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.settings.watch_timeout_s,
+        )
+        async with stream:
+            async for event in stream:
+                if not isinstance(event, dict):
+                    raise StreamCut(f"watch stream cut: {str(event)[:80]!r}")
+                self._up()
+                kind = event["type"]
+                raw = event["raw_object"]
+                rv = str(raw.get("metadata", {}).get("resourceVersion") or rv)
+                if kind == "BOOKMARK":
+                    continue
+                for record in self._records(event["object"], deleted=kind == "DELETED"):
+                    await self.emit(record)
+        return rv
+
+    def _down(self, reason: str, details: str) -> None:
+        SOURCE_ERRORS.labels("apiserver", reason).inc()
+        SOURCE_UP.labels("apiserver").set(0)
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            log.warning(
+                "%s watch for node %s failing (%s: %s); retrying with backoff",
+                self.kind,
+                self.node,
+                reason,
+                details,
+            )
+
+    def _up(self) -> None:
+        SOURCE_UP.labels("apiserver").set(1)
+        if self._down_since is not None:
+            log.info(
+                "%s watch for node %s recovered after %.1fs",
+                self.kind,
+                self.node,
+                time.monotonic() - self._down_since,
+            )
+            self._down_since = None
+
+
+class PodWatcher(_Watcher):
+    kind = "pod"
+
+    def _list_call(self) -> Callable[..., Any]:
+        return self.core.list_pod_for_all_namespaces  # type: ignore[no-any-return]
+
+    def _selector(self) -> str:
+        return f"spec.nodeName={self.node}"
+
+    def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
+        return [pod_record(obj, node=self.node, ts_ms=self.now_ms(), deleted=deleted)]
+
+    async def _after_list(self, items: list[Any], rv: str) -> None:
+        uids = tuple(sorted(str(p.metadata.uid) for p in items if p.metadata and p.metadata.uid))
+        await self.emit(PodListSnapshot(self.node, self.now_ms(), uids, rv))
+
+
+class NodeWatcher(_Watcher):
+    kind = "node"
+
+    def _list_call(self) -> Callable[..., Any]:
+        return self.core.list_node  # type: ignore[no-any-return]
+
+    def _selector(self) -> str:
+        return f"metadata.name={self.node}"
+
+    def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
+        return [node_record(obj, ts_ms=self.now_ms(), deleted=deleted)]

@@ -1,0 +1,123 @@
+"""The one codec: every record on every topic is orjson with its ``schema`` name and version ``v``.
+
+Payload shape::
+
+    {"schema": "dcgm.sample", "v": 1, "node": "...", "ts_ms": 1700000000000, ...}
+
+``schema`` and ``v`` are reserved: no record may have a field of that name (checked at import).
+
+Records are frozen dataclasses; decoding validates with pydantic so a poison message becomes a
+:class:`DecodeError` naming what is wrong, never a half-built record. Unknown extra fields are
+ignored (additive changes keep ``v``); a change that breaks readers bumps ``v``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pydantic
+
+from contract import delivery, inputs, outputs
+
+
+class DecodeError(ValueError):
+    """A payload that is not a record we know: bad JSON, unknown kind or version, wrong fields."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordType:
+    kind: str
+    version: int
+    cls: type[Any]
+
+
+ENVELOPE = ("schema", "v")
+
+
+KindTable = Mapping[str, tuple[type, int]]
+
+
+def _registry(tables: tuple[KindTable, ...]) -> dict[str, RecordType]:
+    reg: dict[str, RecordType] = {}
+    for table in tables:
+        for kind, (cls, version) in table.items():
+            if kind in reg:
+                raise RuntimeError(f"record kind {kind!r} registered twice")
+            clash = set(ENVELOPE) & {f.name for f in dataclasses.fields(cls)}
+            if clash:
+                raise RuntimeError(f"{cls.__name__} has reserved field(s) {sorted(clash)}")
+            reg[kind] = RecordType(kind, version, cls)
+    return reg
+
+
+class Codec:
+    """Encodes and decodes the records of some kind tables (``KINDS``: kind → class, version).
+
+    :data:`WIRE` reads and writes every topic; the worker builds one more for its changelogs
+    (its state kinds next to the input records its tables keep)."""
+
+    def __init__(self, *tables: KindTable) -> None:
+        self.registry: Mapping[str, RecordType] = _registry(tables)
+        self._by_class: Mapping[type[Any], RecordType] = {
+            rt.cls: rt for rt in self.registry.values()
+        }
+        self._adapters: dict[type[Any], pydantic.TypeAdapter[Any]] = {}
+
+    def kind_of(self, record: object) -> RecordType:
+        try:
+            return self._by_class[type(record)]
+        except KeyError:
+            raise TypeError(f"{type(record).__name__} is not a registered record") from None
+
+    def encode(self, record: object) -> bytes:
+        """Serialize a registered record to its versioned JSON payload."""
+        rt = self.kind_of(record)
+        body = orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
+        head = b'{"schema":' + orjson.dumps(rt.kind) + b',"v":' + str(rt.version).encode()
+        # orjson renders a dataclass as one JSON object: splice the envelope into it.
+        return head + (b"}" if body == b"{}" else b"," + body[1:])
+
+    def to_dict(self, record: object) -> dict[str, Any]:
+        """The payload as a dict (what :meth:`encode` writes), for sinks and views."""
+        out: dict[str, Any] = orjson.loads(self.encode(record))
+        return out
+
+    def decode(self, payload: bytes | bytearray | memoryview | str) -> Any:
+        """Parse a payload into its record; raise :class:`DecodeError` with the reason otherwise."""
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise DecodeError(f"payload is a JSON {type(data).__name__}, not an object")
+        kind = data.pop("schema", None)
+        version = data.pop("v", None)
+        rt = self.registry.get(kind) if isinstance(kind, str) else None
+        if rt is None:
+            raise DecodeError(f"unknown record kind {kind!r}")
+        if type(version) is not int or version != rt.version:  # not True, not 1.0
+            raise DecodeError(
+                f"{kind} v{version!r} is not supported (this build reads v{rt.version})"
+            )
+        adapter = self._adapters.get(rt.cls)
+        if adapter is None:
+            adapter = self._adapters[rt.cls] = pydantic.TypeAdapter(rt.cls)
+        try:
+            return adapter.validate_python(data)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "<record>"
+            raise DecodeError(f"{kind} v{version}: {where}: {first['msg']}") from None
+
+
+#: every record on every topic: agents' inputs, the worker's outputs, the sink's failures
+WIRE = Codec(inputs.KINDS, outputs.KINDS, delivery.KINDS)
+REGISTRY = WIRE.registry
+kind_of = WIRE.kind_of
+encode = WIRE.encode
+to_dict = WIRE.to_dict
+decode = WIRE.decode

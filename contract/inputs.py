@@ -1,0 +1,210 @@
+"""Input records: what node agents publish and the worker reads (the wire contract).
+
+Every record is a frozen dataclass carrying its node and its source timestamp (``ts_ms``).
+They travel through :mod:`contract.codec` with a ``schema`` name and version ``v``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: ``DeviceAssignment.resource`` of a device allocated through DRA: ``dra:<driver>``, with
+#: ``device_id`` ``<pool>/<device>``
+DRA_PREFIX = "dra:"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DeviceAssignment:
+    """One device ID handed by the kubelet to one container (a row of PodResources ``List``)."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class AllocatableDevice:
+    """One device the kubelet can hand out (``GetAllocatableResources``)."""
+
+    resource: str
+    device_id: str
+    numa_nodes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodResourcesSnapshot:
+    """Every device assignment on a node at ``ts_ms``: enough to rebuild state from scratch."""
+
+    node: str
+    ts_ms: int
+    assignments: tuple[DeviceAssignment, ...]
+    allocatable: tuple[AllocatableDevice, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodResourcesDiff:
+    """Assignments that appeared or disappeared between two consecutive ``List`` polls."""
+
+    node: str
+    ts_ms: int
+    added: tuple[DeviceAssignment, ...]
+    removed: tuple[DeviceAssignment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterClaim:
+    """Pod labels dcgm-exporter stamped on a row: its claim, not our attribution."""
+
+    namespace: str
+    pod: str
+    container: str
+    pod_uid: str | None = None
+    vgpu: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmSample:
+    """One GPU (or MIG instance) as one dcgm-exporter scrape saw it.
+
+    ``uuid`` is the physical GPU's UUID as the exporter labels it; MIG rows add
+    ``mig_instance_id`` (``GPU_I_ID``) and ``mig_profile`` (``GPU_I_PROFILE``).
+    Missing fields are ``None``: the exporter's field set is configurable.
+    """
+
+    node: str
+    ts_ms: int
+    uuid: str
+    gpu_index: int | None
+    model: str
+    hostname: str
+    device: str = ""
+    pci_bus_id: str = ""
+    driver_version: str = ""
+    mig_instance_id: int | None = None
+    mig_profile: str | None = None
+    util_pct: float | None = None
+    gr_engine_active: float | None = None
+    fb_used_mib: float | None = None
+    fb_free_mib: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    xid: int | None = None
+    exporter_claims: tuple[ExporterClaim, ...] = ()
+    exporter_row_copies: int = 1
+    #: fields whose rows for this device carried *different* values per pod (the exporter's
+    #: per-process mode): those values are not a device-wide reading and are left out (None).
+    exporter_split_fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """A controller: the pod's direct owner, or the workload it resolves to."""
+
+    kind: str
+    name: str
+    inferred: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """A pod as the API server sees it (one watch event), compact.
+
+    ``deleted`` is set when the watch reports DELETED (the object is gone from the API server);
+    ``deletion_ts_ms`` when deletion was requested (the pod may keep its devices until its
+    containers stop, up to ``deletion_grace_s`` later).
+    """
+
+    node: str
+    ts_ms: int
+    uid: str
+    namespace: str
+    name: str
+    phase: str | None
+    created_ms: int | None
+    deletion_ts_ms: int | None = None
+    deletion_grace_s: int | None = None
+    deleted: bool = False
+    containers: tuple[str, ...] = ()
+    gpu_requests: tuple[tuple[str, str], ...] = ()
+    gpu_limits: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    owner: OwnerRef | None = None
+    workload: OwnerRef | None = None
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodListSnapshot:
+    """Every pod UID on the node after a (re)list: pods missing from it are gone."""
+
+    node: str
+    ts_ms: int
+    uids: tuple[str, ...]
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A node's GPU-related labels (``nvidia.com/*``) and allocatable ``nvidia.com/*`` capacity."""
+
+    node: str
+    ts_ms: int
+    labels: tuple[tuple[str, str], ...]
+    allocatable: tuple[tuple[str, str], ...] = ()
+    deleted: bool = False
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    index: int
+    uuid: str
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MigInfo:
+    """One MIG device: new-style MIG UUIDs do not encode their parent, NVML does."""
+
+    mig_uuid: str
+    parent_uuid: str
+    gi: int
+    ci: int | None = None
+    profile: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInventory:
+    """A node's GPUs and MIG devices, read through NVML (or a static file where NVML is absent)."""
+
+    node: str
+    ts_ms: int
+    source: str
+    gpus: tuple[GpuInfo, ...]
+    migs: tuple[MigInfo, ...] = ()
+
+
+#: Every record an agent publishes on the node-events topic
+InputRecord = (
+    PodResourcesSnapshot
+    | PodResourcesDiff
+    | DcgmSample
+    | PodRecord
+    | PodListSnapshot
+    | NodeRecord
+    | DeviceInventory
+)
+
+#: Record kinds the agents publish, with their schema versions (see :mod:`contract.codec`).
+KINDS: dict[str, tuple[type, int]] = {
+    "podresources.snapshot": (PodResourcesSnapshot, 1),
+    "podresources.diff": (PodResourcesDiff, 1),
+    "dcgm.sample": (DcgmSample, 1),
+    "k8s.pod": (PodRecord, 1),
+    "k8s.pod-list": (PodListSnapshot, 1),
+    "k8s.node": (NodeRecord, 1),
+    "inventory": (DeviceInventory, 1),
+}

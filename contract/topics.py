@@ -1,0 +1,62 @@
+"""Topics: roles, keys and retention of every topic, and the worker's changelog tables.
+
+The input topic is keyed by node; table changelog topics (created by Faust, compacted) share
+its partition count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags"]
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDoc:
+    role: TopicRole
+    key: str
+    carries: str
+    retention_ms: int
+
+
+TOPICS: tuple[TopicDoc, ...] = (
+    TopicDoc(
+        "node-events",
+        "node",
+        "everything a node agent publishes, in publish order: podresources.snapshot, "
+        "podresources.diff, dcgm.sample, k8s.pod, k8s.pod-list, k8s.node, inventory",
+        3 * DAY_MS,
+    ),
+    TopicDoc("attribution", "node/device-uuid", "attribution events, one per sample", 7 * DAY_MS),
+    TopicDoc(
+        "alerts", "alert id", "alert: idle, xid, orphaned-memory; firing and resolved", 14 * DAY_MS
+    ),
+    TopicDoc(
+        "flags",
+        "node/device-uuid",
+        "exporter.misattribution: exporter credits a non-holder",
+        7 * DAY_MS,
+    ),
+    TopicDoc(
+        "deadletter",
+        "source key",
+        "inputs or alerts that could not be used or delivered",
+        14 * DAY_MS,
+    ),
+)
+
+
+#: The worker's tables, changelog ``<app id>-<name>-changelog`` (compacted, the input topic's
+#: partition count, values in the codec): :class:`streams.core.processor.Tables` field → name
+TABLES: dict[str, str] = {
+    "slot_holders": "slot-holders",
+    "node_devices": "node-devices",
+    "inventories": "inventories",
+    "pods": "pods",
+    "node_pods": "node-pods",
+    "nodes": "nodes",
+    "alert_state": "alert-state",
+}

@@ -1,0 +1,170 @@
+"""Typed settings, one group per concern, one env prefix (``GPUATTR_``), passed explicitly.
+
+Examples: ``GPUATTR_KAFKA_BOOTSTRAP=broker:9092``, ``GPUATTR_KUBELET_SOCKET_PATH=...``,
+``GPUATTR_DCGM_URL=http://localhost:9400/metrics``. Secrets are ``SecretStr`` and never logged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags"]
+
+DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+MICROK8S_KUBELET_SOCKET = Path(
+    "/var/snap/microk8s/common/var/lib/kubelet/pod-resources/kubelet.sock"
+)
+
+
+class KafkaSettings(BaseSettings):
+    """Where Kafka is and how to talk to it. No bootstrap → the embedded local broker."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GPUATTR_KAFKA_",
+        frozen=True,
+        hide_input_in_errors=True,  # secrets inside
+    )
+
+    bootstrap: str | None = None
+    topic_prefix: str = "gpuattr."
+    partitions: int = Field(default=8, ge=1)
+    replication: int = Field(default=1, ge=1)
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSettings:
+        """SASL without a user or password fails at connect time, far from the cause: refuse it
+        here, naming the settings (never their values)."""
+        if self.security_protocol.startswith("SASL"):
+            missing = [
+                f"GPUATTR_KAFKA_{name.upper()}"
+                for name, value in (
+                    ("sasl_username", self.sasl_username),
+                    ("sasl_password", self.sasl_password),
+                )
+                if not value
+            ]
+            if missing:
+                raise ValueError(f"{self.security_protocol} needs {' and '.join(missing)}")
+        return self
+
+    def topic(self, role: TopicRole) -> str:
+        return f"{self.topic_prefix}{role}"
+
+
+class KubeletSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_KUBELET_", frozen=True)
+
+    socket_path: Path = DEFAULT_KUBELET_SOCKET
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    snapshot_interval_s: float = Field(default=60.0, gt=0)
+    rpc_timeout_s: float = Field(default=5.0, gt=0)
+
+
+class DcgmSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_DCGM_", frozen=True)
+
+    url: str = "http://localhost:9400/metrics"
+    scrape_interval_s: float = Field(default=5.0, gt=0)
+    timeout_s: float = Field(default=4.0, gt=0)
+    #: the first scrape of a run waits at most this long for the node's pod list and
+    #: PodResources snapshot to be published, so no event names a holder without its identity
+    first_sample_wait_s: float = Field(default=30.0, ge=0)
+
+
+class ObserveSettings(BaseSettings):
+    """Where the agent and the sink serve /metrics, /healthz and /readyz (port 0: disabled)."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_OBSERVE_", frozen=True)
+
+    host: str = "0.0.0.0"
+    agent_port: int = 9101
+    sink_port: int = 9102
+
+
+class KubeSettings(BaseSettings):
+    """How the agent reaches the API server: explicit URL, in-cluster, or a kubeconfig."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_KUBE_", frozen=True)
+
+    enabled: bool = True
+    api_url: str | None = None
+    kubeconfig: Path | None = None
+    context: str | None = None
+    watch_timeout_s: int = Field(default=300, gt=0)
+    max_backoff_s: float = Field(default=30.0, gt=0)
+
+
+class InventorySettings(BaseSettings):
+    """Where the agent reads the node's device inventory when NVML is not available."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_INVENTORY_", frozen=True)
+
+    file: Path | None = None
+    interval_s: float = Field(default=300.0, gt=0)
+
+
+class AlertSettings(BaseSettings):
+    """Alert thresholds and windows (event time), handed to the worker's alert decisions as they
+    are (:func:`streams.core.alerts.step`). Idle overrides per pod by annotation."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_ALERTS_", frozen=True)
+
+    idle_threshold_pct: float = Field(default=5.0, ge=0, le=100)
+    idle_hysteresis_pct: float = Field(default=2.0, ge=0)
+    idle_window_s: float = Field(default=1800.0, gt=0)
+    cooldown_s: float = Field(default=3600.0, ge=0)
+    orphan_fb_mib: float = Field(default=1024.0, ge=0)
+    orphan_window_s: float = Field(default=300.0, gt=0)
+
+
+class SinkSettings(BaseSettings):
+    """Alert delivery. URLs and signing keys are secrets: never logged, never in events."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GPUATTR_SINK_",
+        frozen=True,
+        hide_input_in_errors=True,  # secrets inside
+    )
+
+    group_id: str = "gpuattr-sink"
+    slack_webhook_url: SecretStr | None = None
+    webhook_url: SecretStr | None = None
+    webhook_secret: SecretStr | None = None
+    timeout_s: float = Field(default=10.0, gt=0)
+    max_attempts: int = Field(default=8, ge=1)
+    base_delay_s: float = Field(default=0.5, gt=0)
+    max_delay_s: float = Field(default=60.0, gt=0)
+    rate_per_s: float = Field(default=1.0, gt=0)
+    burst: int = Field(default=5, ge=1)
+
+
+class WorkerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_WORKER_", frozen=True)
+
+    app_id: str = "gpuattr-worker"
+    data_dir: Path = Path("./.gpuattr/worker")
+    web_enabled: bool = True
+    web_port: int = 6066
+    web_host: str = "127.0.0.1"
+    #: how other workers reach this one's API (a pod IP); defaults to web_host
+    advertised_host: str | None = None
+    loglevel: str = "warn"
+
+
+class LocalKafkaSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_LOCAL_KAFKA_", frozen=True)
+
+    data_dir: Path = Path("./.gpuattr/kafka")
+    port: int = 9092
+    controller_port: int = 9093

@@ -1,0 +1,92 @@
+"""The replies a kubelet's PodResources API gives, built from our records: for the kubelet double
+(:mod:`sim.kubelet_server`). The inverse of :mod:`agents.podresources.translate`, whose tests
+round-trip through both."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from contract.inputs import DRA_PREFIX, AllocatableDevice, DeviceAssignment
+from proto.podresources.v1 import api_pb2 as pb
+
+
+def _container(name: str, rows: list[DeviceAssignment]) -> pb.ContainerResources:
+    """A container's devices: plugin devices grouped by resource; DRA devices as one claim
+    named ``<container>-devices`` (our records do not carry claim names)."""
+    plugin: dict[str, list[str]] = defaultdict(list)
+    dra: list[pb.ClaimResource] = []
+    for row in sorted(rows):
+        if row.resource.startswith(DRA_PREFIX):
+            pool, _, device = row.device_id.rpartition("/")
+            driver = row.resource.removeprefix(DRA_PREFIX)
+            dra.append(pb.ClaimResource(driver_name=driver, pool_name=pool, device_name=device))
+        else:
+            plugin[row.resource].append(row.device_id)
+    return pb.ContainerResources(
+        name=name,
+        devices=[
+            pb.ContainerDevices(resource_name=resource, device_ids=ids)
+            for resource, ids in sorted(plugin.items())
+        ],
+        dynamic_resources=(
+            [
+                pb.DynamicResource(
+                    claim_name=f"{name}-devices",
+                    claim_namespace=rows[0].namespace,
+                    claim_resources=dra,
+                )
+            ]
+            if dra
+            else []
+        ),
+    )
+
+
+def _pod(namespace: str, name: str, rows: Iterable[DeviceAssignment]) -> pb.PodResources:
+    by_container: dict[str, list[DeviceAssignment]] = defaultdict(list)
+    for row in rows:
+        by_container[row.container].append(row)
+    return pb.PodResources(
+        name=name,
+        namespace=namespace,
+        containers=[_container(ctr, ctr_rows) for ctr, ctr_rows in sorted(by_container.items())],
+    )
+
+
+def list_response(assignments: Iterable[DeviceAssignment]) -> pb.ListPodResourcesResponse:
+    """The ``List`` reply for these assignments (pods ordered by namespace, then name)."""
+    by_pod: dict[tuple[str, str], list[DeviceAssignment]] = defaultdict(list)
+    for row in assignments:
+        by_pod[(row.namespace, row.pod)].append(row)
+    return pb.ListPodResourcesResponse(
+        pod_resources=[_pod(ns, name, rows) for (ns, name), rows in sorted(by_pod.items())]
+    )
+
+
+def get_response(
+    assignments: Iterable[DeviceAssignment], namespace: str, name: str
+) -> pb.GetPodResourcesResponse | None:
+    """The ``Get`` reply for one pod, or ``None`` when no assignment names it (the double only
+    knows pods that hold devices; the kubelet answers an unknown pod with an error)."""
+    rows = [row for row in assignments if (row.namespace, row.pod) == (namespace, name)]
+    if not rows:
+        return None
+    return pb.GetPodResourcesResponse(pod_resources=_pod(namespace, name, rows))
+
+
+def allocatable_response(devices: Iterable[AllocatableDevice]) -> pb.AllocatableResourcesResponse:
+    """The ``GetAllocatableResources`` reply: one entry per resource and NUMA placement."""
+    grouped: dict[tuple[str, tuple[int, ...]], list[str]] = defaultdict(list)
+    for device in sorted(devices):
+        grouped[(device.resource, device.numa_nodes)].append(device.device_id)
+    return pb.AllocatableResourcesResponse(
+        devices=[
+            pb.ContainerDevices(
+                resource_name=resource,
+                device_ids=ids,
+                topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in numa]) if numa else None,
+            )
+            for (resource, numa), ids in sorted(grouped.items())
+        ]
+    )

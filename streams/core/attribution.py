@@ -1,0 +1,248 @@
+"""Attribution: one DCGM sample joined with the device's holders at the sample's time. Pure.
+
+Honesty rules (docs/ARCHITECTURE.md): usage is device-wide; on a shared device every holder is
+listed with its *allocation* share and nobody is credited with a usage number; MIG instances are
+devices of their own and their utilization comes from the profiling field, never GPU_UTIL.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from contract.inputs import DcgmSample, DeviceAssignment
+from contract.outputs import (
+    AttributionEvent,
+    ClaimedPod,
+    CreditScope,
+    ExporterMisattribution,
+    ExporterMode,
+    ExporterView,
+    Holder,
+    MigInstance,
+    State,
+    UidStatus,
+    Usage,
+    Workload,
+)
+from streams.core.sharing import Advertised, NodeSharing, decide
+
+
+@dataclass(frozen=True, slots=True)
+class PodIdentity:
+    """What our own join (PodResources x pod watch) knows of a holder at a time."""
+
+    uid: str | None
+    status: UidStatus
+    workload: Workload | None = None
+
+
+PodResolver = Callable[[str, str, int], PodIdentity]
+
+
+def no_pod_watch(namespace: str, pod: str, ts_ms: int) -> PodIdentity:
+    return PodIdentity(None, "no-pod-watch")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceContext:
+    """What the worker's tables know about the sample's device besides its holders."""
+
+    node_sharing: NodeSharing | None = None
+    advertised: Advertised | None = None  # how the kubelet advertises this very device
+    mig_uuid: str | None = None
+    mig_parent: bool = False
+    holders_known: bool = True
+    resolve_pod: PodResolver = no_pod_watch
+
+
+def _usage(sample: DcgmSample) -> Usage:
+    if sample.mig_instance_id is not None:
+        active = sample.gr_engine_active
+        util = None if active is None else round(active * 100.0, 2)
+        source = "DCGM_FI_PROF_GR_ENGINE_ACTIVE" if active is not None else None
+        scope = "mig-instance"
+    elif sample.util_pct is not None:
+        util, source, scope = sample.util_pct, "DCGM_FI_DEV_GPU_UTIL", "device"
+    elif sample.gr_engine_active is not None:
+        util = round(sample.gr_engine_active * 100.0, 2)
+        source, scope = "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "device"
+    else:
+        util, source, scope = None, None, "device"
+    return Usage(
+        scope=scope,  # type: ignore[arg-type]
+        util_pct=util,
+        util_source=source,
+        fb_used_mib=sample.fb_used_mib,
+        fb_free_mib=sample.fb_free_mib,
+        power_w=sample.power_w,
+        temp_c=sample.temp_c,
+        xid=sample.xid,
+    )
+
+
+def _holders(
+    rows: Sequence[DeviceAssignment],
+    replicas: int | None,
+    shared: bool,
+    ts_ms: int,
+    ctx: DeviceContext,
+) -> tuple[Holder, ...]:
+    grouped: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    for a in rows:
+        grouped[(a.namespace, a.pod, a.container, a.resource)].append(a.device_id)
+    out = []
+    for (ns, pod, container, resource), ids in sorted(grouped.items()):
+        who = ctx.resolve_pod(ns, pod, ts_ms)
+        share = (len(ids) / replicas if replicas else None) if shared else 1.0
+        out.append(
+            Holder(
+                ns,
+                pod,
+                container,
+                resource,
+                tuple(sorted(ids)),
+                len(ids),
+                None if share is None else round(share, 4),
+                who.uid,
+                who.status,
+                who.workload,
+            )
+        )
+    return tuple(out)
+
+
+def _exporter_view(
+    sample: DcgmSample, holders: Sequence[Holder], state: State
+) -> tuple[ExporterView, tuple[ClaimedPod, ...]]:
+    claims = tuple(
+        dict.fromkeys(ClaimedPod(c.namespace, c.pod, c.container) for c in sample.exporter_claims)
+    )
+    mode = _mode(sample, claims)
+    if state == "unknown":
+        reason = "holders unknown yet: the claim cannot be checked"
+        return ExporterView(claims, False, reason, mode), ()
+    holding = {(h.namespace, h.pod) for h in holders}
+    strangers = tuple(c for c in claims if (c.namespace, c.pod) not in holding)
+    if strangers:
+        view = ExporterView(claims, False, "exporter credits a pod that holds no slot here")
+    elif not claims:
+        reason = "exporter credited no pod" + (
+            f" although {len(holding)} pod(s) hold slots" if holding else ""
+        )
+        view = ExporterView(claims, not holding, reason)
+    elif state == "shared" and len(holding) > 1:
+        how = (
+            "identical per-pod copies of one device-wide row"
+            if len(claims) > 1
+            else "one arbitrary holder stamped on a device-wide value"
+        )
+        view = ExporterView(claims, False, f"shared device: {how}")
+    else:
+        view = ExporterView(claims, True, "exporter's pod is the only holder")
+    if mode == "per-process":
+        view = ExporterView(
+            claims,
+            False,
+            "per-process rows (values differ per pod: "
+            + ", ".join(sample.exporter_split_fields)
+            + ") are not a device-wide "
+            "reading and are left out; unreliable under MPS",
+            mode,
+        )
+    return replace(view, mode=mode), strangers
+
+
+def _mode(sample: DcgmSample, claims: Sequence[ClaimedPod]) -> ExporterMode:
+    if sample.exporter_split_fields:
+        return "per-process"
+    if len(claims) > 1:
+        return "per-pod-copies"
+    return "single" if claims else "none"
+
+
+def _summary(
+    ev_state: State, sharing: str, holders: Sequence[Holder], usage: Usage, key: str
+) -> str:
+    util = "n/a" if usage.util_pct is None else f"{usage.util_pct:g}%"
+    pods = sorted({f"{h.namespace}/{h.pod}" for h in holders})
+    if ev_state == "unallocated":
+        return f"{key}: no holder, util {util}"
+    if ev_state == "unknown":
+        return f"{key}: holders not known yet (no PodResources view of the node), util {util}"
+    if ev_state == "mig-parent":
+        return f"{key}: MIG parent GPU, instances are reported separately; util {util}"
+    if ev_state == "exclusive" or len(pods) == 1:
+        return f"{key}: held by {pods[0]} ({sharing}), util {util}"
+    return (
+        f"{key}: {len(pods)} tenants share this GPU ({sharing}), device-wide util {util}: "
+        + ", ".join(pods)
+    )
+
+
+def attribute(
+    sample: DcgmSample, rows: Sequence[DeviceAssignment], ctx: DeviceContext
+) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
+    """Join one sample with the holders of its device at the sample's time."""
+    is_mig = sample.mig_instance_id is not None
+    decision = decide(ctx.node_sharing, rows, is_mig, ctx.advertised)
+    pods = {(a.namespace, a.pod) for a in rows}
+    shared = decision.sharing not in ("none", "mig")
+    state: State
+    notes = decision.notes
+    if not ctx.holders_known:
+        state = "unknown"
+        notes = (*notes, "no PodResources snapshot from this node yet: holders unknown")
+    elif ctx.mig_parent and not rows:
+        state = "mig-parent"
+    elif not rows:
+        state = "unallocated"
+    elif shared or len(pods) > 1:
+        state = "shared"
+    else:
+        state = "exclusive"
+    holders = _holders(rows, decision.replicas, state == "shared", sample.ts_ms, ctx)
+    credit: CreditScope = "none" if not rows else ("holder" if len(pods) == 1 else "device-wide")
+    usage = _usage(sample)
+    key = ctx.mig_uuid or (
+        sample.uuid if not is_mig else f"{sample.uuid}/gi{sample.mig_instance_id}"
+    )
+    exporter, strangers = _exporter_view(sample, holders, state)
+    event = AttributionEvent(
+        node=sample.node,
+        ts_ms=sample.ts_ms,
+        device_uuid=key,
+        gpu_uuid=sample.uuid,
+        gpu_index=sample.gpu_index,
+        model=sample.model,
+        mig=MigInstance(sample.mig_instance_id, sample.mig_profile) if is_mig else None,
+        state=state,
+        sharing=decision.sharing,
+        replicas=decision.replicas,
+        tenant_count=len(pods),
+        holders=holders,
+        usage=usage,
+        credit=credit,
+        exporter=exporter,
+        notes=notes,
+        summary=_summary(state, decision.sharing, holders, usage, key),
+    )
+    holding = tuple(
+        sorted(
+            {ClaimedPod(h.namespace, h.pod, "") for h in holders},
+            key=lambda c: (c.namespace, c.pod),
+        )
+    )
+    flags = tuple(
+        ExporterMisattribution(
+            sample.node,
+            sample.ts_ms,
+            key,
+            c,
+            holding,
+            "exporter credits a pod that holds no slot on this device",
+        )
+        for c in strangers
+    )
+    return event, flags

@@ -1,0 +1,200 @@
+"""One input record in, table updates and output records out.
+
+This is the glue between the pure decisions (:mod:`streams.core.holders`,
+:mod:`streams.core.attribution`) and the worker's tables. Tables are plain ``MutableMapping``
+objects here — Faust tables in the worker, dicts in tests — and every new value is *assigned*
+back (Faust persists to the changelog only on assignment). Every key starts with the node, the
+key of every input topic, so all state for a node lives in the partition that node's records
+arrive on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+
+from contract.inputs import (
+    DcgmSample,
+    DeviceAssignment,
+    DeviceInventory,
+    NodeRecord,
+    PodListSnapshot,
+    PodRecord,
+    PodResourcesDiff,
+    PodResourcesSnapshot,
+)
+from contract.outputs import Alert, AttributionEvent, ExporterMisattribution
+from infra.settings import AlertSettings
+from streams.core.alerts import DeviceAlerts, policy_for, step
+from streams.core.attribution import DeviceContext, PodIdentity, attribute
+from streams.core.holders import NodeDevices, SlotHolders, apply_podresources, reindex
+from streams.core.identity import (
+    EMPTY_INVENTORY,
+    Inventory,
+    MigDevice,
+    device_key,
+    mig_uuid_for,
+    parse_device_id,
+)
+from streams.core.pods import NodePods, PodNames, apply_pod, apply_pod_list, name_key, resolve
+from streams.core.sharing import sharing_from_labels
+
+Output = AttributionEvent | ExporterMisattribution | Alert
+
+
+@dataclass
+class Tables:
+    """The worker's state; every key starts with the node (see docs/ARCHITECTURE.md)."""
+
+    slot_holders: MutableMapping[str, SlotHolders]  # node/base-device-id
+    node_devices: MutableMapping[str, NodeDevices]  # node
+    inventories: MutableMapping[str, Inventory]  # node
+    pods: MutableMapping[str, PodNames]  # node/namespace/name
+    node_pods: MutableMapping[str, NodePods]  # node
+    nodes: MutableMapping[str, NodeRecord]  # node
+    alert_state: MutableMapping[str, DeviceAlerts]  # node/device-uuid
+
+
+def holder_key(node: str, base: str) -> str:
+    return f"{node}/{base}"
+
+
+def inventory_of(record: DeviceInventory) -> Inventory:
+    return Inventory(
+        gpus={g.index: g.uuid for g in record.gpus},
+        migs={
+            m.mig_uuid: MigDevice(m.mig_uuid, m.parent_uuid, m.gi, m.profile) for m in record.migs
+        },
+    )
+
+
+class Processor:
+    """Applies records to :class:`Tables` and returns what to publish."""
+
+    def __init__(self, tables: Tables, policy: AlertSettings | None = None) -> None:
+        self.tables = tables
+        self.policy = policy or AlertSettings.model_construct()  # defaults, no environment read
+
+    def handle(self, record: object) -> list[Output]:
+        if isinstance(record, DcgmSample):
+            return self._on_sample(record)
+        if isinstance(record, PodResourcesSnapshot | PodResourcesDiff):
+            self._on_podresources(record)
+            return []
+        if isinstance(record, PodRecord):
+            self._on_pod(record)
+            return []
+        if isinstance(record, PodListSnapshot):
+            self._on_pod_list(record)
+            return []
+        if isinstance(record, DeviceInventory):
+            self.set_inventory(record.node, inventory_of(record))
+            return []
+        if isinstance(record, NodeRecord):
+            self.tables.nodes[record.node] = record
+            return []
+        raise TypeError(f"the worker does not handle {type(record).__name__}")
+
+    def _inventory(self, node: str) -> Inventory:
+        return self.tables.inventories.get(node, EMPTY_INVENTORY)
+
+    def _on_podresources(self, record: PodResourcesSnapshot | PodResourcesDiff) -> None:
+        t = self.tables
+        node = record.node
+        index = t.node_devices.get(node)
+        rows = (
+            record.assignments
+            if isinstance(record, PodResourcesSnapshot)
+            else (*record.added, *record.removed)
+        )
+        bases = set(index.bases if index else ()) | {
+            parse_device_id(a.device_id).base for a in rows
+        }
+        current = {b: h for b in bases if (h := t.slot_holders.get(holder_key(node, b)))}
+        new_index, changed = apply_podresources(index, current, record, self._inventory(node))
+        for base, holders in changed.items():
+            t.slot_holders[holder_key(node, base)] = holders
+        t.node_devices[node] = new_index
+
+    def set_inventory(self, node: str, inventory: Inventory) -> None:
+        t = self.tables
+        t.inventories[node] = inventory
+        index = t.node_devices.get(node)
+        if index is not None:
+            t.node_devices[node] = reindex(index, inventory)
+
+    def _on_pod(self, rec: PodRecord) -> None:
+        t = self.tables
+        key = name_key(rec.node, rec.namespace, rec.name)
+        t.pods[key] = apply_pod(t.pods.get(key), rec)
+        names = t.node_pods.get(rec.node, NodePods()).names
+        short = f"{rec.namespace}/{rec.name}"
+        if short not in names:
+            t.node_pods[rec.node] = NodePods(tuple(sorted((*names, short))))
+
+    def _on_pod_list(self, listing: PodListSnapshot) -> None:
+        t = self.tables
+        names = t.node_pods.get(listing.node, NodePods()).names
+        for short in names:
+            key = f"{listing.node}/{short}"
+            current = t.pods.get(key)
+            updated = apply_pod_list(current, listing) if current else None
+            if updated is not None:
+                t.pods[key] = updated
+        if listing.node not in t.node_pods:
+            t.node_pods[listing.node] = NodePods()
+
+    def _resolver(self, node: str) -> Callable[[str, str, int], PodIdentity]:
+        pods, watched = self.tables.pods, node in self.tables.node_pods
+
+        def resolve_pod(namespace: str, name: str, ts_ms: int) -> PodIdentity:
+            return resolve(pods.get(name_key(node, namespace, name)), ts_ms, watched)
+
+        return resolve_pod
+
+    def _on_sample(self, sample: DcgmSample) -> list[Output]:
+        t = self.tables
+        node = sample.node
+        index = t.node_devices.get(node)
+        key = device_key(sample.uuid, sample.mig_instance_id)
+        rows: list[DeviceAssignment] = []
+        mig_parent = False
+        if index is not None:
+            for base in index.keys.get(key, ()):
+                holders = t.slot_holders.get(holder_key(node, base))
+                if holders is not None:
+                    rows.extend(holders.at(sample.ts_ms))
+            if sample.mig_instance_id is None:
+                prefix = f"{sample.uuid}/gi"
+                mig_parent = any(k.startswith(prefix) for k in index.keys)
+        mig_uuid = (
+            mig_uuid_for(sample.uuid, sample.mig_instance_id, self._inventory(node))
+            if sample.mig_instance_id is not None
+            else None
+        )
+        node_rec = t.nodes.get(node)
+        ctx = DeviceContext(
+            node_sharing=sharing_from_labels(dict(node_rec.labels)) if node_rec else None,
+            advertised=index.advertised.get(key) if index is not None else None,
+            mig_uuid=mig_uuid,
+            mig_parent=mig_parent,
+            holders_known=index is not None,
+            resolve_pod=self._resolver(node),
+        )
+        event, flags = attribute(sample, rows, ctx)
+        return [event, *flags, *self._alerts(event)]
+
+    def _alerts(self, event: AttributionEvent) -> list[Alert]:
+        t = self.tables
+        key = f"{event.node}/{event.device_uuid}"
+        annotations = []
+        for h in event.holders:
+            names = t.pods.get(name_key(event.node, h.namespace, h.pod))
+            for life in names.lives if names else ():
+                if life.uid == h.uid and life.annotations:
+                    annotations.append(dict(life.annotations))
+        old = t.alert_state.get(key)
+        new, alerts = step(old, event, policy_for(self.policy, annotations))
+        if new != old:
+            t.alert_state[key] = new
+        return alerts

@@ -1,0 +1,26 @@
+"""Table values: the worker's state, serialized like every topic (:mod:`contract.codec`).
+
+Changelog topics carry these as versioned JSON, readable by anyone debugging a table.
+"""
+
+from __future__ import annotations
+
+from contract import inputs
+from contract.codec import Codec
+from streams.core.alerts import DeviceAlerts
+from streams.core.holders import NodeDevices, SlotHolders
+from streams.core.identity import Inventory
+from streams.core.pods import NodePods, PodNames
+
+#: State kinds kept in changelog-backed tables.
+KINDS: dict[str, tuple[type, int]] = {
+    "state.slot_holders": (SlotHolders, 1),
+    "state.node_devices": (NodeDevices, 1),
+    "state.inventory": (Inventory, 1),
+    "state.pod_names": (PodNames, 1),
+    "state.node_pods": (NodePods, 1),
+    "state.device_alerts": (DeviceAlerts, 1),
+}
+
+#: What the tables hold: these state kinds and the input records kept as they came (nodes)
+TABLE_CODEC = Codec(inputs.KINDS, KINDS)

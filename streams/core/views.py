@@ -1,0 +1,191 @@
+"""What operators see: one row per device (or MIG instance), built from the worker's state.
+
+Pure functions over frozen records. A row joins the device's latest attribution event (who holds
+it, what the hardware measured) with its alert state (how long it has been idle, what is open).
+Idle time is event time: the latest sample's ``ts_ms`` minus the start of the idle episode.
+
+Honesty carries through: a shared device's row has every holder and one device-wide usage
+figure (``usage_scope``), never a per-pod split; ``allocation_share`` is labelled as allocation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+
+from contract.outputs import AttributionEvent, Holder
+from streams.core.alerts import DeviceAlerts
+
+SORT_KEYS = ("node", "util", "idle", "tenants", "namespace", "model")
+
+
+@dataclass(frozen=True, slots=True)
+class HolderRow:
+    namespace: str
+    pod: str
+    container: str
+    workload: str | None  # "Kind/name"
+    uid: str | None
+    uid_prefix: str | None
+    slots: int
+    allocation_share: float | None  # share of the device's slots *allocated*, not usage
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRow:
+    node: str
+    device_uuid: str
+    gpu_uuid: str
+    gpu_index: int | None
+    mig_instance: int | None
+    mig_profile: str | None
+    model: str
+    state: str
+    sharing: str
+    tenant_count: int
+    holders: tuple[HolderRow, ...]
+    usage_scope: str  # "device" or "mig-instance": never a pod
+    util_pct: float | None
+    fb_used_mib: float | None
+    fb_free_mib: float | None
+    idle_since_ms: int | None
+    idle_s: float | None
+    open_alerts: tuple[str, ...]
+    ts_ms: int
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    node: str | None = None
+    namespace: str | None = None
+    workload: str | None = None  # "name" or "Kind/name"
+    sharing: str | None = None
+    idle: bool = False  # only devices in an idle episode
+    alerts: bool = False  # only devices with an open alert
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> Filter:
+        def flag(name: str) -> bool:
+            return query.get(name, "").lower() in ("1", "true", "yes")
+
+        return cls(
+            node=query.get("node") or None,
+            namespace=query.get("namespace") or None,
+            workload=query.get("workload") or None,
+            sharing=query.get("sharing") or None,
+            idle=flag("idle"),
+            alerts=flag("alerts"),
+        )
+
+
+#: rows as JSON (another worker's answer, or the API's for ``gpuattr top``) → DeviceRow
+ROWS = pydantic.TypeAdapter(list[DeviceRow])
+
+
+def _holder(h: Holder) -> HolderRow:
+    return HolderRow(
+        namespace=h.namespace,
+        pod=h.pod,
+        container=h.container,
+        workload=f"{h.workload.kind}/{h.workload.name}" if h.workload else None,
+        uid=h.uid,
+        uid_prefix=h.uid[:8] if h.uid else None,
+        slots=h.slots,
+        allocation_share=h.allocation_share,
+    )
+
+
+def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRow:
+    idle = alerts.idle if alerts else None
+    open_alerts = []
+    if idle is not None and idle.firing:
+        open_alerts.append("idle")
+    if alerts and alerts.orphan is not None and alerts.orphan.firing:
+        open_alerts.append("orphaned-memory")
+    if event.usage.xid:
+        open_alerts.append(f"xid-{event.usage.xid}")
+    return DeviceRow(
+        node=event.node,
+        device_uuid=event.device_uuid,
+        gpu_uuid=event.gpu_uuid,
+        gpu_index=event.gpu_index,
+        mig_instance=event.mig.instance_id if event.mig else None,
+        mig_profile=event.mig.profile if event.mig else None,
+        model=event.model,
+        state=event.state,
+        sharing=event.sharing,
+        tenant_count=event.tenant_count,
+        holders=tuple(_holder(h) for h in event.holders),
+        usage_scope=event.usage.scope,
+        util_pct=event.usage.util_pct,
+        fb_used_mib=event.usage.fb_used_mib,
+        fb_free_mib=event.usage.fb_free_mib,
+        idle_since_ms=idle.since_ms if idle else None,
+        idle_s=(event.ts_ms - idle.since_ms) / 1000 if idle else None,
+        open_alerts=tuple(open_alerts),
+        ts_ms=event.ts_ms,
+        summary=event.summary,
+    )
+
+
+def _workload_matches(row: DeviceRow, wanted: str) -> bool:
+    for h in row.holders:
+        if h.workload and (h.workload == wanted or h.workload.split("/", 1)[-1] == wanted):
+            return True
+    return False
+
+
+def matches(row: DeviceRow, f: Filter) -> bool:
+    return (
+        (f.node is None or row.node == f.node)
+        and (f.namespace is None or any(h.namespace == f.namespace for h in row.holders))
+        and (f.workload is None or _workload_matches(row, f.workload))
+        and (f.sharing is None or row.sharing == f.sharing)
+        and (not f.idle or row.idle_since_ms is not None)
+        and (not f.alerts or bool(row.open_alerts))
+    )
+
+
+def _sort_key(by: str) -> Callable[[DeviceRow], Any]:
+    keys: dict[str, Callable[[DeviceRow], Any]] = {
+        "node": lambda r: (r.node, r.gpu_index if r.gpu_index is not None else -1, r.device_uuid),
+        "util": lambda r: (-(r.util_pct if r.util_pct is not None else -1.0), r.node),
+        "idle": lambda r: (-(r.idle_s or 0.0), r.node, r.device_uuid),
+        "tenants": lambda r: (-r.tenant_count, r.node, r.device_uuid),
+        "namespace": lambda r: (min((h.namespace for h in r.holders), default="~"), r.node),
+        "model": lambda r: (r.model, r.node, r.device_uuid),
+    }
+    if by not in keys:
+        raise ValueError(f"sort by one of {', '.join(SORT_KEYS)}, not {by!r}")
+    return keys[by]
+
+
+def select(rows: Iterable[DeviceRow], f: Filter, sort: str = "node") -> list[DeviceRow]:
+    """The rows matching ``f``, sorted (``node`` order breaks ties: the output is stable)."""
+    key = _sort_key(sort)
+    chosen = sorted((r for r in rows if matches(r, f)), key=_sort_key("node"))
+    return sorted(chosen, key=key)
+
+
+def usage_text(row: DeviceRow) -> str:
+    """The usage cell: a shared device shows the tenants and the device-wide figure only."""
+    figure = f"{row.util_pct:.0f}%" if row.util_pct is not None else "n/a"
+    if row.state == "shared":
+        tenants = f"{row.tenant_count} tenant" + ("" if row.tenant_count == 1 else "s")
+        return f"{tenants} · device-wide {figure}"
+    return figure
+
+
+def merge(parts: Sequence[Iterable[DeviceRow]]) -> list[DeviceRow]:
+    """Rows from several workers; a device reported twice (mid-rebalance) keeps its newest."""
+    best: dict[tuple[str, str], DeviceRow] = {}
+    for part in parts:
+        for row in part:
+            key = (row.node, row.device_uuid)
+            if key not in best or row.ts_ms > best[key].ts_ms:
+                best[key] = row
+    return list(best.values())

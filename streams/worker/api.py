@@ -1,0 +1,189 @@
+"""The query API, served by every worker on Faust's web server (JSON, read-only).
+
+Tables are partitioned by node across workers. A node's request is answered by the worker that
+owns the node's partition: Faust's router finds it from the group assignment and forwards the
+request if it landed elsewhere. Cluster-wide listings gather ``/api/v1/local/devices`` from every
+worker in the assignment and merge; a worker that does not answer is named in ``unavailable``
+rather than silently missing.
+
+    GET /api/v1/devices[?node=&namespace=&workload=&sharing=&idle=1&alerts=1&sort=]
+    GET /api/v1/nodes/{node}
+    GET /api/v1/namespaces/{namespace}
+    GET /api/v1/workloads/{namespace}/{name}        (name, or Kind/name as kind and name)
+    GET /api/v1/alerts                              devices with an open alert
+    GET /api/v1/local/devices                       this worker's partitions only
+    GET /metrics, /healthz, /readyz
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import faust
+import orjson
+from faust.exceptions import SameNode
+
+from infra.observe import metrics_body
+from streams.core.processor import Tables
+from streams.core.views import ROWS, DeviceRow, Filter, merge, select
+from streams.worker.live import LiveDevices
+
+log = logging.getLogger(__name__)
+PEER_TIMEOUT = aiohttp.ClientTimeout(total=5)
+
+
+def rows_json(rows: list[DeviceRow]) -> Any:
+    return orjson.loads(orjson.dumps(rows))
+
+
+class QueryApi:
+    def __init__(
+        self,
+        app: faust.App,
+        tables: Tables,
+        live: LiveDevices,
+        input_topic: str,
+        ready: Callable[[], bool],
+    ) -> None:
+        self.app = app
+        self.tables = tables
+        self.live = live
+        self.input_topic = input_topic
+        self.ready = ready
+
+    @property
+    def me(self) -> str:
+        return str(self.app.conf.canonical_url).rstrip("/")
+
+    def owned(self) -> list[int]:
+        return sorted(
+            tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.input_topic
+        )
+
+    def local_rows(self) -> list[DeviceRow]:
+        return self.live.rows(set(self.owned()), self.tables.alert_state)
+
+    def peers(self) -> list[str]:
+        hosts = {str(h).rstrip("/") for h in self.app.router.tables_metadata()}
+        return sorted(hosts - {self.me})
+
+    async def _peer_rows(self, host: str) -> list[DeviceRow]:
+        async with self.app.http_client.get(
+            f"{host}/api/v1/local/devices", timeout=PEER_TIMEOUT
+        ) as resp:
+            resp.raise_for_status()
+            body = orjson.loads(await resp.read())
+        return ROWS.validate_python(body["devices"])
+
+    async def gather(self) -> tuple[list[DeviceRow], list[str], list[str]]:
+        """All workers' rows: (rows, workers that answered, workers that did not)."""
+        peers = self.peers()
+        results = await asyncio.gather(*(self._peer_rows(h) for h in peers), return_exceptions=True)
+        parts, answered, unavailable = [self.local_rows()], [self.me], []
+        for host, result in zip(peers, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("worker %s did not answer the query: %r", host, result)
+                unavailable.append(host)
+            else:
+                parts.append(result)
+                answered.append(host)
+        return merge(parts), answered, unavailable
+
+    async def listing(self, f: Filter, sort: str) -> dict[str, Any]:
+        rows, answered, unavailable = await self.gather()
+        chosen = select(rows, f, sort)
+        return {
+            "workers": answered,
+            "unavailable": unavailable,
+            "count": len(chosen),
+            "devices": rows_json(chosen),
+        }
+
+    def node(self, node: str) -> dict[str, Any]:
+        record = self.tables.nodes.get(node)
+        rows = select(self.local_rows(), Filter(node=node))
+        return {
+            "node": node,
+            "worker": self.me,
+            "labels": dict(record.labels) if record else None,
+            "known": record is not None or bool(rows),
+            "devices": rows_json(rows),
+        }
+
+    def register(self) -> None:
+        app, api = self.app, self
+
+        def json(view: Any, body: Any, status: int = 200) -> Any:
+            return view.bytes(orjson.dumps(body), content_type="application/json", status=status)
+
+        def query(request: Any) -> Mapping[str, str]:
+            return dict(request.query)
+
+        async def devices(view: Any, request: Any) -> Any:
+            q = query(request)
+            try:
+                return json(view, await api.listing(Filter.from_query(q), q.get("sort", "node")))
+            except ValueError as exc:
+                return json(view, {"error": str(exc)}, 400)
+
+        async def node(view: Any, request: Any, node: str) -> Any:
+            try:
+                return await app.router.route_req("nodes", node, view.web, request)
+            except SameNode:
+                return json(view, api.node(node))
+
+        async def namespace(view: Any, request: Any, namespace: str) -> Any:
+            q = query(request)
+            f = replace(Filter.from_query(q), namespace=namespace)
+            return json(view, await api.listing(f, q.get("sort", "node")))
+
+        async def workload(view: Any, request: Any, namespace: str, name: str) -> Any:
+            q = query(request)
+            f = replace(Filter.from_query(q), namespace=namespace, workload=name)
+            return json(view, await api.listing(f, q.get("sort", "node")))
+
+        async def workload_kind(
+            view: Any, request: Any, namespace: str, kind: str, name: str
+        ) -> Any:
+            return await workload(view, request, namespace, f"{kind}/{name}")
+
+        async def alerts(view: Any, request: Any) -> Any:
+            return json(view, await api.listing(Filter(alerts=True), "idle"))
+
+        async def local(view: Any, request: Any) -> Any:
+            body = {"worker": api.me, "partitions": api.owned(), "devices": []}
+            body["devices"] = rows_json(api.local_rows())
+            return json(view, body)
+
+        async def metrics(view: Any, request: Any) -> Any:
+            body, content_type = metrics_body()
+            return view.bytes(body, content_type=content_type.split(";")[0])
+
+        async def healthz(view: Any, request: Any) -> Any:
+            return json(view, {"status": "ok"})
+
+        async def readyz(view: Any, request: Any) -> Any:
+            ok = api.ready()
+            return json(view, {"ready": ok, "checks": {"assigned": ok}}, 200 if ok else 503)
+
+        pages: dict[str, Callable[..., Any]] = {
+            "/api/v1/devices": devices,
+            "/api/v1/nodes/{node}": node,
+            "/api/v1/namespaces/{namespace}": namespace,
+            "/api/v1/workloads/{namespace}/{name}": workload,
+            "/api/v1/workloads/{namespace}/{kind}/{name}": workload_kind,
+            "/api/v1/alerts": alerts,
+            "/api/v1/local/devices": local,
+            "/metrics": metrics,
+            "/healthz": healthz,
+            "/readyz": readyz,
+        }
+        for path, handler in pages.items():
+            handler.__name__ = "gpuattr_" + path.strip("/").replace("/", "_").replace("{", "")
+            handler.__name__ = handler.__name__.replace("}", "")
+            app.page(path)(handler)

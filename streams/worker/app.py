@@ -1,0 +1,189 @@
+"""The Faust app factory: topics, tables and one thin agent over the node-keyed input topics.
+
+The input topic is keyed by node, so a node's snapshots, diffs, watch events, inventory and
+samples arrive in the order the agent published them, in one partition; every table's changelog
+has the same partition count and Faust keeps partition N of all of them on the same worker.
+More workers split the nodes between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import logging
+import time
+from typing import Any
+
+import faust
+
+from contract import codec
+from contract.outputs import Alert, AttributionEvent, DeadLetter, ExporterMisattribution
+from contract.topics import TABLES, TopicRole
+from infra.kafka import client_options
+from infra.settings import AlertSettings, KafkaSettings, WorkerSettings
+from streams.core.processor import Output, Processor, Tables
+from streams.worker import selfmetrics
+from streams.worker.api import QueryApi
+from streams.worker.faust_codecs import RecordTable, register
+from streams.worker.live import LiveDevices
+from streams.worker.transport import App
+
+log = logging.getLogger(__name__)
+
+INPUT_ROLES: tuple[TopicRole, ...] = ("node-events",)
+
+
+def broker_credentials(kafka: KafkaSettings) -> Any:
+    """Faust credentials for TLS / SASL (from the one builder, :func:`infra.kafka.client_options`),
+    or ``None`` for plaintext."""
+    opts = client_options(kafka)
+    context = opts.get("ssl_context")
+    if "sasl_mechanism" in opts:
+        return faust.SASLCredentials(
+            username=opts["sasl_plain_username"],
+            password=opts["sasl_plain_password"] or "",
+            ssl_context=context,
+            mechanism=opts["sasl_mechanism"],
+        )
+    return faust.SSLCredentials(context) if context is not None else None
+
+
+def output_key(record: AttributionEvent | ExporterMisattribution) -> bytes:
+    return f"{record.node}/{record.device_uuid}".encode()
+
+
+def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSettings) -> faust.App:
+    """Create the worker's Faust app from explicit settings."""
+    if not kafka.bootstrap:
+        raise ValueError("the worker needs a Kafka bootstrap address")
+    register()
+    app = App(
+        worker.app_id,
+        broker=[f"kafka://{b}" for b in kafka.bootstrap.split(",")],
+        broker_credentials=broker_credentials(kafka),
+        store="memory://",
+        datadir=str(worker.data_dir),
+        topic_partitions=kafka.partitions,
+        topic_replication_factor=kafka.replication,
+        web_enabled=worker.web_enabled,  # query API, /metrics, /healthz, /readyz
+        web_bind=worker.web_host,
+        web_port=worker.web_port,
+        canonical_url=f"http://{worker.advertised_host or worker.web_host}:{worker.web_port}",
+        producer_acks=-1,
+        processing_guarantee="at_least_once",
+        producer_linger=0.005,
+    )
+    raw = {
+        "key_type": bytes,
+        "value_type": bytes,
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+    }
+    inputs = app.topic(*(kafka.topic(r) for r in INPUT_ROLES), **raw)
+    attribution = app.topic(kafka.topic("attribution"), partitions=kafka.partitions, **raw)
+    flags = app.topic(kafka.topic("flags"), partitions=kafka.partitions, **raw)
+    alert_topic = app.topic(kafka.topic("alerts"), partitions=kafka.partitions, **raw)
+    deadletter = app.topic(kafka.topic("deadletter"), partitions=kafka.partitions, **raw)
+
+    def table(name: str) -> Any:
+        return app.tables.add(
+            RecordTable(
+                app, name=name, key_type=str, partitions=kafka.partitions, beacon=app.tables.beacon
+            )
+        )
+
+    tables = Tables(**{field: table(name) for field, name in TABLES.items()})
+    processor = Processor(tables, alerts)
+    live = LiveDevices()
+
+    async def dead_letter(event: Any, error: str) -> None:
+        msg = event.message
+        selfmetrics.DEAD_LETTERED.labels(msg.topic).inc()
+        log.error("dead-lettering %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, error)
+        record = DeadLetter(
+            source_topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+            key=msg.key.decode(errors="replace") if msg.key is not None else None,
+            error=error,
+            payload_b64=base64.b64encode(msg.value or b"").decode(),
+            ts_ms=int(time.time() * 1000),
+        )
+        await deadletter.send(key=msg.key, value=codec.encode(record))
+
+    names = {
+        Alert: alert_topic.get_topic_name(),
+        AttributionEvent: attribution.get_topic_name(),
+        ExporterMisattribution: flags.get_topic_name(),
+    }
+
+    def delivered(kind: str, fut: asyncio.Future[Any]) -> None:
+        """A write the producer gave up on (after its own retries) stops the worker.
+
+        Carrying on could let a later commit cover the lost output; stopping leaves the input
+        uncommitted, so the restarted worker (its Deployment restarts it) processes it again."""
+        if fut.cancelled() or fut.exception() is None:
+            return
+        error = fut.exception()
+        selfmetrics.ERRORS.labels("produce").inc()
+        log.critical("publishing a %s failed, stopping the worker: %r", kind, error)
+        app._crash(error)
+
+    async def publish(out: Output) -> None:
+        """Hand one output to the producer without Faust's per-message channel machinery.
+
+        The producer batches; Faust flushes it before every offset commit, so an input is never
+        committed before its outputs are written (at least once)."""
+        kind = type(out).__name__
+        key = out.id.encode() if isinstance(out, Alert) else output_key(out)
+        fut = await app.producer.send(
+            names[type(out)], key, codec.encode(out), partition=None, timestamp=None, headers=None
+        )
+        fut.add_done_callback(functools.partial(delivered, kind))
+        selfmetrics.EVENTS_OUT.labels(kind).inc()
+
+    async def node_events(stream: Any) -> None:
+        async for event in stream.events():
+            topic = event.message.topic
+            selfmetrics.EVENTS_IN.labels(topic).inc()
+            try:
+                record = codec.decode(event.value)
+            except codec.DecodeError as exc:
+                selfmetrics.ERRORS.labels("decode").inc()
+                await dead_letter(event, f"undecodable: {exc}")
+                continue
+            try:
+                outputs = processor.handle(record)
+            except Exception as exc:
+                selfmetrics.ERRORS.labels("process").inc()
+                log.exception("processing %s failed", type(record).__name__)
+                await dead_letter(event, f"{type(exc).__name__}: {exc}")
+                continue
+            for out in outputs:
+                await publish(out)
+                if isinstance(out, AttributionEvent):
+                    live.update(event.message.partition, out)
+
+    app.agent(inputs, name="node-events")(node_events)
+    _gauges(app, tables, kafka.topic("node-events"))
+    if worker.web_enabled:
+        ready = lambda: bool(app.consumer.assignment())  # noqa: E731
+        QueryApi(app, tables, live, kafka.topic("node-events"), ready).register()
+    return app
+
+
+def _gauges(app: faust.App, tables: Tables, input_topic: str) -> None:
+    """Table sizes and consumer lag for /metrics, refreshed every 5 s."""
+
+    async def refresh() -> None:
+        for name in TABLES:
+            selfmetrics.TABLE_KEYS.labels(name).set(len(getattr(tables, name)))
+        for tp in app.consumer.assignment():
+            if tp.topic == input_topic:
+                position = await app.consumer.position(tp)
+                if position is not None:
+                    lag = app.consumer.highwater(tp) - position
+                    selfmetrics.CONSUMER_LAG.labels(str(tp.partition)).set(max(0, lag))
+
+    app.timer(interval=5.0, name="refresh-gauges")(refresh)
