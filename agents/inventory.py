@@ -58,7 +58,6 @@ def read_nvml(nvml: Any, node: str, ts_ms: int) -> DeviceInventory:
                     mig_uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
                     parent_uuid=uuid,
                     gi=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
-                    ci=int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
                     profile=_profile_from_name(_text(nvml.nvmlDeviceGetName(mig))),
                 )
             )

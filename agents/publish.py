@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -19,6 +18,7 @@ from agents.selfmetrics import RECORDS_PUBLISHED, SOURCE_ERRORS
 from agents.types import AgentRecord
 from contract import codec
 from contract.topics import TopicRole
+from infra.backoff import Backoff
 from infra.kafka import client_options
 from infra.settings import KafkaSettings
 
@@ -41,7 +41,7 @@ class Publisher:
     async def start(self) -> None:
         if not self._kafka.bootstrap:
             raise ValueError("the agent needs a Kafka bootstrap address")
-        backoff = 0.2
+        backoff = Backoff(0.2, self._max_backoff_s)
         while True:
             producer = AIOKafkaProducer(
                 bootstrap_servers=self._kafka.bootstrap,
@@ -55,8 +55,7 @@ class Publisher:
             except KafkaError as exc:
                 await producer.stop()
                 log.warning("Kafka not reachable at %s (%s); retrying", self._kafka.bootstrap, exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._max_backoff_s)
+                await backoff.sleep()
                 continue
             self._producer = producer
             return
@@ -83,15 +82,15 @@ class Publisher:
         topic = self._kafka.topic(INPUT_ROLE)
         value = codec.encode(record)
         key = record.node.encode()
-        backoff = 0.1
+        backoff = Backoff(0.1, self._max_backoff_s)
         while True:
             try:
                 await self._producer.send_and_wait(topic, value=value, key=key)
             except KafkaError as exc:
                 SOURCE_ERRORS.labels("kafka", type(exc).__name__).inc()
-                log.warning("publish to %s failed (%s); retrying in %.1fs", topic, exc, backoff)
-                await asyncio.sleep(backoff * (0.5 + random.random()))
-                backoff = min(backoff * 2, self._max_backoff_s)
+                delay = backoff.next_delay()
+                log.warning("publish to %s failed (%s); retrying in %.1fs", topic, exc, delay)
+                await asyncio.sleep(delay)
                 continue
             RECORDS_PUBLISHED.labels(codec.kind_of(record).kind).inc()
             return

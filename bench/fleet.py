@@ -100,7 +100,6 @@ def setup(node: FleetNode, ts_ms: int) -> list[AgentRecord]:
             uid,
             a.namespace,
             a.pod,
-            "Running",
             ts_ms,
             workload=OwnerRef("Deployment", a.pod.rsplit("-", 1)[0]),
         )
@@ -115,7 +114,7 @@ def churn(node: FleetNode, generation: int, ts_ms: int) -> list[AgentRecord]:
     old = [x for x in _holders(node, generation - 1) if x[1].pod.startswith("w0-")]
     new = [x for x in _holders(node, generation) if x[1].pod.startswith("w0-")]
     out: list[AgentRecord] = [
-        PodRecord(node.name, ts_ms, uid, a.namespace, a.pod, "Running", ts_ms - 1000, deleted=True)
+        PodRecord(node.name, ts_ms, uid, a.namespace, a.pod, ts_ms - 1000, deleted=True)
         for uid, a in old
     ]
     out += [
@@ -125,7 +124,6 @@ def churn(node: FleetNode, generation: int, ts_ms: int) -> list[AgentRecord]:
             uid,
             a.namespace,
             a.pod,
-            "Running",
             ts_ms,
             workload=OwnerRef("Deployment", "w0"),
         )

@@ -31,26 +31,29 @@ class DecodeError(ValueError):
 @dataclass(frozen=True, slots=True)
 class RecordType:
     kind: str
-    version: int
+    version: int  # the version this build writes
     cls: type[Any]
+    reads: frozenset[int]  # the versions it reads: this one, and older ones that only lost fields
 
 
 ENVELOPE = ("schema", "v")
 
 
-KindTable = Mapping[str, tuple[type, int]]
+#: kind → (class, version written[, older versions still read])
+KindTable = Mapping[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]]
 
 
 def _registry(tables: tuple[KindTable, ...]) -> dict[str, RecordType]:
     reg: dict[str, RecordType] = {}
     for table in tables:
-        for kind, (cls, version) in table.items():
+        for kind, (cls, version, *older) in table.items():
             if kind in reg:
                 raise RuntimeError(f"record kind {kind!r} registered twice")
             clash = set(ENVELOPE) & {f.name for f in dataclasses.fields(cls)}
             if clash:
                 raise RuntimeError(f"{cls.__name__} has reserved field(s) {sorted(clash)}")
-            reg[kind] = RecordType(kind, version, cls)
+            reads = frozenset((version, *(older[0] if older else ())))
+            reg[kind] = RecordType(kind, version, cls, reads)
     return reg
 
 
@@ -99,10 +102,9 @@ class Codec:
         rt = self.registry.get(kind) if isinstance(kind, str) else None
         if rt is None:
             raise DecodeError(f"unknown record kind {kind!r}")
-        if type(version) is not int or version != rt.version:  # not True, not 1.0
-            raise DecodeError(
-                f"{kind} v{version!r} is not supported (this build reads v{rt.version})"
-            )
+        if type(version) is not int or version not in rt.reads:  # not True, not 1.0
+            readable = ", ".join(f"v{v}" for v in sorted(rt.reads))
+            raise DecodeError(f"{kind} v{version!r} is not supported (this build reads {readable})")
         adapter = self._adapters.get(rt.cls)
         if adapter is None:
             adapter = self._adapters[rt.cls] = pydantic.TypeAdapter(rt.cls)

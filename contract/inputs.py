@@ -92,7 +92,6 @@ class DcgmSample:
     temp_c: float | None = None
     xid: int | None = None
     exporter_claims: tuple[ExporterClaim, ...] = ()
-    exporter_row_copies: int = 1
     #: fields whose rows for this device carried *different* values per pod (the exporter's
     #: per-process mode): those values are not a device-wide reading and are left out (None).
     exporter_split_fields: tuple[str, ...] = ()
@@ -112,8 +111,9 @@ class PodRecord:
     """A pod as the API server sees it (one watch event), compact.
 
     ``deleted`` is set when the watch reports DELETED (the object is gone from the API server);
-    ``deletion_ts_ms`` when deletion was requested (the pod may keep its devices until its
-    containers stop, up to ``deletion_grace_s`` later).
+    ``deletion_ts_ms`` when deletion was requested (the pod keeps its devices until its
+    containers stop). Only what the worker reads crosses the wire (v2 dropped phase, containers,
+    GPU requests and limits, labels and the grace period, which nothing read).
     """
 
     node: str
@@ -121,15 +121,9 @@ class PodRecord:
     uid: str
     namespace: str
     name: str
-    phase: str | None
     created_ms: int | None
     deletion_ts_ms: int | None = None
-    deletion_grace_s: int | None = None
     deleted: bool = False
-    containers: tuple[str, ...] = ()
-    gpu_requests: tuple[tuple[str, str], ...] = ()
-    gpu_limits: tuple[tuple[str, str], ...] = ()
-    labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     owner: OwnerRef | None = None
     workload: OwnerRef | None = None
@@ -172,7 +166,6 @@ class MigInfo:
     mig_uuid: str
     parent_uuid: str
     gi: int
-    ci: int | None = None
     profile: str | None = None
 
 
@@ -198,13 +191,14 @@ InputRecord = (
     | DeviceInventory
 )
 
-#: Record kinds the agents publish, with their schema versions (see :mod:`contract.codec`).
-KINDS: dict[str, tuple[type, int]] = {
+#: Record kinds the agents publish, with their schema versions (see :mod:`contract.codec`) and
+#: the older versions this build still reads (v2 only removed fields: a v1 record reads as v2).
+KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "podresources.snapshot": (PodResourcesSnapshot, 1),
     "podresources.diff": (PodResourcesDiff, 1),
-    "dcgm.sample": (DcgmSample, 1),
-    "k8s.pod": (PodRecord, 1),
+    "dcgm.sample": (DcgmSample, 2, (1,)),
+    "k8s.pod": (PodRecord, 2, (1,)),
     "k8s.pod-list": (PodListSnapshot, 1),
     "k8s.node": (NodeRecord, 1),
-    "inventory": (DeviceInventory, 1),
+    "inventory": (DeviceInventory, 2, (1,)),
 }

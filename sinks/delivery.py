@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from contract.outputs import Alert
+from infra.backoff import backoff_delay
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,8 @@ class RetryPolicy:
     max_delay_s: float = 60.0
 
     def delay(self, attempt: int, rng: random.Random) -> float:
-        """Full-jitter exponential backoff before attempt ``attempt + 1``."""
-        cap = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
-        return rng.uniform(cap / 2, cap)
+        """The wait before attempt ``attempt + 1`` (:func:`infra.backoff.backoff_delay`)."""
+        return backoff_delay(attempt, self.base_delay_s, self.max_delay_s, rng)
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,7 +186,6 @@ samples = st.builds(
     temp_c=floats,
     xid=st.one_of(st.none(), st.sampled_from([0, 13, 31, 43, 79]), ints64),
     exporter_claims=st.lists(exporter_claims, max_size=4, unique=True).map(tuple),
-    exporter_row_copies=st.integers(1, 64),
     exporter_split_fields=st.lists(st.sampled_from(sorted(FIELDS.values())), unique=True).map(
         lambda xs: tuple(sorted(xs))
     ),
@@ -215,14 +214,9 @@ pods = st.builds(
     uid=pod_uids,
     namespace=pick(["bench", "ml", ""]),
     name=pick(POD_NAMES),
-    phase=st.one_of(
-        st.none(), st.sampled_from(["Running", "Pending", "Succeeded", "Failed"]), text
-    ),
     created_ms=st.one_of(st.none(), timestamps),
     deletion_ts_ms=st.one_of(st.none(), timestamps),
-    deletion_grace_s=st.one_of(st.none(), small_ints),
     deleted=st.booleans(),
-    containers=st.lists(text, max_size=3).map(tuple),
     annotations=st.dictionaries(
         st.sampled_from(["gpuattr.io/idle-threshold-pct", "gpuattr.io/idle-window-s", "x"]),
         annotation_values,
@@ -275,7 +269,6 @@ inventories = st.builds(
             mig_uuid=pick(MIG_UUIDS),
             parent_uuid=pick(GPU_UUIDS),
             gi=st.one_of(st.sampled_from(MIG_INSTANCES), small_ints),
-            ci=st.one_of(st.none(), small_ints),
             profile=st.one_of(st.none(), text),
         ),
         max_size=4,

@@ -20,9 +20,11 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 
 from agents.dcgm.translate import RejectedLine, parse_exposition
-from agents.selfmetrics import REJECTED_LINES, SOURCE_ERRORS, SOURCE_UP
+from agents.health import SourceHealth
+from agents.selfmetrics import REJECTED_LINES, SOURCE_ERRORS
 from agents.types import Emit, NowMs
 from contract.inputs import DcgmSample
+from infra.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ class DcgmCollector:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._emit_attempts = max(1, emit_attempts)
         self._emit_backoff_s = emit_backoff_s
-        self._failures = 0  # consecutive failed scrapes
+        self.health = SourceHealth(SOURCE, f"dcgm-exporter at {url}", log)
         self._rejection_logged_ms: dict[str, int] = {}
         self._before_first_scrape = before_first_scrape
 
@@ -115,7 +117,7 @@ class DcgmCollector:
             return body.decode("utf-8", errors="replace")
 
     async def _publish(self, sample: DcgmSample) -> int:
-        delay_s = self._emit_backoff_s
+        backoff = Backoff(self._emit_backoff_s, self._emit_backoff_s * 2**self._emit_attempts)
         for attempt in range(1, self._emit_attempts + 1):
             try:
                 await self._emit(sample)
@@ -135,8 +137,7 @@ class DcgmCollector:
                     )
                     return 0
                 log.warning("publishing a DCGM sample failed (%r); retry %d", exc, attempt)
-                await asyncio.sleep(delay_s)
-                delay_s *= 2
+                await backoff.sleep()
         return 0
 
     def _log_rejected(self, rejected: tuple[RejectedLine, ...], now_ms: int) -> None:
@@ -160,26 +161,7 @@ class DcgmCollector:
             )
 
     def _failed(self, reason: str, detail: str) -> None:
-        SOURCE_ERRORS.labels(SOURCE, reason).inc()
-        SOURCE_UP.labels(SOURCE).set(0)
-        self._failures += 1
-        if self._failures == 1:
-            log.warning(
-                "dcgm-exporter at %s is failing (%s); no GPU samples until it answers, "
-                "still scraping every %gs",
-                self.url,
-                detail,
-                self.interval_s,
-            )
-        else:
-            log.debug("dcgm-exporter at %s still failing (%s)", self.url, detail)
+        self.health.failed(reason, f"{detail}; no GPU samples until it answers")
 
     def _recovered(self) -> None:
-        SOURCE_UP.labels(SOURCE).set(1)
-        if self._failures:
-            log.info(
-                "dcgm-exporter at %s answers again after %d failed scrape(s)",
-                self.url,
-                self._failures,
-            )
-            self._failures = 0
+        self.health.ok()

@@ -22,7 +22,6 @@ labels ``namespace``/``pod``/``container`` (or ``exported_*`` after Prometheus r
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -162,6 +161,5 @@ def _sample(key: DeviceKey, rows: Sequence[MetricRow], node: str, ts_ms: int) ->
         temp_c=values.get("temp_c"),
         xid=_xid(xid),
         exporter_claims=tuple(dict.fromkeys(c for c in claims if c is not None)),
-        exporter_row_copies=max(Counter(row.name for row in rows).values()),
         exporter_split_fields=split,
     )

@@ -69,20 +69,13 @@ def resolve_workload(
 def pod_record(
     pod: Any, *, node: str, ts_ms: int, deleted: bool = False, lookup: OwnerLookup | None = None
 ) -> PodRecord:
-    meta, spec, status = pod.metadata, pod.spec, pod.status
+    meta = pod.metadata
     labels = dict(getattr(meta, "labels", None) or {})
     annotations = {
         k: v
         for k, v in (getattr(meta, "annotations", None) or {}).items()
         if k.startswith(ANNOTATION_PREFIX)
     }
-    containers = list(getattr(spec, "containers", None) or [])
-    requests: dict[str, str] = {}
-    limits: dict[str, str] = {}
-    for c in containers:
-        res = getattr(c, "resources", None)
-        requests.update(_gpu(getattr(res, "requests", None)))
-        limits.update(_gpu(getattr(res, "limits", None)))
     owner = controller_of(getattr(meta, "owner_references", None))
     namespace = getattr(meta, "namespace", None) or ""
     return PodRecord(
@@ -91,15 +84,9 @@ def pod_record(
         uid=getattr(meta, "uid", None) or "",
         namespace=namespace,
         name=getattr(meta, "name", None) or "",
-        phase=getattr(status, "phase", None),
         created_ms=_ms(getattr(meta, "creation_timestamp", None)),
         deletion_ts_ms=_ms(getattr(meta, "deletion_timestamp", None)),
-        deletion_grace_s=getattr(meta, "deletion_grace_period_seconds", None),
         deleted=deleted,
-        containers=tuple(c.name for c in containers if getattr(c, "name", None)),
-        gpu_requests=tuple(sorted(requests.items())),
-        gpu_limits=tuple(sorted(limits.items())),
-        labels=tuple(sorted(labels.items())),
         annotations=tuple(sorted(annotations.items())),
         owner=owner,
         workload=resolve_workload(owner, labels, namespace, lookup),

@@ -10,11 +10,8 @@ Each step is a small method; every outage is one warning and one recovery line, 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import random
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,10 +20,12 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
+from agents.health import SourceHealth
 from agents.kube.translate import node_record, pod_record
-from agents.selfmetrics import SOURCE_ERRORS, SOURCE_UP
+from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import AgentRecord, Emit, NowMs
 from contract.inputs import PodListSnapshot
+from infra.backoff import Backoff
 from infra.settings import KubeSettings
 
 log = logging.getLogger(__name__)
@@ -65,7 +64,7 @@ class _Watcher:
         self.emit = emit
         self.now_ms = now_ms
         self.settings = settings
-        self._down_since: float | None = None
+        self.health = SourceHealth("apiserver", f"{self.kind} watch for node {node}", log)
 
     # --- what differs between pods and nodes
     def _list_call(self) -> Callable[..., Any]:
@@ -83,13 +82,13 @@ class _Watcher:
     # --- the loop, one small step each
     async def run(self) -> None:
         rv: str | None = None
-        backoff = 0.2
+        backoff = Backoff(0.2, self.settings.max_backoff_s)
         while True:
             try:
                 if rv is None:
                     rv = await self.relist()
                 rv = await self.watch(rv)
-                backoff = 0.2
+                backoff.reset()
             except ApiException as exc:
                 if exc.status == 410:
                     SOURCE_ERRORS.labels("apiserver", "expired").inc()
@@ -107,8 +106,7 @@ class _Watcher:
                 log.error("%s watch: unreadable object from the API server: %r", self.kind, exc)
                 self._down("unreadable_object", repr(exc)[:200])
                 rv = None
-            await asyncio.sleep(backoff * (0.5 + random.random()))
-            backoff = min(backoff * 2, self.settings.max_backoff_s)
+            await backoff.sleep()
 
     async def relist(self) -> str:
         """List everything, publish it, and return the list's resourceVersion."""
@@ -146,28 +144,10 @@ class _Watcher:
         return rv
 
     def _down(self, reason: str, details: str) -> None:
-        SOURCE_ERRORS.labels("apiserver", reason).inc()
-        SOURCE_UP.labels("apiserver").set(0)
-        if self._down_since is None:
-            self._down_since = time.monotonic()
-            log.warning(
-                "%s watch for node %s failing (%s: %s); retrying with backoff",
-                self.kind,
-                self.node,
-                reason,
-                details,
-            )
+        self.health.failed(reason, details)
 
     def _up(self) -> None:
-        SOURCE_UP.labels("apiserver").set(1)
-        if self._down_since is not None:
-            log.info(
-                "%s watch for node %s recovered after %.1fs",
-                self.kind,
-                self.node,
-                time.monotonic() - self._down_since,
-            )
-            self._down_since = None
+        self.health.ok()
 
 
 class PodWatcher(_Watcher):

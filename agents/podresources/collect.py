@@ -26,18 +26,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 from pathlib import Path
 
 import grpc
 
+from agents.health import SourceHealth
 from agents.podresources.diff import diff_assignments
 from agents.podresources.translate import (
     DEFAULT_PREFIXES,
     allocatable_from_response,
     assignments_from_list,
 )
-from agents.selfmetrics import SOURCE_ERRORS, SOURCE_UP
+from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import AgentRecord, Emit, NowMs
 from contract.inputs import (
     AllocatableDevice,
@@ -45,6 +45,7 @@ from contract.inputs import (
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
+from infra.backoff import Backoff
 from proto.podresources.v1 import api_pb2 as pb
 from proto.podresources.v1 import api_pb2_grpc as pb_grpc
 
@@ -94,19 +95,17 @@ class PodResourcesCollector:
         self.now_ms = now_ms
         self.rpc_timeout_s = rpc_timeout_s
         self.resource_prefixes = resource_prefixes
-        self._trouble: str | None = None  # the problem logged last, until the kubelet answers
-        self._trouble_since_ms = 0
+        self.health = SourceHealth(SOURCE, f"kubelet PodResources at {socket_path}", log)
         self._answered = False
         self._allocatable_missing_logged = False
         self._emit_failing = False
 
     async def run(self) -> None:
-        delay_s = BACKOFF_FIRST_S
+        backoff = Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S)
         while True:
             if await self._connect_and_poll():
-                delay_s = BACKOFF_FIRST_S
-            await asyncio.sleep(delay_s * random.uniform(0.5, 1.5))
-            delay_s = min(delay_s * 2, BACKOFF_MAX_S)
+                backoff.reset()
+            await backoff.sleep()
 
     async def _connect_and_poll(self) -> bool:
         """Poll over one connection until it is lost; True if the kubelet answered on it."""
@@ -222,30 +221,13 @@ class PodResourcesCollector:
         return True
 
     def _failed(self, reason: str, detail: str) -> None:
-        SOURCE_ERRORS.labels(SOURCE, reason).inc()
-        SOURCE_UP.labels(SOURCE).set(0)
-        if self._trouble == reason:
-            return  # already said: one line per episode, not one per retry
-        if self._trouble is None:
-            self._trouble_since_ms = self.now_ms()
-        self._trouble = reason
         if reason == "socket_missing":
-            log.warning(
-                "kubelet PodResources socket %s is missing or not accessible (is the kubelet's "
-                "pod-resources directory mounted?); retrying with backoff",
-                self.socket_path,
+            detail = (
+                "the socket is missing or not accessible (is the kubelet's pod-resources "
+                "directory mounted?)"
             )
-        else:
-            log.warning("kubelet PodResources at %s: %s", self.socket_path, detail)
+        self.health.failed(reason, detail)
 
     def _recovered(self) -> None:
         self._answered = True
-        SOURCE_UP.labels(SOURCE).set(1)
-        if self._trouble is not None:
-            log.info(
-                "kubelet PodResources at %s answers again (after %s, %.1fs)",
-                self.socket_path,
-                self._trouble,
-                (self.now_ms() - self._trouble_since_ms) / 1000,
-            )
-            self._trouble = None
+        self.health.ok()

@@ -27,6 +27,7 @@ from streams.worker import selfmetrics
 from streams.worker.api import QueryApi
 from streams.worker.faust_codecs import RecordTable, register
 from streams.worker.live import LiveDevices
+from streams.worker.loop import Event, RecordLoop
 from streams.worker.transport import App
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
     processor = Processor(tables, alerts)
     live = LiveDevices()
 
-    async def dead_letter(event: Any, error: str) -> None:
+    async def dead_letter(event: Event, error: str) -> None:
         msg = event.message
         selfmetrics.DEAD_LETTERED.labels(msg.topic).inc()
         log.error("dead-lettering %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, error)
@@ -143,27 +144,10 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
         fut.add_done_callback(functools.partial(delivered, kind))
         selfmetrics.EVENTS_OUT.labels(kind).inc()
 
+    record_loop = RecordLoop(processor, publish, dead_letter, live)
+
     async def node_events(stream: Any) -> None:
-        async for event in stream.events():
-            topic = event.message.topic
-            selfmetrics.EVENTS_IN.labels(topic).inc()
-            try:
-                record = codec.decode(event.value)
-            except codec.DecodeError as exc:
-                selfmetrics.ERRORS.labels("decode").inc()
-                await dead_letter(event, f"undecodable: {exc}")
-                continue
-            try:
-                outputs = processor.handle(record)
-            except Exception as exc:
-                selfmetrics.ERRORS.labels("process").inc()
-                log.exception("processing %s failed", type(record).__name__)
-                await dead_letter(event, f"{type(exc).__name__}: {exc}")
-                continue
-            for out in outputs:
-                await publish(out)
-                if isinstance(out, AttributionEvent):
-                    live.update(event.message.partition, out)
+        await record_loop.run(stream.events())
 
     app.agent(inputs, name="node-events")(node_events)
     _gauges(app, tables, kafka.topic("node-events"))

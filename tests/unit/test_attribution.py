@@ -85,9 +85,7 @@ def test_per_pod_copies_are_recognised_not_added() -> None:
     claims = tuple(
         ExporterClaim("mps", f"mps-tenant-{x}", "c", vgpu=str(i)) for i, x in enumerate("abcd")
     )
-    ev, _ = attribute(
-        sample(util_pct=30.0, exporter_claims=claims, exporter_row_copies=4), TENANTS, MPS
-    )
+    ev, _ = attribute(sample(util_pct=30.0, exporter_claims=claims), TENANTS, MPS)
     assert ev.usage.util_pct == 30.0
     assert "copies" in ev.exporter.reason
     assert not ev.exporter.trusted
@@ -161,7 +159,7 @@ def test_exporter_modes_are_recognised() -> None:
     copies = tuple(
         ExporterClaim("mps", f"mps-tenant-{x}", "c", vgpu=str(i)) for i, x in enumerate("abcd")
     )
-    ev, _ = attribute(sample(exporter_claims=copies, exporter_row_copies=4), TENANTS, MPS)
+    ev, _ = attribute(sample(exporter_claims=copies), TENANTS, MPS)
     assert ev.exporter.mode == "per-pod-copies"
     ev, _ = attribute(
         sample(util_pct=None, exporter_claims=copies, exporter_split_fields=("util_pct",)),

@@ -146,8 +146,8 @@ def test_hand_checked_figures() -> None:
         ("gpu-test2", "pod", "ctr0"),
         ("gpu-test2", "pod", "ctr1"),
     ]
-    assert (shared.exporter_row_copies, shared.pci_bus_id) == (2, "00000009:01:00.0")
-    assert (free.exporter_claims, free.exporter_row_copies) == ((), 1)
+    assert (len(shared.exporter_claims), shared.pci_bus_id) == (2, "00000009:01:00.0")
+    assert free.exporter_claims == ()
 
 
 # -- one bad line is rejected alone ----------------------------------------------------------------
@@ -238,7 +238,7 @@ def test_virtual_gpu_copies_are_one_sample_with_values_taken_once() -> None:
     assert sample.exporter_claims == tuple(
         ExporterClaim("ns", f"p{i}", "c", vgpu=str(i)) for i in range(4)
     )
-    assert (sample.exporter_row_copies, sample.exporter_split_fields) == (4, ())
+    assert (len(sample.exporter_claims), sample.exporter_split_fields) == (4, ())
 
 
 def test_exported_pod_labels_and_pod_uid() -> None:

@@ -190,7 +190,6 @@ def test_virtual_gpu_copies_round_trip_to_one_sample() -> None:
         exporter_claims=tuple(
             ExporterClaim("team", f"job-{i}", "main", vgpu=str(i)) for i in range(3)
         ),
-        exporter_row_copies=3,
     )
 
 

@@ -102,18 +102,11 @@ def test_full_pod() -> None:
         status=V1PodStatus(phase="Running"),
     )
     rec = pod_record(pod, node="n1", ts_ms=5)
-    assert (rec.uid, rec.namespace, rec.name, rec.phase) == (
-        "uid-1",
-        "ml",
-        "train-7b9c6d5f4-x2k4q",
-        "Running",
-    )
+    assert (rec.uid, rec.namespace, rec.name) == ("uid-1", "ml", "train-7b9c6d5f4-x2k4q")
     assert rec.created_ms == int(created.timestamp() * 1000)
-    assert (rec.deletion_ts_ms, rec.deletion_grace_s) == (rec.created_ms, 30)
-    assert rec.gpu_limits == (("nvidia.com/gpu", "2"),)
+    assert rec.deletion_ts_ms == rec.created_ms
     assert rec.annotations == (("gpuattr.io/idle-window-s", "600"),)
     assert rec.workload == OwnerRef("Deployment", "train", inferred=True)
-    assert rec.containers == ("trainer",)
 
 
 async def test_partial_pod_from_json_is_published_with_what_is_known() -> None:
@@ -122,14 +115,8 @@ async def test_partial_pod_from_json_is_published_with_what_is_known() -> None:
     pod = api._ApiClient__deserialize(raw, "V1Pod")
     await api.close()
     rec = pod_record(pod, node="n1", ts_ms=1)
-    assert (rec.uid, rec.name, rec.namespace, rec.phase, rec.created_ms) == (
-        "u",
-        "x",
-        "",
-        None,
-        None,
-    )
-    assert (rec.containers, rec.owner, rec.workload) == ((), None, None)
+    assert (rec.uid, rec.name, rec.namespace, rec.created_ms) == ("u", "x", "", None)
+    assert (rec.annotations, rec.owner, rec.workload) == ((), None, None)
     empty = pod_record(V1Pod(metadata=V1ObjectMeta()), node="n1", ts_ms=1)
     assert empty.uid == ""
 

@@ -1,0 +1,191 @@
+"""The worker's per-record loop over a fake stream: no Faust app, no Kafka."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from contract import codec
+from contract.inputs import (
+    DcgmSample,
+    DeviceAssignment,
+    ExporterClaim,
+    PodResourcesDiff,
+    PodResourcesSnapshot,
+)
+from contract.outputs import AttributionEvent, DeadLetter
+from contract.topics import TABLES
+from streams.core.processor import Output, Processor, Tables
+from streams.worker.live import LiveDevices
+from streams.worker.loop import Event, RecordLoop
+
+TOPIC = "gpuattr.node-events"
+GPU = "GPU-aaaa"
+HELD = PodResourcesSnapshot("n1", 100, (DeviceAssignment("ml", "a", "c", "nvidia.com/gpu", GPU),))
+ANOTHER = DeviceAssignment("ml", "b", "c", "nvidia.com/gpu", GPU)
+# dcgm-exporter credits a pod that holds nothing, and reports an XID: three outputs
+NOISY = {"xid": 79, "exporter_claims": (ExporterClaim("ml", "ghost", "c"),)}
+
+
+def sample(ts: int, **kw: Any) -> DcgmSample:
+    return DcgmSample(node="n1", ts_ms=ts, uuid=GPU, gpu_index=0, model="A100", hostname="n1", **kw)
+
+
+@dataclass(frozen=True)
+class FakeMessage:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class FakeEvent:
+    value: bytes
+    message: FakeMessage
+
+
+def event(payload: object, offset: int, partition: int = 0) -> FakeEvent:
+    value = payload if isinstance(payload, bytes) else codec.encode(payload)
+    return FakeEvent(value, FakeMessage(TOPIC, partition, offset, b"n1", value))
+
+
+async def stream(events: Iterable[FakeEvent]) -> AsyncIterator[FakeEvent]:
+    for e in events:
+        yield e
+
+
+class Broken(dict[str, Any]):
+    """A table whose writes fail: the processor raises part-way through a record."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        raise RuntimeError("table write failed")
+
+
+@dataclass
+class Harness:
+    broken: tuple[str, ...] = ()
+    published: list[Output] = field(default_factory=list)
+    dead: list[tuple[int, str]] = field(default_factory=list)
+    live: LiveDevices = field(default_factory=LiveDevices)
+
+    def tables(self) -> Tables:
+        t: dict[str, MutableMapping[str, Any]] = {
+            name: Broken() if name in self.broken else {} for name in TABLES
+        }
+        return Tables(**t)
+
+    async def publish(self, out: Output) -> None:
+        self.published.append(out)
+
+    async def dead_letter(self, ev: Event, error: str) -> None:
+        self.dead.append((ev.message.offset, error))
+
+    async def run(self, events: Iterable[FakeEvent]) -> None:
+        loop = RecordLoop(Processor(self.tables()), self.publish, self.dead_letter, self.live)
+        await loop.run(stream(events))
+
+
+def counter(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@dataclass(frozen=True)
+class Case:
+    events: tuple[FakeEvent, ...]
+    published: tuple[str, ...]  # output kinds, in publish order
+    dead: tuple[tuple[int, str], ...] = ()  # (offset, reason prefix)
+    broken: tuple[str, ...] = ()
+    errors: tuple[tuple[str, int], ...] = ()  # (error kind, how many)
+
+
+CASES = {
+    "snapshot-then-sample-attributes": Case(
+        (event(HELD, 0), event(sample(150, util_pct=50.0), 1)), ("AttributionEvent",)
+    ),
+    "all-outputs-of-a-record-in-order": Case(
+        (event(HELD, 0), event(sample(150, **NOISY), 1), event(sample(160), 2)),
+        ("AttributionEvent", "ExporterMisattribution", "Alert", "AttributionEvent"),
+    ),
+    "not-json-is-dead-lettered-and-the-loop-goes-on": Case(
+        (event(HELD, 0), event(b"{nope", 1), event(sample(150), 2)),
+        ("AttributionEvent",),
+        dead=((1, "undecodable: not JSON"),),
+        errors=(("decode", 1),),
+    ),
+    "unknown-kind-is-dead-lettered": Case(
+        (event(b'{"schema":"mystery","v":1}', 0), event(HELD, 1), event(sample(150), 2)),
+        ("AttributionEvent",),
+        dead=((0, "undecodable: unknown record kind 'mystery'"),),
+        errors=(("decode", 1),),
+    ),
+    "wrong-fields-are-dead-lettered": Case(
+        (event(b'{"schema":"dcgm.sample","v":1,"node":"n1"}', 0), event(sample(150), 1)),
+        ("AttributionEvent",),
+        dead=((0, "undecodable: dcgm.sample v1: "),),
+        errors=(("decode", 1),),
+    ),
+    # current policy: a record the processor raises on is dead-lettered too
+    "record-the-processor-rejects-is-dead-lettered": Case(
+        (event(DeadLetter(TOPIC, 0, 0, None, "x", "", 1), 0), event(sample(150), 1)),
+        ("AttributionEvent",),
+        dead=((0, "TypeError: the worker does not handle DeadLetter"),),
+        errors=(("process", 1),),
+    ),
+    "processor-exception-is-dead-lettered-and-the-loop-goes-on": Case(
+        (
+            event(HELD, 0),
+            event(PodResourcesDiff("n1", 120, (ANOTHER,), HELD.assignments), 1),
+            event(sample(150), 2),
+        ),
+        ("AttributionEvent",),
+        dead=((0, "RuntimeError: table write failed"), (1, "RuntimeError: table write failed")),
+        broken=("slot_holders",),
+        errors=(("process", 2),),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+async def test_loop(case: Case) -> None:
+    kinds = ("decode", "process")
+    errors_before = {k: counter("gpuattr_worker_errors_total", kind=k) for k in kinds}
+    in_before = counter("gpuattr_worker_events_in_total", topic=TOPIC)
+    h = Harness(broken=case.broken)
+
+    await h.run(case.events)
+
+    assert tuple(type(o).__name__ for o in h.published) == case.published
+    assert len(h.dead) == len(case.dead)
+    for (offset, error), (want_offset, want_prefix) in zip(h.dead, case.dead, strict=True):
+        assert offset == want_offset
+        assert error.startswith(want_prefix), error
+    assert counter("gpuattr_worker_events_in_total", topic=TOPIC) - in_before == len(case.events)
+    want_errors = dict(case.errors)
+    for kind in kinds:
+        got = counter("gpuattr_worker_errors_total", kind=kind) - errors_before[kind]
+        assert got == want_errors.get(kind, 0), kind
+
+
+async def test_attribution_is_published_and_kept_live_for_its_partition() -> None:
+    h = Harness()
+    await h.run([event(HELD, 0, partition=3), event(sample(150, util_pct=50.0), 1, partition=3)])
+    [out] = h.published
+    assert isinstance(out, AttributionEvent)
+    assert (out.node, out.device_uuid, out.state) == ("n1", GPU, "exclusive")
+    assert [holder.pod for holder in out.holders] == ["a"]
+    assert h.live.partitions() == {3}
+    assert [row.device_uuid for row in h.live.rows({3}, {})] == [GPU]
+    assert h.live.rows({0, 1, 2}, {}) == []  # not shown once partition 3 is gone
+
+
+async def test_only_attribution_events_are_kept_live() -> None:
+    h = Harness()
+    await h.run([event(HELD, 0), event(sample(150, **NOISY), 1)])
+    assert len(h.published) == 3
+    assert len(h.live) == 1
