@@ -1,89 +1,33 @@
 """dcgm-exporter text → samples: golden tests on every genuine capture, and the hard cases.
 
-The captures live in ``shared/fixtures/dcgm-exporter`` beside the repository (or under
-``$GPUATTR_SHARED_DIR``); ``tests/fixtures/dcgm-exporter`` keeps copies so the suite also runs
-from a bare checkout. Golden samples are in ``tests/golden/dcgm/<capture>.json``; rewrite them
-with ``GPUATTR_REGEN_GOLDEN=1`` and check the diff by hand.
+Every capture parses to its golden samples with no rejected line; one bad line (garbage,
+malformed ``# TYPE``, no UUID, a bad MIG instance, a body cut mid-line) is rejected alone and
+costs only that line; garbage never raises. The captures and golden files are described in
+``tests/dcgm_captures.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.dcgm.rows import (
-    MALFORMED_COMMENT,
-    MALFORMED_SAMPLE,
-    MAX_LINE_CHARS,
-    NO_FINAL_LINE_FEED,
+from agents.dcgm.rows import MALFORMED_COMMENT, MALFORMED_SAMPLE, MAX_LINE_CHARS, NO_FINAL_LINE_FEED
+from contract.inputs import ExporterClaim
+from tests.dcgm_captures import (
+    EXPECTED_SAMPLES,
+    FIXTURES,
+    GPU,
+    SHARED_FIXTURES,
+    VENDORED_FIXTURES,
+    as_json,
+    golden,
+    parse,
+    row,
 )
-from agents.dcgm.translate import ParseResult, parse_exposition
-from contract.inputs import DcgmSample, ExporterClaim
-
-REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(
-    os.environ.get("GPUATTR_SHARED_DIR") or Path(__file__).resolve().parents[3] / "shared"
-)
-SHARED_FIXTURES = SHARED / "fixtures" / "dcgm-exporter"
-VENDORED_FIXTURES = REPO / "tests" / "fixtures" / "dcgm-exporter"
-GOLDEN = REPO / "tests" / "golden" / "dcgm"
-REGEN = os.environ.get("GPUATTR_REGEN_GOLDEN") == "1"
-
-
-def _fixtures() -> list[Path]:
-    """Every capture by name; the shared copy wins over the vendored one."""
-    found = {p.name: p for d in (VENDORED_FIXTURES, SHARED_FIXTURES) for p in d.glob("*.prom")}
-    return [found[name] for name in sorted(found)]
-
-
-FIXTURES = _fixtures()
-#: Devices (GPUs or MIG instances) in each capture, counted by hand.
-EXPECTED_SAMPLES = {
-    "01-kops-l4-full-scrape-no-holder": 1,
-    "02-vks-h100-vgpu-full-scrape-pod-attributed": 1,
-    "03-gpu-operator-340-t4-pod-attributed-excerpt": 1,
-    "04-dcgm-exporter-317-a30-mig-instances-excerpt": 6,  # gpu 0: GI 3..6, gpu 1: GI 3, 4
-    "05-dcgm-exporter-363-a5000-no-pod-labels": 1,
-    "06-dcgm-exporter-pr570-gh200-dra-shared-and-free": 2,
-}
-TS = 1_700_000_000_000
-
-
-def parse(text: str) -> ParseResult:
-    return parse_exposition(text, node="node-1", ts_ms=TS)
-
-
-def fixture(prefix: str) -> Path:
-    return next(p for p in FIXTURES if p.name.startswith(prefix))
-
-
-def as_json(samples: tuple[DcgmSample, ...]) -> Any:
-    return orjson.loads(orjson.dumps([dataclasses.asdict(s) for s in samples]))
-
-
-def golden(name: str, got: Any) -> Any:
-    """The golden JSON for ``name``; with GPUATTR_REGEN_GOLDEN=1, (re)written from ``got`` first."""
-    path = GOLDEN / f"{name}.json"
-    if REGEN:
-        path.write_bytes(orjson.dumps(got, option=orjson.OPT_INDENT_2) + b"\n")
-    return orjson.loads(path.read_bytes())
-
-
-def row(name: str, value: str, **labels: str) -> str:
-    """One exposition line, labels in the order given."""
-    text = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return f"{name}{{{text}}} {value}\n"
-
-
-GPU = {"gpu": "0", "UUID": "GPU-1", "device": "nvidia0", "modelName": "Tesla T4", "Hostname": "h"}
-
+from tests.dcgm_captures import fixture as fixture  # re-exported: test_exporter_render uses it
 
 # -- the genuine captures ------------------------------------------------------------------------
 
@@ -215,80 +159,6 @@ def test_non_integer_mig_instance_is_rejected() -> None:
 def test_long_rejected_lines_are_truncated() -> None:
     result = parse("x" * 1000 + "{\n")
     assert len(result.rejected[0].line) == MAX_LINE_CHARS
-
-
-# -- labels and values -----------------------------------------------------------------------------
-
-
-def test_lowercase_hostname_label_is_accepted() -> None:
-    labels = {**GPU, "hostname": "node-9"}
-    del labels["Hostname"]
-    (sample,) = parse(row("DCGM_FI_DEV_GPU_TEMP", "40", **labels)).samples
-    assert (sample.hostname, sample.temp_c) == ("node-9", 40)
-
-
-def test_virtual_gpu_copies_are_one_sample_with_values_taken_once() -> None:
-    text = "".join(
-        row(name, value, **GPU, container="c", namespace="ns", pod=f"p{i}", vgpu=str(i))
-        for name, value in (("DCGM_FI_DEV_GPU_UTIL", "30"), ("DCGM_FI_DEV_FB_USED", "1000"))
-        for i in range(4)
-    )
-    (sample,) = parse(text).samples
-    assert (sample.util_pct, sample.fb_used_mib) == (30, 1000)  # not 120 / 4000
-    assert sample.exporter_claims == tuple(
-        ExporterClaim("ns", f"p{i}", "c", vgpu=str(i)) for i in range(4)
-    )
-    assert (len(sample.exporter_claims), sample.exporter_split_fields) == (4, ())
-
-
-def test_exported_pod_labels_and_pod_uid() -> None:
-    text = row(
-        "DCGM_FI_DEV_GPU_UTIL",
-        "1",
-        **GPU,
-        exported_container="c",
-        exported_namespace="ns",
-        exported_pod="p",
-        pod_uid="",
-    ) + row("DCGM_FI_DEV_GPU_UTIL", "1", **GPU, container="d", namespace="ns", pod="q", pod_uid="u")
-    (sample,) = parse(text).samples
-    assert sample.exporter_claims == (
-        ExporterClaim("ns", "p", "c", pod_uid=None),
-        ExporterClaim("ns", "q", "d", pod_uid="u"),
-    )
-
-
-def test_empty_pod_label_is_no_claim() -> None:
-    text = row("DCGM_FI_DEV_GPU_UTIL", "1", **GPU, container="", namespace="", pod="")
-    (sample,) = parse(text).samples
-    assert sample.exporter_claims == ()
-
-
-def test_nan_is_no_reading_and_unknown_fields_are_ignored() -> None:
-    text = (
-        row("DCGM_FI_DEV_GPU_UTIL", "NaN", **GPU)
-        + row("DCGM_FI_DEV_SM_CLOCK", "1440", **GPU)
-        + row("DCGM_FI_DEV_XID_ERRORS", "43", **GPU)
-        + row("go_goroutines", "7")
-    )
-    (sample,) = parse(text).samples
-    assert (sample.util_pct, sample.xid) == (None, 43)
-
-
-def test_per_process_rows_are_recognised_and_left_out() -> None:
-    text = "".join(
-        row(name, value(i), **GPU, container="c", namespace="ns", pod=f"p{i}")
-        for name, value in (
-            ("DCGM_FI_DEV_GPU_UTIL", lambda i: str(10 * (i + 1))),
-            ("DCGM_FI_DEV_GPU_TEMP", lambda i: "40"),
-        )
-        for i in range(3)
-    )
-    (sample,) = parse(text).samples
-    assert sample.exporter_split_fields == ("util_pct",)
-    assert sample.util_pct is None  # 10/20/30 per process: not a device-wide reading
-    assert sample.temp_c == 40  # identical copies stay
-    assert len(sample.exporter_claims) == 3
 
 
 # -- garbage never raises --------------------------------------------------------------------------

@@ -12,35 +12,31 @@ own RPC methods read them through grpc.aio's deserializer — the exact parse pa
   unknown resources, DRA claims with missing fields, CPU and memory noise): checked against an
   independent oracle, and the records survive the codec.
 * Huge replies: a 2 MiB reply is read whole; one over the 16 MiB limit is counted, never raised.
+
+The double is in ``tests/podresources_wire.py``, the reply strategies and the oracle in
+``tests/podresources_replies.py``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
-from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
-from prometheus_client import REGISTRY
 
-from agents.podresources.collect import MAX_REPLY_BYTES, PodResourcesCollector
+from agents.podresources.collect import MAX_REPLY_BYTES
 from agents.podresources.translate import allocatable_from_response, assignments_from_list
-from agents.types import AgentRecord
 from contract import codec
-from contract.inputs import AllocatableDevice, DeviceAssignment, PodResourcesSnapshot
+from contract.inputs import AllocatableDevice, PodResourcesSnapshot
 from proto.podresources.v1 import api_pb2 as pb
 from proto.podresources.v1 import api_pb2_grpc as pb_grpc
-from sim.kubelet_server import Context, KubeletDouble
-from tests.fuzz_strategies import captured, proto_text
+from tests.fuzz_strategies import captured
+from tests.podresources_replies import allocatable_replies, corrupted, list_replies, oracle
+from tests.podresources_wire import NODE, PREFIXES, ScriptedKubelet, Wire, errors, parsed
 
-NODE = "gpu-node-1"
-PREFIXES = ("nvidia.com/",)
 SETTINGS = settings(
     max_examples=150,
     deadline=None,
@@ -54,43 +50,6 @@ SETTINGS = settings(
 )
 
 
-class ScriptedKubelet(KubeletDouble):
-    """The double, answering ``List`` / ``GetAllocatableResources`` with scripted bytes."""
-
-    def __init__(self, socket_path: Path) -> None:
-        super().__init__(socket_path, lambda: ((), ()))
-        self.list_reply = b""
-        self.allocatable_reply = b""
-
-    async def _list(self, request: pb.ListPodResourcesRequest, context: Context) -> bytes:
-        return self.list_reply
-
-    async def _allocatable(
-        self, request: pb.AllocatableResourcesRequest, context: Context
-    ) -> bytes:
-        return self.allocatable_reply
-
-
-@dataclass
-class Wire:
-    kubelet: ScriptedKubelet
-    stub: pb_grpc.PodResourcesListerStub
-    socket: Path
-
-    def collector(self) -> PodResourcesCollector:
-        async def emit(record: AgentRecord) -> None:
-            raise AssertionError("not polled here")
-
-        return PodResourcesCollector(
-            node=NODE,
-            socket_path=self.socket,
-            poll_interval_s=1,
-            snapshot_interval_s=60,
-            emit=emit,
-            now_ms=lambda: 1_700_000_000_000,
-        )
-
-
 @pytest.fixture
 async def wire(tmp_path: Path) -> AsyncIterator[Wire]:
     sock = tmp_path / "kubelet.sock"
@@ -100,136 +59,6 @@ async def wire(tmp_path: Path) -> AsyncIterator[Wire]:
     async with grpc.aio.insecure_channel(f"unix://{sock}", options=options) as channel:
         yield Wire(kubelet, pb_grpc.PodResourcesListerStub(channel), sock)
     await kubelet.stop()
-
-
-def errors(reason: str) -> float:
-    labels = {"source": "kubelet", "error": reason}
-    return REGISTRY.get_sample_value("gpuattr_agent_source_errors_total", labels) or 0.0
-
-
-def parsed(message_type: Any, payload: bytes) -> Any:
-    """What the protobuf runtime makes of ``payload`` (None: it refuses it)."""
-    try:
-        return message_type.FromString(payload)
-    except DecodeError:
-        return None
-
-
-# --- strategies -------------------------------------------------------------------------------
-
-names = st.one_of(st.sampled_from(["", "ml", "trainer-0", "main"]), proto_text)
-resources = st.one_of(
-    st.sampled_from(
-        [
-            "nvidia.com/gpu",
-            "nvidia.com/gpu.shared",
-            "nvidia.com/mig-1g.10gb",
-            "nvidia.com/",
-            "NVIDIA.com/gpu",
-            "amd.com/gpu",
-            "cpu",
-            "",
-        ]
-    ),
-    proto_text,
-)
-ids = st.one_of(
-    st.sampled_from(["", "GPU-8b2c4a51", "GPU-8b2c4a51::3", "MIG-1f3a", "nvidia0/vgpu1"]),
-    proto_text,
-)
-int64 = st.integers(-(2**63), 2**63 - 1)
-numa = st.builds(pb.NUMANode, ID=int64)
-devices = st.builds(
-    pb.ContainerDevices,
-    resource_name=resources,
-    device_ids=st.lists(ids, max_size=5),
-    topology=st.one_of(st.none(), st.builds(pb.TopologyInfo, nodes=st.lists(numa, max_size=3))),
-)
-memory = st.builds(pb.ContainerMemory, memory_type=names, size=st.integers(0, 2**64 - 1))
-claim_resources = st.builds(
-    pb.ClaimResource,
-    cdi_devices=st.lists(st.builds(pb.CDIDevice, name=names), max_size=2),
-    driver_name=st.one_of(st.just("gpu.nvidia.com"), names),
-    pool_name=st.one_of(st.just("node-a/pool"), names),
-    device_name=st.one_of(st.just("gpu-0"), names),
-    share_id=st.one_of(st.none(), names),
-)
-containers = st.builds(
-    pb.ContainerResources,
-    name=names,
-    devices=st.lists(devices, max_size=3),
-    cpu_ids=st.lists(int64, max_size=3),
-    memory=st.lists(memory, max_size=2),
-    dynamic_resources=st.lists(
-        st.builds(
-            pb.DynamicResource,
-            claim_name=names,
-            claim_namespace=names,
-            claim_resources=st.lists(claim_resources, max_size=3),
-        ),
-        max_size=2,
-    ),
-)
-list_replies = st.builds(
-    pb.ListPodResourcesResponse,
-    pod_resources=st.lists(
-        st.builds(
-            pb.PodResources,
-            name=names,
-            namespace=names,
-            containers=st.lists(containers, max_size=3),
-            cpu_ids=st.lists(int64, max_size=2),
-            memory=st.lists(memory, max_size=2),
-        ),
-        max_size=4,
-    ),
-)
-allocatable_replies = st.builds(
-    pb.AllocatableResourcesResponse,
-    devices=st.lists(devices, max_size=4),
-    cpu_ids=st.lists(int64, max_size=3),
-    memory=st.lists(memory, max_size=2),
-)
-
-
-@st.composite
-def corrupted(draw: st.DrawFn, messages: st.SearchStrategy[Any]) -> bytes:
-    """Random bytes, or a valid serialization truncated / with bytes flipped / spliced."""
-    if draw(st.booleans()):
-        return draw(st.binary(max_size=300))
-    data = bytearray(draw(messages).SerializeToString())
-    for _ in range(draw(st.integers(1, 3))):
-        i = draw(st.integers(0, len(data)))
-        op = draw(st.sampled_from(["truncate", "flip", "insert"]))
-        if op == "truncate":
-            del data[i:]
-        elif op == "flip" and i < len(data):
-            data[i] ^= draw(st.integers(1, 255))
-        else:
-            data[i:i] = draw(st.binary(min_size=1, max_size=8))
-    return bytes(data)
-
-
-def oracle(resp: pb.ListPodResourcesResponse) -> set[DeviceAssignment]:
-    """The rows the translation must produce, written independently of agents/kubelet.py."""
-    rows: set[DeviceAssignment] = set()
-    for pod in resp.pod_resources:
-        for ctr in pod.containers:
-            for dev in ctr.devices:
-                if any(dev.resource_name.startswith(p) for p in PREFIXES):
-                    rows |= {
-                        DeviceAssignment(pod.namespace, pod.name, ctr.name, dev.resource_name, i)
-                        for i in dev.device_ids
-                    }
-            for claim in ctr.dynamic_resources:
-                for res in claim.claim_resources:
-                    if res.driver_name != "" and res.device_name != "":
-                        resource = "dra:" + res.driver_name
-                        device = res.pool_name + "/" + res.device_name
-                        rows.add(
-                            DeviceAssignment(pod.namespace, pod.name, ctr.name, resource, device)
-                        )
-    return rows
 
 
 # --- List --------------------------------------------------------------------------------------

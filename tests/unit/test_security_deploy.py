@@ -1,0 +1,119 @@
+"""Security properties of the deployment: an agent that needs no write access — its DaemonSet
+(base and microk8s renders) cannot write to the node, and its service account can only read pods
+and nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ROOT / "deploy" / "kustomize" / "base"
+MICROK8S = ROOT / "deploy" / "kustomize" / "overlays" / "microk8s"
+
+
+# --- the agent needs no write access ----------------------------------------------------------
+
+
+def _docs(directory: Path) -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    docs: list[dict[str, Any]] = []
+    for name in kustomization.get("resources", []):
+        path = directory / name
+        if path.is_dir():
+            docs += _docs(path)
+        else:
+            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def _microk8s_docs() -> list[dict[str, Any]]:
+    import json
+
+    import jsonpatch
+
+    overlay = yaml.safe_load((MICROK8S / "kustomization.yaml").read_text())
+    docs = _docs(BASE)
+    for patch in overlay.get("patches", []):
+        ops = json.loads((MICROK8S / patch["path"]).read_text())
+        target = patch["target"]
+        docs = [
+            jsonpatch.apply_patch(d, ops)
+            if (d["kind"], d["metadata"]["name"]) == (target["kind"], target["name"])
+            else d
+            for d in docs
+        ]
+    return docs
+
+
+RENDERS: dict[str, Callable[[], list[dict[str, Any]]]] = {
+    "base": lambda: _docs(BASE),
+    "microk8s": _microk8s_docs,
+}
+READ_VERBS = {"get", "list", "watch"}
+
+
+@pytest.mark.parametrize("render", sorted(RENDERS))
+def test_agent_daemonset_cannot_write_to_the_node(render: str) -> None:
+    docs = RENDERS[render]()
+    (agent,) = [d for d in docs if d["kind"] == "DaemonSet" and "agent" in d["metadata"]["name"]]
+    pod = agent["spec"]["template"]["spec"]
+    assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+    host_volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert any(path.endswith("/pod-resources") for path in host_volumes.values())
+    for ctr in [*pod["containers"], *pod.get("initContainers", [])]:
+        sec = ctr["securityContext"]
+        assert sec["readOnlyRootFilesystem"] is True
+        assert sec["allowPrivilegeEscalation"] is False
+        assert not sec.get("privileged", False)
+        assert sec["capabilities"]["drop"] == ["ALL"]
+        assert not sec["capabilities"].get("add")
+        mounts = {m["name"]: m for m in ctr.get("volumeMounts", [])}
+        for name, path in host_volumes.items():
+            if name in mounts:
+                assert mounts[name].get("readOnly") is True, f"{path} mounted writable"
+        pod_resources = [
+            m for n, m in mounts.items() if host_volumes.get(n, "").endswith("/pod-resources")
+        ]
+        assert pod_resources
+        assert all(m["readOnly"] is True for m in pod_resources)
+
+
+def test_agent_service_account_can_only_read_pods_and_nodes() -> None:
+    docs = _docs(BASE)
+    (agent,) = [d for d in docs if d["kind"] == "DaemonSet" and "agent" in d["metadata"]["name"]]
+    account = agent["spec"]["template"]["spec"]["serviceAccountName"]
+    namespace = agent["metadata"]["namespace"]
+    roles = {
+        (d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("Role", "ClusterRole")
+    }
+    bound = [
+        (d["roleRef"]["kind"], d["roleRef"]["name"])
+        for d in docs
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(
+            s["kind"] == "ServiceAccount"
+            and s["name"] == account
+            and s.get("namespace", d["metadata"].get("namespace")) == namespace
+            for s in d.get("subjects", [])
+        )
+    ]
+    assert bound, "the agent's service account is bound to no role"
+    for ref in bound:
+        rules = roles[ref]["rules"]
+        assert rules
+        for rule in rules:
+            assert set(rule["verbs"]) <= READ_VERBS, rule
+            assert "*" not in rule.get("resources", [])
+            assert "*" not in rule.get("apiGroups", [])
+            assert set(rule["resources"]) <= {"pods", "nodes"}, rule
+            assert "nonResourceURLs" not in rule
+            assert "resourceNames" not in rule
+    for doc in docs:  # no other role in the base may write anything either
+        for rule in doc.get("rules", []) if doc["kind"] in ("Role", "ClusterRole") else []:
+            assert set(rule["verbs"]) <= READ_VERBS, (doc["metadata"]["name"], rule)
