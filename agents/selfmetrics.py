@@ -22,3 +22,8 @@ START_GATE_TIMEOUTS = Counter(
     "gpuattr_agent_start_gate_timeouts_total",
     "First samples published before the pod list or PodResources snapshot (gate timed out)",
 )
+IGNORED_FAMILIES = Counter(
+    "gpuattr_agent_ignored_metric_families_total",
+    "dcgm-exporter metric families read but not used (per scrape), by reason",
+    ["reason"],
+)

@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from agents.dcgm.translate import RejectedLine, parse_exposition
+from agents.dcgm.translate import IgnoredFamily, RejectedLine, parse_exposition
 from agents.health import SourceHealth
-from agents.selfmetrics import REJECTED_LINES, SOURCE_ERRORS
+from agents.selfmetrics import IGNORED_FAMILIES, REJECTED_LINES, SOURCE_ERRORS
 from agents.types import Emit, NowMs
 from contract.inputs import DcgmSample
 from infra.backoff import Backoff
@@ -62,6 +62,7 @@ class DcgmCollector:
         self.health = SourceHealth(SOURCE, f"dcgm-exporter at {url}", log)
         self._rejection_logged_ms: dict[str, int] = {}
         self._before_first_scrape = before_first_scrape
+        self._ignored_logged: set[IgnoredFamily] = set()
 
     async def run(self) -> None:
         """Scrape every ``interval_s`` (start to start) until cancelled."""
@@ -85,6 +86,8 @@ class DcgmCollector:
         if result.rejected:
             REJECTED_LINES.inc(len(result.rejected))
             self._log_rejected(result.rejected, ts_ms)
+        if result.ignored:
+            self._note_ignored(result.ignored)
         published = 0
         for sample in result.samples:
             published += await self._publish(sample)
@@ -139,6 +142,17 @@ class DcgmCollector:
                 log.warning("publishing a DCGM sample failed (%r); retry %d", exc, attempt)
                 await backoff.sleep()
         return 0
+
+    def _note_ignored(self, ignored: tuple[IgnoredFamily, ...]) -> None:
+        """Count every family read but not used; log each reason once, naming its families
+        (again only when a new family appears)."""
+        for reason, count in Counter(f.reason for f in ignored).items():
+            IGNORED_FAMILIES.labels(reason).inc(count)
+        new = set(ignored) - self._ignored_logged
+        for reason in sorted({f.reason for f in new}):
+            names = sorted(f.name for f in new if f.reason == reason)
+            log.info("dcgm-exporter at %s: not used (%s): %s", self.url, reason, ", ".join(names))
+        self._ignored_logged |= new
 
     def _log_rejected(self, rejected: tuple[RejectedLine, ...], now_ms: int) -> None:
         per_reason = Counter(r.reason for r in rejected)

@@ -16,7 +16,15 @@ share. Identical copies (the usual case) never trigger this.
 Labels read: ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname`` (or the
 newer ``hostname``), ``DCGM_FI_DRIVER_VERSION``, MIG ``GPU_I_ID``/``GPU_I_PROFILE``, and the pod
 labels ``namespace``/``pod``/``container`` (or ``exported_*`` after Prometheus relabelling),
-``pod_uid`` and ``vgpu``. Other DCGM fields and labels are ignored.
+``pod_uid`` and ``vgpu``. With ``--use-old-namespace`` (still documented upstream) the UUID label
+is ``uuid`` and the pod labels ``pod_namespace``/``pod_name``/``container_name`` (older builds:
+``pod_container_name``); that mode usually goes with the 1.x counters file, whose families are
+named ``dcgm_gpu_utilization``, ``dcgm_fb_used``, … — both namings are read.
+
+Nothing is dropped without a trace: a line that cannot be read is rejected with its reason
+(:class:`RejectedLine`), and a family that is read but not used — another exporter's metric on
+the same page, a DCGM field we do not map — is listed in ``ParseResult.ignored`` with its reason,
+for the collector to count and log once.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from dataclasses import dataclass
 from agents.dcgm.rows import MetricRow, RejectedLine, read_rows
 from contract.inputs import DcgmSample, ExporterClaim
 
-__all__ = ["FIELDS", "ParseResult", "RejectedLine", "parse_exposition"]
+__all__ = ["FIELDS", "IgnoredFamily", "ParseResult", "RejectedLine", "parse_exposition"]
 
 #: DCGM field → DcgmSample attribute. Units as the exporter sends them.
 FIELDS: Mapping[str, str] = {
@@ -39,11 +47,25 @@ FIELDS: Mapping[str, str] = {
     "DCGM_FI_DEV_POWER_USAGE": "power_w",
     "DCGM_FI_DEV_GPU_TEMP": "temp_c",
     "DCGM_FI_DEV_XID_ERRORS": "xid",  # the last XID seen, kept until the exporter restarts
+    # the 1.x counters file (etc/1.x-compatibility-metrics.csv upstream): same DCGM fields
+    "dcgm_gpu_utilization": "util_pct",
+    "dcgm_fi_prof_gr_engine_active": "gr_engine_active",
+    "dcgm_fb_used": "fb_used_mib",
+    "dcgm_fb_free": "fb_free_mib",
+    "dcgm_power_usage": "power_w",
+    "dcgm_gpu_temp": "temp_c",
+    "dcgm_xid_errors": "xid",
 }
-_POD_LABEL_SETS = (  # (namespace, pod, container, pod_uid, vgpu)
-    ("namespace", "pod", "container", "pod_uid", "vgpu"),
-    ("exported_namespace", "exported_pod", "exported_container", "exported_pod_uid", "vgpu"),
+DCGM_PREFIXES = ("DCGM_FI_", "dcgm_")
+UUID_LABELS = ("UUID", "uuid")  # uuid: --use-old-namespace
+_POD_LABEL_SETS = (  # (namespace, pod, container labels, pod_uid, vgpu)
+    ("namespace", "pod", ("container",), "pod_uid", "vgpu"),
+    ("exported_namespace", "exported_pod", ("exported_container",), "exported_pod_uid", "vgpu"),
+    # --use-old-namespace: container_name (4.x), pod_container_name (older builds)
+    ("pod_namespace", "pod_name", ("container_name", "pod_container_name"), "pod_uid", "vgpu"),
 )
+NOT_DCGM = "not a DCGM field"
+NOT_USED = "a DCGM field gpuattr does not use"
 NO_UUID = "row without UUID label"
 BAD_MIG_ID = "GPU_I_ID is not an integer of at most 9 digits"
 
@@ -51,9 +73,18 @@ DeviceKey = tuple[str, int | None]  # (UUID, GPU_I_ID)
 
 
 @dataclass(frozen=True, slots=True)
+class IgnoredFamily:
+    """A metric family that was read but not used, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class ParseResult:
     samples: tuple[DcgmSample, ...]
     rejected: tuple[RejectedLine, ...]
+    ignored: tuple[IgnoredFamily, ...] = ()
 
 
 def parse_exposition(text: str, *, node: str, ts_ms: int) -> ParseResult:
@@ -65,18 +96,26 @@ def parse_exposition(text: str, *, node: str, ts_ms: int) -> ParseResult:
     """
     rows, rejected = read_rows(text)
     devices: dict[DeviceKey, list[MetricRow]] = {}
+    ignored: dict[str, str] = {}
     for row in rows:
-        if not row.name.startswith("DCGM_FI_"):
-            continue  # not a DCGM field (another exporter's metric on the same page)
+        if not row.name.startswith(DCGM_PREFIXES):
+            ignored.setdefault(row.name, NOT_DCGM)  # e.g. another exporter on the same page
+            continue
+        if row.name not in FIELDS:
+            ignored.setdefault(row.name, NOT_USED)  # its device still gets a sample
         key = _device_key(row, rejected)
         if key is not None:
             devices.setdefault(key, []).append(row)
     samples = tuple(_sample(key, group, node, ts_ms) for key, group in devices.items())
-    return ParseResult(samples, tuple(sorted(rejected, key=lambda r: r.line_no)))
+    return ParseResult(
+        samples,
+        tuple(sorted(rejected, key=lambda r: r.line_no)),
+        tuple(IgnoredFamily(name, why) for name, why in sorted(ignored.items())),
+    )
 
 
 def _device_key(row: MetricRow, rejected: list[RejectedLine]) -> DeviceKey | None:
-    uuid = row.labels.get("UUID", "")
+    uuid = next((row.labels[label] for label in UUID_LABELS if row.labels.get(label)), "")
     if not uuid:
         rejected.append(RejectedLine.at(row.line_no, row.line, NO_UUID))
         return None
@@ -98,12 +137,12 @@ def _int(text: str | None) -> int | None:
 
 def _claim(labels: Mapping[str, str]) -> ExporterClaim | None:
     """The pod the exporter stamped on this row; a row with an empty pod label claims nothing."""
-    for ns, pod, container, pod_uid, vgpu in _POD_LABEL_SETS:
+    for ns, pod, containers, pod_uid, vgpu in _POD_LABEL_SETS:
         if labels.get(pod):
             return ExporterClaim(
                 namespace=labels.get(ns, ""),
                 pod=labels[pod],
-                container=labels.get(container, ""),
+                container=next((labels[c] for c in containers if labels.get(c)), ""),
                 pod_uid=labels.get(pod_uid) or None,
                 vgpu=labels.get(vgpu) or None,
             )

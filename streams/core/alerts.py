@@ -3,6 +3,14 @@
 ``step(state, event, policy) -> (state, alerts)``. Event time only: windows run on ``ts_ms``.
 The state is one small record per device, assigned back to a changelog-backed table only when
 it changes, so a restarted worker neither forgets a pending window nor re-sends a fired alert.
+
+No alert is lost at any crash point. A state change reaches its changelog and the alert it
+caused reaches the alerts topic through different partitions: a worker can die after the first
+and before the second. The input is then processed again (its offset was not committed), and
+finds the state already changed. So the state remembers the event time of the last change it
+applied (``seen_ms``) and the alerts its last few changes caused (``emitted``): an event at or
+before ``seen_ms`` is one already applied; it changes nothing and re-emits exactly the alerts it
+caused, with the same ids (receivers dedupe on ``<id>:<status>``).
 """
 
 from __future__ import annotations
@@ -25,6 +33,19 @@ class Episode:
     firing: bool = False
 
 
+#: emissions remembered per device: more than the alert transitions one device can have between
+#: two commits of its partition (a commit every few seconds; windows and cool-downs are minutes)
+EMITTED_MAX = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Emission:
+    """The alerts one event caused, kept so that processing that event again re-emits them."""
+
+    ts_ms: int
+    alerts: tuple[Alert, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceAlerts:
     idle: Episode | None = None
@@ -32,6 +53,8 @@ class DeviceAlerts:
     orphan: Episode | None = None
     orphan_resolved_ms: int | None = None
     last_xid: int | None = None
+    seen_ms: int | None = None  # event time of the last event that changed this state
+    emitted: tuple[Emission, ...] = ()  # newest first, at most EMITTED_MAX
 
 
 def alert_id(kind: AlertKind, node: str, device: str, since_ms: int) -> str:
@@ -177,12 +200,22 @@ def _step_xid(s: DeviceAlerts, ev: AttributionEvent) -> tuple[DeviceAlerts, list
 def step(
     state: DeviceAlerts | None, ev: AttributionEvent, policy: AlertSettings
 ) -> tuple[DeviceAlerts, list[Alert]]:
-    """Advance one device's alert state by one attribution event."""
-    s = state or DeviceAlerts()
-    s, idle = _step_idle(s, ev, policy)
+    """Advance one device's alert state by one attribution event.
+
+    An event no later than the last change applied (a replay after a crash) changes nothing and
+    returns the alerts it caused the first time, if any (see the module docstring)."""
+    before = state or DeviceAlerts()
+    if before.seen_ms is not None and ev.ts_ms <= before.seen_ms:
+        return before, [a for e in before.emitted if e.ts_ms == ev.ts_ms for a in e.alerts]
+    s, idle = _step_idle(before, ev, policy)
     s, orphan = _step_orphan(s, ev, policy)
     s, xid = _step_xid(s, ev)
-    return s, [*idle, *orphan, *xid]
+    alerts = [*idle, *orphan, *xid]
+    if s == before:
+        return before, alerts  # nothing changed (and so nothing fired): no table write
+    if alerts:
+        s = replace(s, emitted=(Emission(ev.ts_ms, tuple(alerts)), *s.emitted)[:EMITTED_MAX])
+    return replace(s, seen_ms=ev.ts_ms), alerts
 
 
 def policy_for(base: AlertSettings, annotations: list[dict[str, str]]) -> AlertSettings:

@@ -42,6 +42,10 @@ from streams.core.sharing import sharing_from_labels
 Output = AttributionEvent | ExporterMisattribution | Alert
 
 
+class UnusableRecord(ValueError):
+    """A well-formed record that has no place on the input topic (bad input, not a defect)."""
+
+
 @dataclass
 class Tables:
     """The worker's state; every key starts with the node (see docs/ARCHITECTURE.md)."""
@@ -93,7 +97,7 @@ class Processor:
         if isinstance(record, NodeRecord):
             self.tables.nodes[record.node] = record
             return []
-        raise TypeError(f"the worker does not handle {type(record).__name__}")
+        raise UnusableRecord(f"the worker does not handle {type(record).__name__}")
 
     def _inventory(self, node: str) -> Inventory:
         return self.tables.inventories.get(node, EMPTY_INVENTORY)

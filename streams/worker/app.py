@@ -144,7 +144,7 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
         fut.add_done_callback(functools.partial(delivered, kind))
         selfmetrics.EVENTS_OUT.labels(kind).inc()
 
-    record_loop = RecordLoop(processor, publish, dead_letter, live)
+    record_loop = RecordLoop(processor, publish, dead_letter, live, stop=app._crash)
 
     async def node_events(stream: Any) -> None:
         await record_loop.run(stream.events())

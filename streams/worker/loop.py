@@ -3,6 +3,14 @@
 :func:`streams.worker.app.build_app` wires it to a Faust stream, the producer and the
 dead-letter topic; tests drive it with a plain async generator of small fake events.
 The events only need the shape in :class:`Event`.
+
+Failure policy: bad *input* — a payload the codec cannot read, or a record that has no place
+on the input topic — is dead-lettered with its reason, counted, and the loop goes on. Any other
+exception is a defect in our own code: dead-lettering it would drop a node's data silently. The
+loop counts it (``gpuattr_worker_errors_total{kind="defect"}``), logs it with its traceback,
+stops the worker (``stop``) and ends without acknowledging the record, so its offset is never
+committed: the restarted worker meets the same record again, and the defect stays visible
+until it is fixed.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from typing import Protocol
 
 from contract import codec
 from contract.outputs import AttributionEvent
-from streams.core.processor import Output, Processor
+from streams.core.processor import Output, Processor, UnusableRecord
 from streams.worker import selfmetrics
 from streams.worker.live import LiveDevices
 
@@ -46,23 +54,34 @@ class Event(Protocol):
 
 Publish = Callable[[Output], Awaitable[None]]
 DeadLetterFn = Callable[[Event, str], Awaitable[None]]
+Stop = Callable[[BaseException], None]
+
+
+class ProcessingDefect(RuntimeError):
+    """Our own code failed on a record: the worker stops rather than skip it."""
 
 
 class RecordLoop:
     """Decodes each event, hands the record to the processor and publishes its outputs.
 
-    An undecodable record, or one the processor raises on, is dead-lettered and the loop goes
-    on with the next event. Attribution events are also kept in ``live`` (for the query API),
-    under the partition the input came from.
+    Bad input is dead-lettered and the loop goes on; a defect stops it (module docstring).
+    Attribution events are also kept in ``live`` (for the query API), under the partition the
+    input came from.
     """
 
     def __init__(
-        self, processor: Processor, publish: Publish, dead_letter: DeadLetterFn, live: LiveDevices
+        self,
+        processor: Processor,
+        publish: Publish,
+        dead_letter: DeadLetterFn,
+        live: LiveDevices,
+        stop: Stop,
     ) -> None:
         self.processor = processor
         self.publish = publish
         self.dead_letter = dead_letter
         self.live = live
+        self.stop = stop
 
     async def run(self, events: AsyncIterable[Event]) -> None:
         async for event in events:
@@ -78,11 +97,24 @@ class RecordLoop:
             return
         try:
             outputs = self.processor.handle(record)
-        except Exception as exc:
-            selfmetrics.ERRORS.labels("process").inc()
-            log.exception("processing %s failed", type(record).__name__)
-            await self.dead_letter(event, f"{type(exc).__name__}: {exc}")
+        except UnusableRecord as exc:
+            selfmetrics.ERRORS.labels("unusable").inc()
+            await self.dead_letter(event, f"unusable: {exc}")
             return
+        except Exception as exc:
+            msg = event.message
+            selfmetrics.ERRORS.labels("defect").inc()
+            log.critical(
+                "processing %s from %s[%d]@%d failed: a defect, stopping the worker without "
+                "committing it",
+                type(record).__name__,
+                msg.topic,
+                msg.partition,
+                msg.offset,
+                exc_info=True,
+            )
+            self.stop(exc)
+            raise ProcessingDefect(f"{type(record).__name__} at {msg.offset}: {exc!r}") from exc
         for out in outputs:
             await self.publish(out)
             if isinstance(out, AttributionEvent):

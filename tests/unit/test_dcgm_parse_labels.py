@@ -82,3 +82,65 @@ def test_per_process_rows_are_recognised_and_left_out() -> None:
     assert sample.util_pct is None  # 10/20/30 per process: not a device-wide reading
     assert sample.temp_c == 40  # identical copies stay
     assert len(sample.exporter_claims) == 3
+
+
+# -- --use-old-namespace and the 1.x counters file ---------------------------------------------
+
+OLD = {"gpu": "0", "uuid": "GPU-1", "device": "nvidia0", "modelName": "Tesla T4", "Hostname": "h"}
+OLD_POD = {"pod_namespace": "ml", "pod_name": "train-0", "container_name": "trainer"}
+
+
+def test_old_namespace_labels_with_the_default_field_names() -> None:
+    text = row("DCGM_FI_DEV_GPU_UTIL", "71", **OLD, **OLD_POD) + row(
+        "DCGM_FI_DEV_FB_USED", "9000", **OLD, **OLD_POD
+    )
+    result = parse(text)
+    assert result.rejected == ()
+    (sample,) = result.samples
+    assert (sample.uuid, sample.util_pct, sample.fb_used_mib) == ("GPU-1", 71, 9000)
+    assert sample.exporter_claims == (ExporterClaim("ml", "train-0", "trainer"),)
+
+
+def test_old_namespace_with_the_1x_counters_file() -> None:
+    old_builds = {"pod_namespace": "ml", "pod_name": "train-0", "pod_container_name": "trainer"}
+    text = "".join(
+        row(name, value, **OLD, **old_builds)
+        for name, value in (
+            ("dcgm_gpu_utilization", "12"),
+            ("dcgm_fb_used", "512"),
+            ("dcgm_fb_free", "14848"),
+            ("dcgm_power_usage", "31.5"),
+            ("dcgm_gpu_temp", "44"),
+            ("dcgm_xid_errors", "0"),
+            ("dcgm_fi_prof_gr_engine_active", "0.12"),
+            ("dcgm_sm_clock", "1590"),
+        )
+    )
+    result = parse(text)
+    assert result.rejected == ()
+    (sample,) = result.samples
+    assert (sample.util_pct, sample.fb_used_mib, sample.fb_free_mib) == (12, 512, 14848)
+    assert (sample.power_w, sample.temp_c, sample.xid, sample.gr_engine_active) == (
+        31.5,
+        44,
+        0,
+        0.12,
+    )
+    assert sample.exporter_claims == (ExporterClaim("ml", "train-0", "trainer"),)
+    assert [(f.name, f.reason) for f in result.ignored] == [
+        ("dcgm_sm_clock", "a DCGM field gpuattr does not use")
+    ]
+
+
+def test_families_read_but_not_used_are_reported_with_their_reason() -> None:
+    text = (
+        row("DCGM_FI_DEV_GPU_UTIL", "5", **GPU)
+        + row("DCGM_FI_DEV_SM_CLOCK", "210", **GPU)
+        + row("node_cpu_seconds_total", "1", cpu="0")
+    )
+    result = parse(text)
+    assert len(result.samples) == 1
+    assert {(f.name, f.reason) for f in result.ignored} == {
+        ("DCGM_FI_DEV_SM_CLOCK", "a DCGM field gpuattr does not use"),
+        ("node_cpu_seconds_total", "not a DCGM field"),
+    }

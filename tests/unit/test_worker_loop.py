@@ -14,14 +14,13 @@ from contract.inputs import (
     DcgmSample,
     DeviceAssignment,
     ExporterClaim,
-    PodResourcesDiff,
     PodResourcesSnapshot,
 )
 from contract.outputs import AttributionEvent, DeadLetter
 from contract.topics import TABLES
 from streams.core.processor import Output, Processor, Tables
 from streams.worker.live import LiveDevices
-from streams.worker.loop import Event, RecordLoop
+from streams.worker.loop import Event, ProcessingDefect, RecordLoop
 
 TOPIC = "gpuattr.node-events"
 GPU = "GPU-aaaa"
@@ -73,6 +72,7 @@ class Harness:
     published: list[Output] = field(default_factory=list)
     dead: list[tuple[int, str]] = field(default_factory=list)
     live: LiveDevices = field(default_factory=LiveDevices)
+    stopped: list[BaseException] = field(default_factory=list)
 
     def tables(self) -> Tables:
         t: dict[str, MutableMapping[str, Any]] = {
@@ -87,7 +87,9 @@ class Harness:
         self.dead.append((ev.message.offset, error))
 
     async def run(self, events: Iterable[FakeEvent]) -> None:
-        loop = RecordLoop(Processor(self.tables()), self.publish, self.dead_letter, self.live)
+        loop = RecordLoop(
+            Processor(self.tables()), self.publish, self.dead_letter, self.live, self.stopped.append
+        )
         await loop.run(stream(events))
 
 
@@ -130,30 +132,18 @@ CASES = {
         dead=((0, "undecodable: dcgm.sample v1: "),),
         errors=(("decode", 1),),
     ),
-    # current policy: a record the processor raises on is dead-lettered too
-    "record-the-processor-rejects-is-dead-lettered": Case(
+    "record-with-no-place-on-the-input-topic-is-dead-lettered": Case(
         (event(DeadLetter(TOPIC, 0, 0, None, "x", "", 1), 0), event(sample(150), 1)),
         ("AttributionEvent",),
-        dead=((0, "TypeError: the worker does not handle DeadLetter"),),
-        errors=(("process", 1),),
-    ),
-    "processor-exception-is-dead-lettered-and-the-loop-goes-on": Case(
-        (
-            event(HELD, 0),
-            event(PodResourcesDiff("n1", 120, (ANOTHER,), HELD.assignments), 1),
-            event(sample(150), 2),
-        ),
-        ("AttributionEvent",),
-        dead=((0, "RuntimeError: table write failed"), (1, "RuntimeError: table write failed")),
-        broken=("slot_holders",),
-        errors=(("process", 2),),
+        dead=((0, "unusable: the worker does not handle DeadLetter"),),
+        errors=(("unusable", 1),),
     ),
 }
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 async def test_loop(case: Case) -> None:
-    kinds = ("decode", "process")
+    kinds = ("decode", "unusable", "defect")
     errors_before = {k: counter("gpuattr_worker_errors_total", kind=k) for k in kinds}
     in_before = counter("gpuattr_worker_events_in_total", topic=TOPIC)
     h = Harness(broken=case.broken)
@@ -189,3 +179,21 @@ async def test_only_attribution_events_are_kept_live() -> None:
     await h.run([event(HELD, 0), event(sample(150, **NOISY), 1)])
     assert len(h.published) == 3
     assert len(h.live) == 1
+
+
+async def test_a_defect_in_our_code_stops_the_worker_and_is_never_dead_lettered() -> None:
+    """A table write that raises is our defect, not bad input: the loop stops the worker, does
+    not acknowledge the record (its offset is never committed) and handles nothing after it."""
+    defects = counter("gpuattr_worker_errors_total", kind="defect")
+    h = Harness(broken=("slot_holders",))
+    events = (
+        event(HELD, 0),  # the first write to slot_holders raises
+        event(sample(150), 1),
+    )
+    with pytest.raises(ProcessingDefect, match="PodResourcesSnapshot at 0") as raised:
+        await h.run(events)
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert [type(e) for e in h.stopped] == [RuntimeError]  # the worker was told to stop, once
+    assert h.dead == []  # nothing dead-lettered: no data dropped silently
+    assert h.published == []  # the sample after it was not processed
+    assert counter("gpuattr_worker_errors_total", kind="defect") == defects + 1
