@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import platform
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -190,6 +191,7 @@ async def agent_cost(seconds: float, workdir: Path, bootstrap: str) -> dict[str,
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="gpuattr-bench-"))
     async with contextlib.AsyncExitStack() as stack:
+        stack.callback(shutil.rmtree, workdir, True)  # last out: after the broker has stopped
         bootstrap = args.bootstrap
         if not bootstrap:
             broker = LocalKafka(LocalKafkaConfig(data_dir=workdir / "kafka", heap_mb=1024))

@@ -7,9 +7,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from infra.settings import (
     AlertSettings,
@@ -29,7 +31,11 @@ from sim.scenario import builtin_names
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpuattr", description=__doc__)
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (env GPUATTR_KAFKA_BOOTSTRAP)")
-    p.add_argument("--log-level", default=os.environ.get("GPUATTR_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get("GPUATTR_LOG_LEVEL"),
+        help="default INFO for services, WARNING for the terminal tools (top, report)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     k = sub.add_parser("kafka", help="run the embedded single-node Apache Kafka (KRaft)")
@@ -98,6 +104,31 @@ def _kafka(args: argparse.Namespace) -> KafkaSettings:
     return kafka.model_copy(update={"bootstrap": args.bootstrap}) if args.bootstrap else kafka
 
 
+T = TypeVar("T")
+
+#: what ends a long-running command the way Ctrl-C does: a rollout's SIGTERM, a closed terminal
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def until_signalled(main: Coroutine[Any, Any, T]) -> T | None:
+    """Run ``main`` until it returns, or until SIGINT, SIGTERM or SIGHUP cancels it; cancelling
+    runs every ``async with`` cleanup on the way out (child processes, the embedded broker,
+    temporary data). ``None`` when a signal ended it."""
+
+    async def run() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, task.cancel)
+        return await main
+
+    try:
+        return asyncio.run(run())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        return None
+
+
 def _run_worker(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSettings) -> int:
     import faust
 
@@ -108,10 +139,18 @@ def _run_worker(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetti
     return 0
 
 
+#: terminal tools: their output is the table or the report, not library chatter
+QUIET_COMMANDS = ("top", "report")
+
+
+def _default_log_level(command: str) -> str:
+    return "WARNING" if command in QUIET_COMMANDS else "INFO"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=(args.log_level or _default_log_level(args.command)).upper(),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
@@ -202,26 +241,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         agent = AgentSettings(
             args.node, kafka, kubelet, dcgm, KubeSettings(), InventorySettings(), ObserveSettings()
         )
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(run_agent(agent))
+        until_signalled(run_agent(agent))
         return 0
     if args.command == "worker":
         return _run_worker(kafka, WorkerSettings(), AlertSettings())
     if args.command == "sink":
         from sinks.runner import run_sink
 
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(run_sink(kafka, SinkSettings(), observe=ObserveSettings()))
+        until_signalled(run_sink(kafka, SinkSettings(), observe=ObserveSettings()))
         return 0
     if args.command == "demo":
         from gpuattr.demo import run_demo
 
-        try:
-            return asyncio.run(
-                run_demo(kafka, args.scenario, args.duration, args.json, args.speed, args.workdir)
-            )
-        except KeyboardInterrupt:
-            return 130
+        code = until_signalled(
+            run_demo(kafka, args.scenario, args.duration, args.json, args.speed, args.workdir)
+        )
+        return 130 if code is None else code
     return 2
 
 

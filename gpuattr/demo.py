@@ -95,6 +95,7 @@ async def run_demo(
     run_id = uuid.uuid4().hex[:8]
     with contextlib.ExitStack() as files:
         root = workdir or Path(files.enter_context(tempfile.TemporaryDirectory(prefix="gpuattr-")))
+        print(f"demo: working in {root}", file=sys.stderr)
         async with contextlib.AsyncExitStack() as stack:
             if not kafka.bootstrap:
                 broker = LocalKafka(

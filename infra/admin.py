@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,10 +36,45 @@ def _check(topic_errors: Sequence[Sequence[Any]]) -> list[str]:
     return created
 
 
+def leaderless(topics: Sequence[Mapping[str, Any]], wanted: Mapping[str, int]) -> list[str]:
+    """``topic[partition]`` of the wanted topics that have no leader yet (or are not listed)."""
+    seen = {t["topic"]: t for t in topics}
+    missing = []
+    for name, partitions in wanted.items():
+        listed = {p["partition"]: p for p in (seen.get(name) or {}).get("partitions", [])}
+        missing += [
+            f"{name}[{p}]"
+            for p in range(partitions)
+            if p not in listed or listed[p]["leader"] < 0 or listed[p]["error_code"] != 0
+        ]
+    return missing
+
+
+async def _wait_for_leaders(
+    admin: AIOKafkaAdminClient, wanted: Mapping[str, int], timeout_s: float
+) -> None:
+    """Return once every partition of ``wanted`` has a leader: clients started before that log
+    ``NotLeaderForPartitionError`` and retry. Raise after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    delay_s = 0.05
+    while True:
+        missing = leaderless(await admin.describe_topics(list(wanted)), wanted)
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no leader after {timeout_s:g}s for {', '.join(missing[:5])}")
+        await asyncio.sleep(delay_s)
+        delay_s = min(delay_s * 2, 1.0)
+
+
 async def create_topics(
-    bootstrap: str, specs: Sequence[TopicSpec], **client_options: Any
+    bootstrap: str,
+    specs: Sequence[TopicSpec],
+    leader_timeout_s: float = 60.0,
+    **client_options: Any,
 ) -> list[str]:
-    """Create the topics that do not exist yet; return the names this call created.
+    """Create the topics that do not exist yet, wait until each of their partitions has a
+    leader, and return the names this call created.
 
     ``client_options`` go to ``AIOKafkaAdminClient`` (security settings for real clusters).
     """
@@ -53,6 +90,8 @@ async def create_topics(
             for s in missing
         ]
         response = await admin.create_topics(new)
-        return _check(response.topic_errors)
+        created = _check(response.topic_errors)
+        await _wait_for_leaders(admin, {s.name: s.partitions for s in missing}, leader_timeout_s)
+        return created
     finally:
         await admin.close()

@@ -160,6 +160,19 @@ class WorkerSettings(BaseSettings):
     #: how other workers reach this one's API (a pod IP); defaults to web_host
     advertised_host: str | None = None
     loglevel: str = "warn"
+    #: a worker that stops heart-beating (SIGKILL, node loss) is out of the group after this;
+    #: its partitions then move to the others
+    session_timeout_s: float = Field(default=10.0, ge=6.0)  # the broker's minimum is 6 s
+    heartbeat_interval_s: float = Field(default=3.0, gt=0)
+
+    @model_validator(mode="after")
+    def _heartbeat_within_session(self) -> WorkerSettings:
+        if self.heartbeat_interval_s * 3 > self.session_timeout_s:
+            raise ValueError(
+                "GPUATTR_WORKER_HEARTBEAT_INTERVAL_S must be at most a third of "
+                "GPUATTR_WORKER_SESSION_TIMEOUT_S"
+            )
+        return self
 
 
 class LocalKafkaSettings(BaseSettings):

@@ -71,6 +71,8 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
         web_bind=worker.web_host,
         web_port=worker.web_port,
         canonical_url=f"http://{worker.advertised_host or worker.web_host}:{worker.web_port}",
+        broker_session_timeout=worker.session_timeout_s,
+        broker_heartbeat_interval=worker.heartbeat_interval_s,
         producer_acks=-1,
         processing_guarantee="at_least_once",
         producer_linger=0.005,

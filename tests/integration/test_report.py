@@ -67,6 +67,7 @@ async def test_report_from_the_topic_matches_known_holding_times(
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode == 0, err.decode()
     assert "GPU allocation, last 1h (152 attribution events)" in out.decode()  # the table
+    assert " INFO " not in err.decode()  # a terminal tool: no library chatter by default
     with (tmp_path / "report.csv").open() as f:
         rows = {(r["namespace"], r["workload"]): r for r in csv.DictReader(f)}
     assert set(rows) == {
