@@ -147,6 +147,10 @@ class SinkSettings(BaseSettings):
     max_delay_s: float = Field(default=60.0, gt=0)
     rate_per_s: float = Field(default=1.0, gt=0)
     burst: int = Field(default=5, ge=1)
+    #: alerts taken from Kafka per batch; the sink keeps polling (partitions paused) while it
+    #: delivers them, so a slow or failing destination never gets it evicted from its group
+    batch_max: int = Field(default=50, ge=1)
+    max_poll_interval_s: float = Field(default=300.0, gt=0)
 
 
 class WorkerSettings(BaseSettings):

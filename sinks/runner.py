@@ -3,6 +3,12 @@
 Offsets are committed only after every destination delivered the alert or it was written to the
 dead-letter topic: a crash redelivers (same idempotency key), nothing is lost. Partitions are
 worked concurrently, each in order; run more sinks to scale (the group splits partitions).
+
+A backlog never gets the sink evicted: it takes at most ``batch_max`` alerts at a time and, while
+it delivers them (rate limits, retries while a destination is down can take minutes), it keeps
+polling Kafka with its partitions paused, so the group sees a live member. If a rebalance takes
+partitions away meanwhile, the commit of that batch fails harmlessly: the new owner delivers
+those alerts again, with the same idempotency keys.
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ import logging
 import random
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError
 from prometheus_client import Counter
 
 from contract import codec
@@ -128,6 +136,7 @@ async def run_sink(
         group_id=settings.group_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        max_poll_interval_ms=int(settings.max_poll_interval_s * 1000),
         **opts,
     )
     producer = AIOKafkaProducer(
@@ -154,13 +163,42 @@ async def run_sink(
             )
         sink = Sink(kafka, settings, chosen, producer)
         while not stop.is_set():
-            batch = await consumer.getmany(timeout_ms=500)
+            batch = await consumer.getmany(timeout_ms=500, max_records=settings.batch_max)
             if not batch:
                 continue
-            await asyncio.gather(*(sink.partition(msgs) for msgs in batch.values()))
-            await consumer.commit(
-                {
-                    TopicPartition(tp.topic, tp.partition): msgs[-1].offset + 1
-                    for tp, msgs in batch.items()
-                }
-            )
+            work = asyncio.gather(*(sink.partition(msgs) for msgs in batch.values()))
+            await _poll_while(consumer, work)
+            delivered = {
+                TopicPartition(tp.topic, tp.partition): msgs[-1].offset + 1
+                for tp, msgs in batch.items()
+            }
+            await _commit(consumer, delivered)
+
+
+async def _poll_while(consumer: AIOKafkaConsumer, work: asyncio.Future[Any]) -> None:
+    """Wait for ``work`` while polling with every partition paused: the poll keeps this member
+    alive in its group (``max_poll_interval``) and fetches nothing."""
+    try:
+        while not work.done():
+            consumer.pause(*consumer.assignment())  # again: a rebalance may have given us more
+            await asyncio.wait([work], timeout=0.5)
+            if not work.done():
+                await consumer.getmany(timeout_ms=0)
+        await work  # its exception, if any, is the caller's
+    finally:
+        consumer.resume(*consumer.assignment())
+
+
+async def _commit(consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
+    """Commit what was delivered; partitions a rebalance took away are redelivered by their new
+    owner (same idempotency keys), so a refused commit is logged, not fatal."""
+    owned = {tp: off for tp, off in offsets.items() if tp in consumer.assignment()}
+    if len(owned) < len(offsets):
+        moved = len(offsets) - len(owned)
+        log.info("%d partition(s) moved during delivery: their new owner redelivers", moved)
+    if not owned:
+        return
+    try:
+        await consumer.commit(owned)
+    except (CommitFailedError, IllegalStateError) as exc:
+        log.warning("commit after delivery refused (%s): those alerts are delivered again", exc)

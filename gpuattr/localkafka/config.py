@@ -34,5 +34,11 @@ def render_properties(data_dir: Path, port: int, controller_port: int) -> str:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, base64url without padding (as ``random-uuid``)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, base64url without padding (as ``random-uuid``).
+
+    Like Kafka's own ``Uuid.randomUuid``, never one starting with ``-``: the storage tool would
+    read ``-t -Ab3...`` as a missing argument (one start in ~65 failed that way)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id

@@ -172,6 +172,8 @@ def _table_diff(ref: Outcome, run: Outcome) -> str:
         differing = [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
         if differing:
             parts.append(f"{name}: {len(differing)} keys, e.g. {sorted(map(str, differing))[:3]}")
+            first = sorted(differing, key=str)[0]
+            parts.append(f"reference {a.get(first)!r}\nfault run {b.get(first)!r}")
     return "; ".join(parts) or "none"
 
 

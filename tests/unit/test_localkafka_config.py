@@ -79,3 +79,11 @@ def test_topic_errors_other_than_already_exists_raise() -> None:
     assert _check([("v0", 0)]) == ["v0"]
     with pytest.raises(InvalidReplicationFactorError, match="'c'"):
         _check([("c", 38, "only 1 broker(s) are registered")])
+
+
+def test_cluster_id_never_reads_as_an_option() -> None:
+    """One random id in ~65 starts with '-', which the storage tool's parser takes for an
+    option (``-t -Ab3...``: "expected one argument"): those are drawn again, as Kafka does."""
+    ids = [new_cluster_id() for _ in range(20_000)]
+    assert not [cid for cid in ids if cid.startswith("-")]
+    assert len(set(ids)) == len(ids)
