@@ -80,6 +80,29 @@ async def serve(*receivers: Receiver) -> AsyncIterator[list[str]]:
         await runner.cleanup()
 
 
+async def queued(
+    bootstrap: str, alerts: list[Alert], partitions: int, poison: bool = False
+) -> KafkaSettings:
+    """Fresh topics with ``alerts`` (and a poison record, if asked) waiting on the alerts topic."""
+    kafka = KafkaSettings(
+        bootstrap=bootstrap, topic_prefix=f"s{uuid.uuid4().hex[:8]}.", partitions=partitions
+    )
+    await create_topics(bootstrap, topic_specs(kafka))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20)
+    await producer.start()
+    try:
+        sends = [
+            await producer.send(kafka.topic("alerts"), codec.encode(a), key=a.id.encode())
+            for a in alerts
+        ]
+        if poison:
+            sends.append(await producer.send(kafka.topic("alerts"), b"\x00poison", key=b"x"))
+        await asyncio.gather(*sends)
+    finally:
+        await producer.stop()
+    return kafka
+
+
 def make_alert(n: int) -> Alert:
     return Alert(
         id=f"idle-{n:04d}",
@@ -104,19 +127,8 @@ def make_alert(n: int) -> Alert:
 async def test_every_alert_arrives_signed_and_failures_are_dead_lettered(
     kafka_bootstrap: str,
 ) -> None:
-    kafka = KafkaSettings(
-        bootstrap=kafka_bootstrap, topic_prefix=f"s{uuid.uuid4().hex[:8]}.", partitions=3
-    )
-    await create_topics(kafka_bootstrap, topic_specs(kafka))
     alerts = [make_alert(n) for n in range(12)]
-    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
-    await producer.start()
-    try:
-        for a in alerts:
-            await producer.send_and_wait(kafka.topic("alerts"), codec.encode(a), key=a.id.encode())
-        await producer.send_and_wait(kafka.topic("alerts"), b"\x00poison", key=b"x")
-    finally:
-        await producer.stop()
+    kafka = await queued(kafka_bootstrap, alerts, partitions=3, poison=True)
 
     flaky, slack, down = (
         Receiver(fail_first=5, stall_every=7),
@@ -182,21 +194,8 @@ async def test_a_backlog_slower_than_the_poll_interval_is_delivered_once_per_key
     delivery, batches of 500 (5 s each) against a 3 s max poll interval — the proportions of a
     real backlog at 1/s against the default 300 s. The sink keeps polling while it delivers:
     no eviction, no refused commit, every alert delivered exactly once."""
-    kafka = KafkaSettings(
-        bootstrap=kafka_bootstrap, topic_prefix=f"b{uuid.uuid4().hex[:8]}.", partitions=2
-    )
-    await create_topics(kafka_bootstrap, topic_specs(kafka))
     alerts = [make_alert(n) for n in range(2000)]
-    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=20)
-    await producer.start()
-    try:
-        sends = [
-            await producer.send(kafka.topic("alerts"), codec.encode(a), key=a.id.encode())
-            for a in alerts
-        ]
-        await asyncio.gather(*sends)
-    finally:
-        await producer.stop()
+    kafka = await queued(kafka_bootstrap, alerts, partitions=2)
     hook = Receiver()
     settings = SinkSettings(
         group_id=f"sink-{uuid.uuid4().hex[:6]}",
