@@ -38,6 +38,29 @@ def _gpu(resources: Mapping[str, Any] | None) -> dict[str, str]:
     return {k: str(v) for k, v in (resources or {}).items() if k.startswith(GPU_PREFIX)}
 
 
+def can_hold_gpu(pod: Any) -> bool:
+    """Whether a pod can hold a GPU: a container or init container requests or limits an
+    ``nvidia.com/...`` resource, or the pod has DRA ``resourceClaims``. Only such pods are
+    published (with their DELETED events): the worker joins nothing else, and a node's
+    CPU-only pods (Jobs, CronJobs: thousands a day) would only grow its state."""
+    spec = getattr(pod, "spec", None)
+    if spec is None:
+        return False
+    if getattr(spec, "resource_claims", None):
+        return True
+    containers = [
+        *(getattr(spec, "containers", None) or ()),
+        *(getattr(spec, "init_containers", None) or ()),
+    ]
+    for container in containers:
+        resources = getattr(container, "resources", None)
+        for field in ("requests", "limits"):
+            amounts = getattr(resources, field, None)
+            if isinstance(amounts, Mapping) and _gpu(amounts):
+                return True
+    return False
+
+
 def controller_of(owner_refs: list[Any] | None) -> OwnerRef | None:
     refs = owner_refs or []
     chosen = next((r for r in refs if getattr(r, "controller", False)), refs[0] if refs else None)

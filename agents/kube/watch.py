@@ -3,7 +3,9 @@
 Pods: ONE watcher per agent with ``fieldSelector=spec.nodeName=<node>``, like the kubelet itself.
 It scales with the cluster (each agent sees only its node's pods, the API server filters), and
 its records are keyed by node like every other input, so they land in the partition where that
-node's holders are joined. Nodes: one watcher with ``fieldSelector=metadata.name=<node>``.
+node's holders are joined. Only pods that can hold a GPU are published (and listed in the
+``k8s.pod-list`` record): :func:`agents.kube.translate.can_hold_gpu`. Nodes: one watcher with
+``fieldSelector=metadata.name=<node>``.
 
 Each step is a small method; every outage is one warning and one recovery line, counted.
 """
@@ -21,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 from agents.health import SourceHealth
-from agents.kube.translate import node_record, pod_record
+from agents.kube.translate import can_hold_gpu, node_record, pod_record
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import AgentRecord, Emit, NowMs
 from contract.inputs import PodListSnapshot
@@ -160,10 +162,18 @@ class PodWatcher(_Watcher):
         return f"spec.nodeName={self.node}"
 
     def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
+        if not can_hold_gpu(obj):  # the same object on DELETED: its spec is immutable
+            return []
         return [pod_record(obj, node=self.node, ts_ms=self.now_ms(), deleted=deleted)]
 
     async def _after_list(self, items: list[Any], rv: str) -> None:
-        uids = tuple(sorted(str(p.metadata.uid) for p in items if p.metadata and p.metadata.uid))
+        uids = tuple(
+            sorted(
+                str(p.metadata.uid)
+                for p in items
+                if p.metadata and p.metadata.uid and can_hold_gpu(p)
+            )
+        )
         await self.emit(PodListSnapshot(self.node, self.now_ms(), uids, rv))
 
 

@@ -4,17 +4,27 @@ The kubelet's PodResources API names pods but carries no UID. The pod watch give
 incarnation of a name a life: from creation until the API server reports it DELETED (after its
 containers stopped, so through the termination grace period the old pod keeps its slot). Names
 recycle (StatefulSets, re-created pods): each UID is its own :class:`PodLife`, never merged.
+
+State is bounded by what is live, not by history: a life that is gone is forgotten once it has
+been gone longer than :data:`FORGET_AFTER_MS` (event time), a name whose lives are all forgotten
+leaves the node's index and its table key is deleted. :func:`settle` decides it, per node, when
+that node's pod records or pod list arrive, for the names that changed or fell due.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from contract.inputs import OwnerRef, PodListSnapshot, PodRecord
 from contract.outputs import Workload
 from streams.core.attribution import PodIdentity
+from streams.core.holders import HISTORY_MS
 
 LIVES_MAX = 8
+#: How long a gone life is remembered: as long as the slot holders keep their as-of history, so
+#: a late sample that joins an old holder still resolves that holder's UID.
+FORGET_AFTER_MS = HISTORY_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +48,20 @@ class PodNames:
 
 @dataclass(frozen=True, slots=True)
 class NodePods:
-    """Index of the pod names a node's watch has reported (``namespace/name``)."""
+    """Index of one node's pod names (``namespace/name``, sorted) that have a remembered life.
+
+    ``gone`` holds, for each name with a gone life, the earliest ``gone_ms`` among its remembered
+    lives (sorted by name): the event time after which that name's key is due for pruning, so a
+    record finds what to prune without reading every name. Present (even empty) once the node's
+    pod watch has reported: a name missing then is a pod not reported yet, not an unwatched node.
+    """
 
     names: tuple[str, ...] = ()
+    gone: tuple[tuple[str, int], ...] = ()
+
+    def due(self, now_ms: int) -> tuple[str, ...]:
+        """Names with a life gone longer than :data:`FORGET_AFTER_MS` at ``now_ms``."""
+        return tuple(name for name, gone_ms in self.gone if now_ms - gone_ms > FORGET_AFTER_MS)
 
 
 def name_key(node: str, namespace: str, name: str) -> str:
@@ -93,6 +114,46 @@ def apply_pod_list(current: PodNames, listing: PodListSnapshot) -> PodNames | No
             for life in current.lives
         )
     )
+
+
+def forget_gone(names: PodNames, now_ms: int) -> PodNames | None:
+    """The lives still remembered at ``now_ms``; ``None`` when none is (the key can go)."""
+    kept = tuple(
+        life
+        for life in names.lives
+        if life.gone_ms is None or now_ms - life.gone_ms <= FORGET_AFTER_MS
+    )
+    if len(kept) == len(names.lives):
+        return names
+    return PodNames(kept) if kept else None
+
+
+def settle(
+    index: NodePods, changed: Mapping[str, PodNames | None], now_ms: int
+) -> tuple[dict[str, PodNames | None], NodePods]:
+    """Prune the names that changed or fell due, at event time ``now_ms``.
+
+    ``changed`` maps ``namespace/name`` to its lives after the record (``None``: no key). Returns
+    their remembered lives (``None``: forget the key) and the node's index after; names not in
+    ``changed`` are neither read nor rewritten.
+    """
+    kept = {
+        short: forget_gone(n, now_ms) if n is not None else None for short, n in changed.items()
+    }
+    names = set(index.names)
+    gone = dict(index.gone)
+    for short, n in kept.items():
+        gone.pop(short, None)
+        if n is None:
+            names.discard(short)
+            continue
+        names.add(short)
+        first_gone = min(
+            (life.gone_ms for life in n.lives if life.gone_ms is not None), default=None
+        )
+        if first_gone is not None:
+            gone[short] = first_gone
+    return kept, NodePods(tuple(sorted(names)), tuple(sorted(gone.items())))
 
 
 def _identity(life: PodLife) -> PodIdentity:

@@ -10,7 +10,7 @@ arrive on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 
 from contract.inputs import (
@@ -36,7 +36,15 @@ from streams.core.identity import (
     mig_uuid_for,
     parse_device_id,
 )
-from streams.core.pods import NodePods, PodNames, apply_pod, apply_pod_list, name_key, resolve
+from streams.core.pods import (
+    NodePods,
+    PodNames,
+    apply_pod,
+    apply_pod_list,
+    name_key,
+    resolve,
+    settle,
+)
 from streams.core.sharing import sharing_from_labels
 
 Output = AttributionEvent | ExporterMisattribution | Alert
@@ -129,24 +137,41 @@ class Processor:
 
     def _on_pod(self, rec: PodRecord) -> None:
         t = self.tables
-        key = name_key(rec.node, rec.namespace, rec.name)
-        t.pods[key] = apply_pod(t.pods.get(key), rec)
-        names = t.node_pods.get(rec.node, NodePods()).names
-        short = f"{rec.namespace}/{rec.name}"
-        if short not in names:
-            t.node_pods[rec.node] = NodePods(tuple(sorted((*names, short))))
+        index = t.node_pods.get(rec.node, NodePods())
+        changed = self._read(rec.node, index.due(rec.ts_ms))
+        changed[f"{rec.namespace}/{rec.name}"] = apply_pod(
+            t.pods.get(name_key(rec.node, rec.namespace, rec.name)), rec
+        )
+        self._settle(rec.node, index, changed, rec.ts_ms)
 
     def _on_pod_list(self, listing: PodListSnapshot) -> None:
+        """A relist walks every remembered name of the node (and rebuilds its index)."""
+        index = self.tables.node_pods.get(listing.node, NodePods())
+        changed = {
+            short: (apply_pod_list(names, listing) or names) if names is not None else None
+            for short, names in self._read(listing.node, index.names).items()
+        }
+        self._settle(listing.node, index, changed, listing.ts_ms)
+
+    def _read(self, node: str, shorts: Iterable[str]) -> dict[str, PodNames | None]:
+        return {short: self.tables.pods.get(f"{node}/{short}") for short in shorts}
+
+    def _settle(
+        self, node: str, index: NodePods, changed: dict[str, PodNames | None], now_ms: int
+    ) -> None:
+        """Prune (pure :func:`settle`), then write only what changed; forgotten keys are deleted
+        (a changelog tombstone), never assigned an empty value."""
         t = self.tables
-        names = t.node_pods.get(listing.node, NodePods()).names
-        for short in names:
-            key = f"{listing.node}/{short}"
-            current = t.pods.get(key)
-            updated = apply_pod_list(current, listing) if current else None
-            if updated is not None:
-                t.pods[key] = updated
-        if listing.node not in t.node_pods:
-            t.node_pods[listing.node] = NodePods()
+        kept, new_index = settle(index, changed, now_ms)
+        for short, names in kept.items():
+            key = f"{node}/{short}"
+            if names is None:
+                if key in t.pods:
+                    del t.pods[key]
+            elif names != t.pods.get(key):
+                t.pods[key] = names
+        if new_index != index or node not in t.node_pods:
+            t.node_pods[node] = new_index
 
     def _resolver(self, node: str) -> Callable[[str, str, int], PodIdentity]:
         pods, watched = self.tables.pods, node in self.tables.node_pods

@@ -162,7 +162,10 @@ async def test_an_object_the_client_refuses_does_not_end_the_pod_watcher() -> No
         "kind": "Pod",
         "apiVersion": "v1",
         "metadata": {"name": "good", "namespace": "ml", "uid": "u-good"},
-        "spec": {"nodeName": "gpu-a", "containers": [{"name": "c"}]},
+        "spec": {
+            "nodeName": "gpu-a",
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
     }
     bad = {
         "kind": "Pod",
