@@ -11,7 +11,7 @@ arrive on.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from contract.inputs import (
     DcgmSample,
@@ -65,6 +65,11 @@ class Tables:
     node_pods: MutableMapping[str, NodePods]  # node
     nodes: MutableMapping[str, NodeRecord]  # node
     alert_state: MutableMapping[str, DeviceAlerts]  # node/device-uuid
+
+    @classmethod
+    def in_memory(cls) -> Tables:
+        """Plain dicts: the processor without Faust (tests, the soak benchmark, tools)."""
+        return cls(**{f.name: {} for f in fields(cls)})
 
 
 def holder_key(node: str, base: str) -> str:

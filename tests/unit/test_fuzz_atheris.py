@@ -59,7 +59,6 @@ def _targets() -> dict[str, Callable[[bytes], None]]:
     from agents.podresources.translate import assignments_from_list
     from contract import codec
     from contract.inputs import PodResourcesSnapshot
-    from contract.topics import TABLES
     from proto.podresources.v1 import api_pb2 as pb
     from streams.core.processor import Processor, Tables
 
@@ -82,7 +81,7 @@ def _targets() -> dict[str, Callable[[bytes], None]]:
         assert codec.decode(codec.encode(snapshot)) == snapshot
 
     def processor_target(data: bytes) -> None:
-        proc = Processor(Tables(**{name: {} for name in TABLES}))
+        proc = Processor(Tables.in_memory())
         for chunk in data.split(b"\n"):
             try:
                 record = codec.decode(chunk)

@@ -36,7 +36,6 @@ from contract.inputs import (
     PodResourcesSnapshot,
 )
 from contract.outputs import Alert, AttributionEvent, ExporterMisattribution, Holder
-from contract.topics import TABLES
 from streams.core.processor import Output, Processor, Tables
 from tests.fuzz_strategies import (
     EXPORTER_UID_PREFIX,
@@ -52,7 +51,7 @@ HOLDER_FIELDS = {f.name for f in dataclasses.fields(Holder)}
 
 
 def new_processor() -> Processor:
-    return Processor(Tables(**{name: {} for name in TABLES}))
+    return Processor(Tables.in_memory())
 
 
 def wire(record: AgentRecord) -> Any:

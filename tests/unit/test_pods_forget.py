@@ -64,15 +64,7 @@ def test_settle_touches_only_what_it_is_given_and_indexes_the_gone() -> None:
 
 
 def tables() -> Tables:
-    return Tables(
-        slot_holders={},
-        node_devices={},
-        inventories={},
-        pods={},
-        node_pods={},
-        nodes={},
-        alert_state={},
-    )
+    return Tables.in_memory()
 
 
 def pod(name: str, uid: str, ts: int, *, deleted: bool = False) -> PodRecord:

@@ -12,17 +12,7 @@ G0, G1 = "GPU-aaaa", "GPU-bbbb"
 
 
 def proc() -> Processor:
-    return Processor(
-        Tables(
-            slot_holders={},
-            node_devices={},
-            inventories={},
-            pods={},
-            node_pods={},
-            nodes={},
-            alert_state={},
-        )
-    )
+    return Processor(Tables.in_memory())
 
 
 def sample(ts: int, uuid: str = G0, **kw: object) -> DcgmSample:

@@ -22,7 +22,6 @@ from contract.inputs import (
     PodResourcesSnapshot,
 )
 from contract.outputs import AttributionEvent
-from contract.topics import TABLES
 from streams.core.identity import EMPTY_INVENTORY
 from streams.core.processor import Processor, Tables
 from streams.core.sharing import Advertised, advertised_by_key, decide, sharing_from_labels
@@ -255,7 +254,7 @@ def test_an_unreplicated_device_is_never_reported_shared(
         for g in gpus
         for r in range(g.replicas)
     )
-    proc = Processor(Tables(**{name: {} for name in TABLES}))
+    proc = Processor(Tables.in_memory())
     records = [
         NodeRecord("n", 1, tuple(sorted(labels.items()))),
         PodResourcesSnapshot("n", 2, assignments, allocatable if with_allocatable else ()),

@@ -16,7 +16,6 @@ from contract.outputs import (
     Usage,
     Workload,
 )
-from contract.topics import TABLES
 from gpuattr.report import accumulate, csv_rows
 from gpuattr.report_cli import parse_duration
 from sim.cluster import Cluster
@@ -211,7 +210,7 @@ def test_exclusive_gpu_on_a_sharing_node_counts_in_full() -> None:
     scenario = load("mps-subset")
     spec = scenario.node("h100-mps")
     held, allocatable = Cluster(scenario, lambda: 10.0).podresources("h100-mps")
-    proc = Processor(Tables(**{name: {} for name in TABLES}))
+    proc = Processor(Tables.in_memory())
     proc.handle(NodeRecord("h100-mps", 0, spec.labels))
     proc.handle(PodResourcesSnapshot("h100-mps", 0, held, allocatable))
     events: list[AttributionEvent] = []
