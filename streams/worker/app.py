@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import faust
+from aiokafka.errors import IllegalStateError
 
 from contract import codec
 from contract.outputs import Alert, AttributionEvent, DeadLetter, ExporterMisattribution
@@ -165,11 +166,19 @@ def _gauges(app: faust.App, tables: Tables, input_topic: str) -> None:
     async def refresh() -> None:
         for name in TABLES:
             selfmetrics.TABLE_KEYS.labels(name).set(len(getattr(tables, name)))
+        lags = {}
         for tp in app.consumer.assignment():
-            if tp.topic == input_topic:
+            if tp.topic != input_topic:
+                continue
+            try:
                 position = await app.consumer.position(tp)
-                if position is not None:
-                    lag = app.consumer.highwater(tp) - position
-                    selfmetrics.CONSUMER_LAG.labels(str(tp.partition)).set(max(0, lag))
+            except IllegalStateError:  # revoked while we looked: its new owner reports it
+                continue
+            highwater = app.consumer.highwater(tp)  # None until the first fetch returns
+            if position is not None and highwater is not None:
+                lags[str(tp.partition)] = max(0, highwater - position)
+        selfmetrics.CONSUMER_LAG.clear()  # partitions that moved away leave the series
+        for partition, lag in lags.items():
+            selfmetrics.CONSUMER_LAG.labels(partition).set(lag)
 
     app.timer(interval=5.0, name="refresh-gauges")(refresh)

@@ -9,17 +9,28 @@ committed offsets" — but aiokafka's ``seek_to_committed`` only seeks partition
 offset is above zero, so a partition without a commit keeps its advanced position and the
 dropped records are never processed; later acks then commit past them.
 
-:class:`Consumer` completes the seek: every assigned stream partition (not a changelog, which
-recovery positions itself) without a committed offset is sent back to its beginning, as the
-worker's ``earliest`` reset policy promises; and when recovery resumes the stream partitions,
-they are moved back to their committed offsets once more, because records fetched between the
-seek and the resume were dropped the same way (the fault suite caught that one). The cost is
-duplicates after a rebalance (at-least-once), never a gap.
+A second window: Faust marks the stream partitions active (``resume_partitions``) *before* it
+awaits that seek, and while recovery has the flow running, the fetcher hands out records read
+from the stale position in between. Moving the position back inside ``resume_partitions`` is
+not an option: it is synchronous, runs on the event loop, and aiokafka's ``seek`` deletes the
+partition's entry from the fetched-records dict that the consumer thread iterates at the same
+moment (``Drain messages raised: KeyError(TopicPartition(...))``, then ``Fetcher: Crashed``).
+
+:class:`Consumer` therefore (1) completes the seek: every assigned stream partition (not a
+changelog, which recovery positions itself) without a committed offset is sent back to its
+beginning, on the consumer thread, as the worker's ``earliest`` reset policy promises; and
+(2) holds stream partitions that Faust resumes inactive until that seek has returned, then
+activates them in one step on the event loop. Every seek runs on the consumer thread. Both
+places where Faust resumes stream partitions (``Recovery._resume_streams`` and
+``Recovery.on_recovery_completed`` in faust-streaming 0.15) await ``perform_seek`` right after
+the resume and before the flow resumes. The cost is duplicates after a rebalance (at-least-once),
+never a gap. docs/RELIABILITY.md describes both upstream defects.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Set
 from typing import Any
 
 import faust
@@ -28,8 +39,45 @@ from faust.transport.drivers import aiokafka as driver
 log = logging.getLogger(__name__)
 
 
+class ConsumerThread(driver.AIOKafkaConsumerThread):  # type: ignore[misc]
+    async def _fetch_records(
+        self,
+        consumer: Any,
+        active_partitions: Set[Any] | None,
+        timeout: float | None = None,  # noqa: ASYNC109 (Faust's signature)
+        max_records: int | None = None,
+    ) -> Any:
+        """Drain only partitions that are active when the drain begins.
+
+        Faust hands over its live set of active partitions, which the event loop keeps changing
+        while this thread reads it; and aiokafka reads an *empty* set as "every partition".
+        So a fetch asked for while some partition was active, run after the last one was
+        paused, drained every paused partition, and Faust then dropped those records with the
+        positions already past them. A snapshot taken here (one step under the GIL) never
+        drains a paused partition, so its position never moves without its records being
+        processed."""
+        if active_partitions is not None:
+            active_partitions = frozenset(active_partitions)
+            if not active_partitions:
+                return {}
+        return await super()._fetch_records(
+            consumer, active_partitions, timeout=timeout, max_records=max_records
+        )
+
+
 class Consumer(driver.Consumer):  # type: ignore[misc]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # stream partitions Faust has resumed, held inactive until the next seek has returned
+        self._held: set[Any] = set()
+        self._revocations = 0  # a seek begun before a revocation releases nothing
+
+    def _new_consumer_thread(self) -> ConsumerThread:
+        return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
     async def perform_seek(self) -> None:
+        held = set(self._held)  # resumed before this seek began: the seek covers them
+        revocations = self._revocations
         await super().perform_seek()
         uncommitted = [
             tp
@@ -41,22 +89,33 @@ class Consumer(driver.Consumer):  # type: ignore[misc]
             await self._thread.seek_to_beginning(*map(driver.ensure_aiokafka_TP, uncommitted))
             for tp in uncommitted:
                 self._read_offset[tp] = None
+        if revocations == self._revocations:
+            self._release(held)
 
     def resume_partitions(self, tps: Any) -> None:
-        """Resume, first moving stream partitions back to their committed offsets (or start).
-
-        Between Faust's seek and this resume the partitions are still paused, so anything the
-        fetcher returned for them in that window was dropped while the position moved on.
-        Seeking again here, where nothing of theirs has been processed since the seek, closes
-        that window; at worst a record is read twice (at least once)."""
+        """Resume changelog partitions now; stream partitions only after the seek that Faust
+        awaits next (see the module doc)."""
         tps = set(tps)
-        assigned = self.assignment()
-        for tp in tps:
-            if tp in assigned and not self._is_changelog_tp(tp):
-                offset = self._committed_offset.get(tp) or 0
-                self._thread.seek(driver.ensure_aiokafka_TP(tp), offset)
-                self._read_offset[tp] = offset or None
-        super().resume_partitions(tps)
+        streams = {tp for tp in tps if not self._is_changelog_tp(tp)}
+        self._held |= streams
+        super().resume_partitions(tps - streams)
+
+    def pause_partitions(self, tps: Any) -> None:
+        tps = set(tps)
+        self._held -= tps
+        super().pause_partitions(tps)
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        self._held -= set(revoked)
+        self._revocations += 1
+        await super().on_partitions_revoked(revoked)
+
+    def _release(self, held: set[Any]) -> None:
+        """Activate the held partitions that are still held and still assigned."""
+        ready = held & self._held & self.assignment()
+        self._held -= held
+        if ready:
+            super().resume_partitions(ready)
 
 
 class Transport(driver.Transport):  # type: ignore[misc]

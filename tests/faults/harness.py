@@ -203,3 +203,29 @@ def now_ms() -> int:
 
 
 ROLES: tuple[TopicRole, ...] = ("attribution", "alerts", "deadletter")
+
+
+async def group_members(bootstrap: str, group: str) -> tuple[str, int]:
+    """The consumer group's state (``Stable``, ``PreparingRebalance``, ...) and member count."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (response,) = await admin.describe_consumer_groups([group])
+        _error, _group, state, _ptype, _protocol, members, *_ = response.groups[0]
+        return str(state), len(members)
+    finally:
+        await admin.close()
+
+
+CRASH_MARKS = ("Crashed", "We experienced a crash", "Traceback (most recent call last)")
+
+
+def crashes(workdir: Path) -> dict[str, list[str]]:
+    """Per worker log in ``workdir``: the lines that show a crashed service or an unhandled
+    exception (only logs that have any)."""
+    found = {}
+    for log in sorted(workdir.glob("worker-*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        if bad := [line for line in lines if any(m in line for m in CRASH_MARKS)]:
+            found[log.name] = bad
+    return found
