@@ -1,4 +1,11 @@
-"""Create topics idempotently (local broker or a real cluster)."""
+"""Create topics idempotently and wait until Kafka serves them (local broker or a real cluster).
+
+"Serves" is checked the way clients will use it, so that they start without error lines: every
+new partition answers a ListOffsets request at its leader (the metadata names a leader a moment
+before that leader accepts requests), and a consumer group's coordinator is found (on a new
+cluster the first FindCoordinator creates ``__consumer_offsets``; a consumer that joins before
+its partitions have leaders logs ``Group Coordinator Request failed`` at ERROR).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError, for_code
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,52 @@ async def create_topics(
         ]
         response = await admin.create_topics(new)
         created = _check(response.topic_errors)
-        await _wait_for_leaders(admin, {s.name: s.partitions for s in missing}, leader_timeout_s)
-        return created
+        wanted = {s.name: s.partitions for s in missing}
+        await _wait_for_leaders(admin, wanted, leader_timeout_s)
+    finally:
+        await admin.close()
+    await _wait_for_list_offsets(bootstrap, wanted, leader_timeout_s, client_options)
+    return created
+
+
+async def _wait_for_list_offsets(
+    bootstrap: str, wanted: Mapping[str, int], timeout_s: float, client_options: Mapping[str, Any]
+) -> None:
+    """Return once every partition's leader answers ListOffsets (aiokafka retries quietly)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        request_timeout_ms=int(timeout_s * 1000),
+        **client_options,
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(name, p) for name, n in wanted.items() for p in range(n)]
+        await asyncio.wait_for(consumer.end_offsets(tps), timeout_s)
+    finally:
+        await consumer.stop()
+
+
+async def wait_for_coordinator(
+    bootstrap: str, group: str, timeout_s: float = 60.0, **client_options: Any
+) -> bool:
+    """Return True once the cluster names a coordinator for ``group``; False after
+    ``timeout_s`` (the caller starts anyway: its client retries, only less quietly)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_options)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        delay_s = 0.05
+        while True:
+            try:
+                await admin.find_coordinator(group)
+                return True
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 1.0)
     finally:
         await admin.close()

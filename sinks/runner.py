@@ -29,6 +29,7 @@ from prometheus_client import Counter
 from contract import codec
 from contract.delivery import DeliveryFailure
 from contract.outputs import Alert
+from infra.admin import wait_for_coordinator
 from infra.kafka import client_options
 from infra.observe import ObservabilityServer
 from infra.settings import KafkaSettings, ObserveSettings, SinkSettings
@@ -147,6 +148,10 @@ async def run_sink(
         session = await stack.enter_async_context(aiohttp.ClientSession(timeout=timeout))
         await producer.start()
         stack.push_async_callback(producer.stop)
+        if kafka.bootstrap and not await wait_for_coordinator(
+            kafka.bootstrap, settings.group_id, **opts
+        ):
+            log.warning("no coordinator yet for %s; starting", settings.group_id)
         await consumer.start()
         stack.push_async_callback(consumer.stop)
         if observe is not None and observe.sink_port:
