@@ -27,3 +27,8 @@ IGNORED_FAMILIES = Counter(
     "dcgm-exporter metric families read but not used (per scrape), by reason",
     ["reason"],
 )
+IGNORED_PODRESOURCES = Counter(
+    "gpuattr_agent_ignored_podresources_rows_total",
+    "PodResources entries read but not usable (per reply), by reason",
+    ["reason"],
+)

@@ -8,6 +8,7 @@ translation must produce, written independently of the agent's code.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from hypothesis import strategies as st
@@ -114,12 +115,15 @@ def oracle(resp: pb.ListPodResourcesResponse) -> set[DeviceAssignment]:
     """The rows the translation must produce, written independently of agents/kubelet.py."""
     rows: set[DeviceAssignment] = set()
     for pod in resp.pod_resources:
+        if pod.namespace == "" or pod.name == "":  # nobody to attribute to: counted instead
+            continue
         for ctr in pod.containers:
             for dev in ctr.devices:
                 if any(dev.resource_name.startswith(p) for p in PREFIXES):
                     rows |= {
                         DeviceAssignment(pod.namespace, pod.name, ctr.name, dev.resource_name, i)
                         for i in dev.device_ids
+                        if i != ""  # no device to attribute: counted instead
                     }
             for claim in ctr.dynamic_resources:
                 for res in claim.claim_resources:
@@ -130,3 +134,23 @@ def oracle(resp: pb.ListPodResourcesResponse) -> set[DeviceAssignment]:
                             DeviceAssignment(pod.namespace, pod.name, ctr.name, resource, device)
                         )
     return rows
+
+
+def unusable_oracle(resp: pb.ListPodResourcesResponse) -> Counter[str]:
+    """How many entries of each reason the collector must count, written independently."""
+    found: Counter[str] = Counter()
+    for pod in resp.pod_resources:
+        wanted = False
+        for ctr in pod.containers:
+            for dev in ctr.devices:
+                if any(dev.resource_name.startswith(p) for p in PREFIXES):
+                    wanted = True
+                    found["empty_device_id"] += "" in list(dev.device_ids)
+            for claim in ctr.dynamic_resources:
+                for res in claim.claim_resources:
+                    wanted = True
+                    found["dra_claim_resource_without_device"] += (
+                        res.driver_name == "" or res.device_name == ""
+                    )
+        found["pod_without_name"] += wanted and (pod.namespace == "" or pod.name == "")
+    return +found  # reasons with a count only

@@ -34,10 +34,12 @@ from agents.health import SourceHealth
 from agents.podresources.diff import diff_assignments
 from agents.podresources.translate import (
     DEFAULT_PREFIXES,
+    Unusable,
     allocatable_from_response,
     assignments_from_list,
+    unusable,
 )
-from agents.selfmetrics import SOURCE_ERRORS
+from agents.selfmetrics import IGNORED_PODRESOURCES, SOURCE_ERRORS
 from agents.types import AgentRecord, Emit, NowMs
 from contract.inputs import (
     AllocatableDevice,
@@ -98,6 +100,7 @@ class PodResourcesCollector:
         self.health = SourceHealth(SOURCE, f"kubelet PodResources at {socket_path}", log)
         self._answered = False
         self._allocatable_missing_logged = False
+        self._unusable_logged: set[str] = set()
         self._emit_failing = False
 
     async def run(self) -> None:
@@ -167,6 +170,7 @@ class PodResourcesCollector:
             self._failed("garbled", "List reply could not be decoded; skipping it")
             return None
         self._recovered()
+        self._note_unusable(unusable(resp, self.resource_prefixes))
         return frozenset(assignments_from_list(resp, self.resource_prefixes))
 
     async def _allocatable(
@@ -187,7 +191,22 @@ class PodResourcesCollector:
         if resp is None:
             self._failed("garbled", "GetAllocatableResources reply could not be decoded")
             return ()
+        self._note_unusable(unusable(resp, self.resource_prefixes))
         return allocatable_from_response(resp, self.resource_prefixes)
+
+    def _note_unusable(self, entries: tuple[Unusable, ...]) -> None:
+        """Count every unusable entry of a reply; log each reason once, with an example."""
+        for entry in entries:
+            IGNORED_PODRESOURCES.labels(entry.reason).inc()
+            if entry.reason not in self._unusable_logged:
+                self._unusable_logged.add(entry.reason)
+                log.warning(
+                    "kubelet at %s: ignoring PodResources entries (%s), e.g. %s; counted in "
+                    "gpuattr_agent_ignored_podresources_rows_total, not logged again",
+                    self.socket_path,
+                    entry.reason,
+                    entry.where,
+                )
 
     def _log_allocatable_missing(self, exc: grpc.aio.AioRpcError) -> None:
         if not self._allocatable_missing_logged:

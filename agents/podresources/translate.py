@@ -19,17 +19,36 @@ A container gets devices two ways, and both become :class:`DeviceAssignment` row
   device are several holders of that device. Claim resources without a device name (not a
   device, or a kubelet older than 1.31) are skipped.
 
+What is skipped because it cannot be used — not what is out of scope, like CPU-only pods or
+another vendor's resources — is listed by :func:`unusable` with its reason, for the collector
+to count (``gpuattr_agent_ignored_podresources_rows_total{reason}``) and log once per reason:
+a wanted resource with an empty device ID, a DRA claim resource without a driver or device
+name, a pod entry without a name or namespace.
+
 The API names pods by namespace and name: there is no pod UID to carry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from contract.inputs import DRA_PREFIX, AllocatableDevice, DeviceAssignment
 from proto.podresources.v1 import api_pb2 as pb
 
 DEFAULT_PREFIXES: tuple[str, ...] = ("nvidia.com/",)
+
+EMPTY_DEVICE_ID = "empty_device_id"
+DRA_WITHOUT_DEVICE = "dra_claim_resource_without_device"
+POD_WITHOUT_NAME = "pod_without_name"
+
+
+@dataclass(frozen=True, slots=True)
+class Unusable:
+    """One entry of a reply that was read but cannot be used, and where it was."""
+
+    reason: str
+    where: str
 
 
 def _container_rows(
@@ -38,7 +57,10 @@ def _container_rows(
     for devices in ctr.devices:
         if devices.resource_name.startswith(resource_prefixes):
             for device_id in devices.device_ids:
-                yield DeviceAssignment(namespace, pod, ctr.name, devices.resource_name, device_id)
+                if device_id:
+                    yield DeviceAssignment(
+                        namespace, pod, ctr.name, devices.resource_name, device_id
+                    )
     for claim in ctr.dynamic_resources:
         for res in claim.claim_resources:
             if res.driver_name and res.device_name:
@@ -61,6 +83,7 @@ def assignments_from_list(
     rows = {
         row
         for pod in resp.pod_resources
+        if pod.name and pod.namespace
         for ctr in pod.containers
         for row in _container_rows(pod.namespace, pod.name, ctr, resource_prefixes)
     }
@@ -76,6 +99,39 @@ def allocatable_from_response(
         if devices.resource_name.startswith(resource_prefixes):
             numa = tuple(sorted({node.ID for node in devices.topology.nodes}))
             rows.update(
-                AllocatableDevice(devices.resource_name, i, numa) for i in devices.device_ids
+                AllocatableDevice(devices.resource_name, i, numa) for i in devices.device_ids if i
             )
     return tuple(sorted(rows))
+
+
+def unusable(
+    resp: pb.ListPodResourcesResponse | pb.AllocatableResourcesResponse,
+    resource_prefixes: tuple[str, ...] = DEFAULT_PREFIXES,
+) -> tuple[Unusable, ...]:
+    """Entries of a wanted kind that the translations above skip because they cannot be used."""
+    found: list[Unusable] = []
+    if isinstance(resp, pb.AllocatableResourcesResponse):
+        for devices in resp.devices:
+            if devices.resource_name.startswith(resource_prefixes) and not all(devices.device_ids):
+                found.append(Unusable(EMPTY_DEVICE_ID, f"allocatable {devices.resource_name}"))
+        return tuple(found)
+    for pod in resp.pod_resources:
+        where = f"pod {pod.namespace or '?'}/{pod.name or '?'}"
+        wanted = False
+        for ctr in pod.containers:
+            for devices in ctr.devices:
+                if devices.resource_name.startswith(resource_prefixes):
+                    wanted = True
+                    if not all(devices.device_ids):
+                        found.append(
+                            Unusable(EMPTY_DEVICE_ID, f"{where} {ctr.name} {devices.resource_name}")
+                        )
+            for claim in ctr.dynamic_resources:
+                for res in claim.claim_resources:
+                    wanted = True
+                    if not (res.driver_name and res.device_name):
+                        claim_at = f"{where} {ctr.name} claim {claim.claim_name}"
+                        found.append(Unusable(DRA_WITHOUT_DEVICE, claim_at))
+        if wanted and not (pod.name and pod.namespace):
+            found.append(Unusable(POD_WITHOUT_NAME, where))
+    return tuple(found)

@@ -20,6 +20,7 @@ The double is in ``tests/podresources_wire.py``, the reply strategies and the or
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -29,12 +30,19 @@ from hypothesis import HealthCheck, event, given, settings
 
 from agents.podresources.collect import MAX_REPLY_BYTES
 from agents.podresources.translate import allocatable_from_response, assignments_from_list
+from agents.selfmetrics import IGNORED_PODRESOURCES
 from contract import codec
 from contract.inputs import AllocatableDevice, PodResourcesSnapshot
 from proto.podresources.v1 import api_pb2 as pb
 from proto.podresources.v1 import api_pb2_grpc as pb_grpc
 from tests.fuzz_strategies import captured
-from tests.podresources_replies import allocatable_replies, corrupted, list_replies, oracle
+from tests.podresources_replies import (
+    allocatable_replies,
+    corrupted,
+    list_replies,
+    oracle,
+    unusable_oracle,
+)
 from tests.podresources_wire import NODE, PREFIXES, ScriptedKubelet, Wire, errors, parsed
 
 SETTINGS = settings(
@@ -59,6 +67,12 @@ async def wire(tmp_path: Path) -> AsyncIterator[Wire]:
     async with grpc.aio.insecure_channel(f"unix://{sock}", options=options) as channel:
         yield Wire(kubelet, pb_grpc.PodResourcesListerStub(channel), sock)
     await kubelet.stop()
+
+
+def ignored() -> Counter[str]:
+    """gpuattr_agent_ignored_podresources_rows_total, by reason."""
+    samples = next(iter(IGNORED_PODRESOURCES.collect())).samples
+    return Counter({s.labels["reason"]: int(s.value) for s in samples if s.name.endswith("_total")})
 
 
 # --- List --------------------------------------------------------------------------------------
@@ -93,10 +107,13 @@ async def test_valid_list_replies_become_exactly_our_records(
 ) -> None:
     wire.kubelet.list_reply = message.SerializeToString()
     before = errors("garbled")
+    ignored_before = ignored()
     rows = await wire.collector()._list(wire.stub)
     assert rows is not None
     assert set(rows) == oracle(message)
     assert errors("garbled") == before
+    # what could not be used is counted, by reason (never a silent drop)
+    assert ignored() - ignored_before == unusable_oracle(message)
     for row in rows:
         assert row.resource.startswith(PREFIXES) or row.resource.startswith("dra:")
     snapshot = PodResourcesSnapshot(NODE, 1, tuple(sorted(rows)))
@@ -131,13 +148,19 @@ async def test_valid_allocatable_replies_survive_the_codec(
     wire: Wire, message: pb.AllocatableResourcesResponse
 ) -> None:
     wire.kubelet.allocatable_reply = message.SerializeToString()
+    ignored_before = ignored()
     devices_ = await wire.collector()._allocatable(wire.stub)
     expected = {
         (d.resource_name, i, tuple(sorted({n.ID for n in d.topology.nodes})))
         for d in message.devices
         if d.resource_name.startswith(PREFIXES)
         for i in d.device_ids
+        if i != ""
     }
+    empty = sum(
+        1 for d in message.devices if d.resource_name.startswith(PREFIXES) and "" in d.device_ids
+    )
+    assert ignored() - ignored_before == Counter({"empty_device_id": empty})
     assert {(d.resource, d.device_id, d.numa_nodes) for d in devices_} == expected
     snapshot = PodResourcesSnapshot(NODE, 1, (), devices_)
     assert codec.decode(codec.encode(snapshot)) == snapshot
@@ -213,3 +236,27 @@ async def test_a_reply_over_the_16_mib_limit_is_counted_not_raised(wire: Wire) -
         assert await wire.collector()._list(wire.stub) is None
     assert errors("resource_exhausted") == before + 1
     assert any(str(wire.socket) in m for m in logs.messages(logging.WARNING))
+
+
+async def test_unusable_entries_are_counted_every_time_and_logged_once(wire: Wire) -> None:
+    nameless = pb.PodResources(
+        namespace="ml",
+        containers=[
+            pb.ContainerResources(
+                name="c",
+                devices=[pb.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=["GPU-1"])],
+            )
+        ],
+    )
+    wire.kubelet.list_reply = pb.ListPodResourcesResponse(
+        pod_resources=[nameless]
+    ).SerializeToString()
+    collector = wire.collector()
+    before = ignored()
+    with captured("agents.podresources.collect") as logs:
+        for _ in range(3):
+            assert await collector._list(wire.stub) == frozenset()
+    assert ignored() - before == Counter({"pod_without_name": 3})
+    (warning,) = logs.messages(logging.WARNING)
+    assert "pod_without_name" in warning
+    assert "pod ml/?" in warning

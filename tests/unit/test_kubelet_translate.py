@@ -5,7 +5,12 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.podresources.translate import allocatable_from_response, assignments_from_list
+from agents.podresources.translate import (
+    Unusable,
+    allocatable_from_response,
+    assignments_from_list,
+    unusable,
+)
 from contract.inputs import AllocatableDevice, DeviceAssignment
 from proto.podresources.v1 import api_pb2 as pb
 from sim.podresources_replies import allocatable_response, get_response, list_response
@@ -15,6 +20,7 @@ GPU_B = "GPU-1f3a9c7e-52d4-4b8e-9a06-7d2e4c1b8f30"
 GPU_C = "GPU-c0ffee00-1234-4abc-8def-0123456789ab"
 MIG = "MIG-5f0e1d2c-3b4a-5968-7a8b-9c0d1e2f3a4b"
 MIG_LEGACY = f"MIG-{GPU_C}/7/0"
+NV = "nvidia.com/gpu"
 NUMA0 = pb.TopologyInfo(nodes=[pb.NUMANode(ID=0)])
 
 
@@ -199,6 +205,51 @@ def test_empty_and_cpu_only_replies() -> None:
     assert assignments_from_list(pb.ListPodResourcesResponse()) == ()
     cpu_only = pb.ListPodResourcesResponse(pod_resources=[LIST.pod_resources[4]])
     assert assignments_from_list(cpu_only) == ()
+
+
+def test_unusable_entries_are_listed_with_their_reason_and_yield_no_row() -> None:
+    reply = pb.ListPodResourcesResponse(
+        pod_resources=[
+            pb.PodResources(  # a wanted resource, one of its IDs empty
+                name="a",
+                namespace="ml",
+                containers=[pb.ContainerResources(name="c", devices=[devices(NV, GPU_A, "")])],
+            ),
+            pb.PodResources(  # a DRA claim resource without a device name
+                name="b",
+                namespace="ml",
+                containers=[
+                    pb.ContainerResources(
+                        name="c",
+                        dynamic_resources=[
+                            claim("gpu", "ml", pb.ClaimResource(driver_name="gpu.nvidia.com"))
+                        ],
+                    )
+                ],
+            ),
+            pb.PodResources(  # a GPU, but no pod name to attribute it to
+                namespace="ml",
+                containers=[pb.ContainerResources(name="c", devices=[devices(NV, GPU_B)])],
+            ),
+            LIST.pod_resources[4],  # CPU only: out of scope, not unusable
+        ]
+    )
+    assert assignments_from_list(reply) == (DeviceAssignment("ml", "a", "c", NV, GPU_A),)
+    assert unusable(reply) == (
+        Unusable("empty_device_id", f"pod ml/a c {NV}"),
+        Unusable("dra_claim_resource_without_device", "pod ml/b c claim gpu"),
+        Unusable("pod_without_name", "pod ml/?"),
+    )
+    allocatable = pb.AllocatableResourcesResponse(devices=[devices(NV, GPU_A, "")])
+    assert allocatable_from_response(allocatable) == (AllocatableDevice(NV, GPU_A, ()),)
+    assert unusable(allocatable) == (Unusable("empty_device_id", f"allocatable {NV}"),)
+    # the realistic reply: only the claim resource an old kubelet reports without a device
+    assert unusable(LIST) == (
+        Unusable(
+            "dra_claim_resource_without_device",
+            "pod gpu-test2/pod0 ctr0 claim pod0-shared-gpu-4xk2p",
+        ),
+    )
 
 
 ALLOCATABLE = pb.AllocatableResourcesResponse(
