@@ -130,18 +130,17 @@ def until_signalled(main: Coroutine[Any, Any, T]) -> T | None:
 
 
 def _run_worker(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSettings) -> int:
-    import faust
-
     from infra.admin import wait_for_coordinator
     from infra.kafka import client_options
     from streams.worker.app import build_app
+    from streams.worker.transport import Worker
 
     if kafka.bootstrap and not asyncio.run(
         wait_for_coordinator(kafka.bootstrap, worker.app_id, **client_options(kafka))
     ):
         logging.getLogger(__name__).warning("no coordinator yet for %s; starting", worker.app_id)
     app = build_app(kafka, worker, alerts)
-    faust.Worker(app, loglevel=worker.loglevel, quiet=True).execute_from_commandline()
+    Worker(app, loglevel=worker.loglevel, quiet=True).execute_from_commandline()
     return 0
 
 

@@ -122,6 +122,19 @@ class Transport(driver.Transport):  # type: ignore[misc]
     Consumer = Consumer
 
 
+class Worker(faust.Worker):  # type: ignore[misc]
+    """Faust's worker without its terminal spinner.
+
+    At a log level of WARN or above Faust installs a spinner that turns on every log record,
+    and for that sets the *root* logger to DEBUG: every aiokafka send then builds a debug
+    record nobody prints (8.7 % of a saturated worker's time, issue 16), and the spinner's
+    escape codes end up in the log files."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spinner = None
+
+
 class App(faust.App):  # type: ignore[misc]
     """A Faust app on :class:`Transport` (everything else is Faust's)."""
 
