@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from contract.inputs import (
     DcgmSample,
+    DcgmScrape,
     DeviceAssignment,
     DeviceInventory,
     GpuInfo,
@@ -135,26 +136,56 @@ def churn(node: FleetNode, generation: int, ts_ms: int) -> list[AgentRecord]:
     return out
 
 
-def samples(node: FleetNode, ts_ms: int, rng: random.Random) -> Iterator[DcgmSample]:
+LEVELS = (0.0, 0.0, 2.0, 35.0, 60.0, 92.0)  # idle, idle, nearly idle, light, busy, saturated
+
+
+class UtilTrace:
+    """Each device keeps its utilisation from one scrape to the next (a little jitter), and
+    switches level now and then (``switch`` per scrape): steady devices with occasional busy /
+    idle transitions, as real GPUs run — enough idle stretches and transitions to raise and
+    resolve idle alerts, not a fresh random draw per sample."""
+
+    def __init__(self, rng: random.Random, switch: float = 0.05) -> None:
+        self.rng = rng
+        self.switch = switch
+        self.level: dict[tuple[str, int, int | None], float] = {}
+
+    def __call__(self, device: tuple[str, int, int | None]) -> float:
+        level = self.level.get(device)
+        if level is None or self.rng.random() < self.switch:
+            level = self.level[device] = self.rng.choice(LEVELS)
+        return level if level == 0.0 else max(0.0, level + self.rng.uniform(-2.0, 2.0))
+
+
+def samples(node: FleetNode, ts_ms: int, trace: UtilTrace) -> tuple[DcgmSample, ...]:
+    out = []
     for g, gi in node.devices():
-        util = float(rng.choice((0, 0, 3, 35, 60, 92)))
-        yield DcgmSample(
-            node=node.name,
-            ts_ms=ts_ms,
-            uuid=gpu_uuid(node.name, g),
-            gpu_index=g,
-            model="NVIDIA A100-SXM4-40GB",
-            hostname=node.name,
-            mig_instance_id=gi,
-            mig_profile="1g.10gb" if gi is not None else None,
-            util_pct=0.0 if gi is not None else util,
-            gr_engine_active=util / 100,
-            fb_used_mib=1000.0 + util * 100,
-            fb_free_mib=30000.0,
-            power_w=80 + util,
-            temp_c=40.0,
-            xid=0,
+        util = round(trace((node.name, g, gi)), 1)
+        out.append(
+            DcgmSample(
+                node=node.name,
+                ts_ms=ts_ms,
+                uuid=gpu_uuid(node.name, g),
+                gpu_index=g,
+                model="NVIDIA A100-SXM4-40GB",
+                hostname=node.name,
+                mig_instance_id=gi,
+                mig_profile="1g.10gb" if gi is not None else None,
+                util_pct=0.0 if gi is not None else util,
+                gr_engine_active=util / 100,
+                fb_used_mib=1000.0 + util * 100,
+                fb_free_mib=30000.0,
+                power_w=80 + util,
+                temp_c=40.0,
+                xid=0,
+            )
         )
+    return tuple(out)
+
+
+def scrape(node: FleetNode, ts_ms: int, trace: UtilTrace) -> DcgmScrape:
+    """What the node's agent publishes for one scrape: every device's reading, one record."""
+    return DcgmScrape(node.name, ts_ms, samples(node, ts_ms, trace))
 
 
 def stream(
@@ -167,7 +198,7 @@ def stream(
     seed: int = 7,
 ) -> Iterator[AgentRecord]:
     """Everything the agents of the fleet would publish, in time order."""
-    rng = random.Random(seed)
+    trace = UtilTrace(random.Random(seed))
     members = fleet(nodes)
     for node in members:
         yield from setup(node, start_ms)
@@ -176,7 +207,7 @@ def stream(
         for node in members:
             if churn_every and k % churn_every == 0:
                 yield from churn(node, k // churn_every, ts - 1)
-            yield from samples(node, ts, rng)
+            yield scrape(node, ts, trace)
 
 
 def sample_count(nodes: int, intervals: int) -> int:

@@ -10,6 +10,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from contract import codec
 from contract.inputs import InputRecord as AgentRecord
+from infra.settings import WorkerSettings
 
 
 async def produce(bootstrap: str, topic: str, records: Iterable[AgentRecord]) -> int:
@@ -101,7 +102,11 @@ async def wait_distinct(
 
 
 async def passthrough(bootstrap: str, source: str, target: str, expected: int) -> float:
-    """The ceiling: consume every message and produce it again, no decoding. Records/s."""
+    """The ceiling: consume every message and produce it again, no decoding. Records/s.
+
+    Like for like with the worker: the same input records, and the worker's producer settings
+    (acks=all, its linger and batch size), with a commit after every poll."""
+    worker = WorkerSettings.model_construct()  # the defaults the worker runs with
     consumer = AIOKafkaConsumer(
         source,
         bootstrap_servers=bootstrap,
@@ -111,7 +116,10 @@ async def passthrough(bootstrap: str, source: str, target: str, expected: int) -
         max_partition_fetch_bytes=1 << 22,
     )
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=20, acks=1, max_batch_size=1 << 20
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=int(worker.producer_linger_s * 1000),
+        max_batch_size=worker.producer_batch_bytes,
     )
     await consumer.start()
     await producer.start()

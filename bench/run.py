@@ -1,8 +1,10 @@
 """``python -m bench.run``: worker throughput vs a raw Kafka passthrough, latency at 50 % and
-80 % of saturation, worker RSS, agent cost, and two workers against one — on real Kafka.
+80 % of saturation, worker CPU and RSS, agent cost, and two workers against one — on real Kafka.
 
-Prints a table and writes JSON (``--out``). Uses ``GPUATTR_KAFKA_BOOTSTRAP`` or starts the
-embedded broker.
+Samples/s counts GPU readings (a ``dcgm.scrape`` record carries every device of a node). The
+passthrough moves the same input records with the worker's producer settings. ``--repeat N``
+runs everything N times on one broker and prints each figure's median and spread; the JSON
+(``--out``, default ``bench/results.json``) holds every run, the medians and the machine.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import platform
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -25,7 +29,7 @@ import psutil
 from aiokafka import AIOKafkaConsumer
 
 from bench import kafka_io
-from bench.fleet import fleet, sample_count, samples, setup, stream
+from bench.fleet import UtilTrace, fleet, sample_count, scrape, setup, stream
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
 from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
@@ -33,6 +37,44 @@ from infra.settings import KafkaSettings
 from infra.topics import topic_specs
 
 PARTITIONS = 8
+#: alert windows short enough for the fleet's idle stretches (event time) to raise alerts
+ALERTS = {"GPUATTR_ALERTS_IDLE_WINDOW_S": "20", "GPUATTR_ALERTS_ORPHAN_WINDOW_S": "20"}
+
+
+class CpuClock:
+    """A process's CPU seconds, sampled every 0.2 s, so that the CPU of a time window can be
+    read afterwards (start-up and imports excluded)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.procs = [psutil.Process(p) for p in pids]
+        self.samples: list[tuple[float, float]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def _now(self) -> tuple[float, float]:
+        return time.monotonic(), sum(sum(p.cpu_times()[:2]) for p in self.procs)
+
+    async def _run(self) -> None:
+        while True:
+            self.samples.append(self._now())
+            await asyncio.sleep(0.2)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        self.samples.append(self._now())
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def between(self, t0: float, t1: float) -> float:
+        """CPU seconds used between two monotonic times (nearest samples)."""
+
+        def at(t: float) -> float:
+            return min(self.samples, key=lambda s: abs(s[0] - t))[1]
+
+        return at(t1) - at(t0)
 
 
 async def _prepared(bootstrap: str, tag: str) -> KafkaSettings:
@@ -51,6 +93,7 @@ def _workers(kafka: KafkaSettings, n: int, workdir: Path) -> list[Child]:
         WORKER_APP_ID=kafka.topic_prefix + "worker",
         WORKER_WEB_ENABLED="false",
     )
+    env.update(ALERTS)
     return [
         Child(
             f"worker-{i}",
@@ -79,23 +122,30 @@ async def throughput(
     children = _workers(kafka, workers, workdir)
     for c in children:
         await c.start()
+    cpu = CpuClock([c.proc.pid for c in children if c.proc])
+    cpu.start()
     try:
-        first, _, base = await kafka_io.wait_count(
+        first, done, base = await kafka_io.wait_count(
             bootstrap, kafka.topic("attribution"), expected, timeout_s=timeout_s
         )
-        outputs, done = await kafka_io.wait_distinct(
-            bootstrap, kafka.topic("attribution"), expected, timeout_s=timeout_s
-        )
+        await cpu.stop()
         rss = sum(psutil.Process(c.proc.pid).memory_info().rss for c in children if c.proc)
+        outputs, _ = await kafka_io.wait_distinct(
+            bootstrap, kafka.topic("attribution"), expected, timeout_s=timeout_s
+        )
     finally:
+        await cpu.stop()
         for c in children:
             await c.stop()
     rate = (expected - base) / max(done - first, 1e-6)
+    alerts = await kafka_io.count(bootstrap, kafka.topic("alerts"))
     return {
         "kafka": kafka,
         "inputs": inputs,
         "samples": expected,
         "samples_per_s": rate,
+        "cpu_us_per_sample": cpu.between(first, done) / max(expected - base, 1) * 1e6,
+        "alerts": alerts,
         "rss_bytes": rss,
         "outputs": sorted(set(outputs)),
         "duplicates": len(outputs) - len(set(outputs)),
@@ -134,7 +184,7 @@ async def latency(
         lat.clear()
         per_tick = sum(len(n.devices()) for n in members)
         tick_s = per_tick / rate
-        rng = random.Random(1)
+        trace = UtilTrace(random.Random(1))
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             t0 = time.monotonic()
@@ -142,7 +192,7 @@ async def latency(
             await kafka_io.produce(
                 bootstrap,
                 kafka.topic("node-events"),
-                [s for n in members for s in samples(n, ts, rng)],
+                [scrape(n, ts, trace) for n in members],
             )
             await asyncio.sleep(max(0.0, tick_s - (time.monotonic() - t0)))
         await asyncio.sleep(2)
@@ -197,31 +247,94 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             broker = LocalKafka(LocalKafkaConfig(data_dir=workdir / "kafka", heap_mb=1024))
             await stack.enter_async_context(broker)
             bootstrap = broker.bootstrap
-        devices = sample_count(args.nodes, 1)
-        one = await throughput(bootstrap, args.nodes, args.intervals, 1, workdir)
-        raw_kafka = await _prepared(bootstrap, "raw")
-        await kafka_io.produce(
-            bootstrap,
-            raw_kafka.topic("node-events"),
-            stream(args.nodes, args.intervals, start_ms=1_700_000_000_000),
-        )
-        raw = await kafka_io.passthrough(
-            bootstrap, raw_kafka.topic("node-events"), raw_kafka.topic("attribution"), one["inputs"]
-        )
-        two = await throughput(bootstrap, args.nodes, args.intervals, 2, workdir)
-        same = one["outputs"] == two["outputs"]
-        sat = one["samples_per_s"]
-        lat50 = await latency(bootstrap, args.latency_nodes, 0.5 * sat, args.latency_s, workdir)
-        lat80 = await latency(bootstrap, args.latency_nodes, 0.8 * sat, args.latency_s, workdir)
-        agent = await agent_cost(args.agent_s, workdir, bootstrap)
+        runs = []
+        for n in range(args.repeat):
+            load0 = os.getloadavg()
+            run = await one_run(args, bootstrap, workdir)
+            run["load_avg_1_5_15_before"] = [round(x, 2) for x in load0]
+            run["load_avg_1_5_15_after"] = [round(x, 2) for x in os.getloadavg()]
+            runs.append(run)
+            print(f"run {n + 1} of {args.repeat}:\n{table(run)}\n", flush=True)
+    return {
+        "command": "python -m bench.run " + " ".join(sys.argv[1:]),
+        "machine": machine(),
+        "runs": runs,
+        "median": {k: _median(runs, k) for k in FIGURES},
+        "spread": {k: _spread(runs, k) for k in FIGURES},
+    }
+
+
+#: the figures whose median and spread are reported (dotted paths into a run)
+FIGURES = (
+    "one_worker_samples_per_s",
+    "one_worker_input_records_per_s",
+    "raw_passthrough_records_per_s",
+    "ratio_to_raw",
+    "worker_cpu_us_per_sample",
+    "two_workers_samples_per_s",
+    "two_vs_one",
+    "latency_50pct.p99_ms",
+    "latency_80pct.p50_ms",
+    "latency_80pct.p99_ms",
+    "worker_rss_mib",
+    "worker_rss_mib_per_10k_devices",
+    "agent_per_node.cpu_cores",
+    "agent_per_node.rss_mib",
+)
+
+
+def _get(run: dict[str, Any], path: str) -> float:
+    value: Any = run
+    for part in path.split("."):
+        value = value[part]
+    return float(value)
+
+
+def _median(runs: list[dict[str, Any]], path: str) -> float:
+    return round(statistics.median(_get(r, path) for r in runs), 3)
+
+
+def _spread(runs: list[dict[str, Any]], path: str) -> list[float]:
+    values = [_get(r, path) for r in runs]
+    return [round(min(values), 3), round(max(values), 3)]
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpus": psutil.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[str, Any]:
+    devices = sample_count(args.nodes, 1)
+    one = await throughput(bootstrap, args.nodes, args.intervals, 1, workdir)
+    raw_kafka = await _prepared(bootstrap, "raw")
+    await kafka_io.produce(
+        bootstrap,
+        raw_kafka.topic("node-events"),
+        stream(args.nodes, args.intervals, start_ms=1_700_000_000_000),
+    )
+    raw = await kafka_io.passthrough(
+        bootstrap, raw_kafka.topic("node-events"), raw_kafka.topic("attribution"), one["inputs"]
+    )
+    two = await throughput(bootstrap, args.nodes, args.intervals, 2, workdir)
+    same = one["outputs"] == two["outputs"]
+    sat = one["samples_per_s"]
+    lat50 = await latency(bootstrap, args.latency_nodes, 0.5 * sat, args.latency_s, workdir)
+    lat80 = await latency(bootstrap, args.latency_nodes, 0.8 * sat, args.latency_s, workdir)
+    agent = await agent_cost(args.agent_s, workdir, bootstrap)
     input_rate = sat * one["inputs"] / one["samples"]  # all input records, setup and churn too
     return {
-        "machine": {
-            "cpus": psutil.cpu_count(),
-            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
         "fleet": {
             "nodes": args.nodes,
             "devices": devices,
@@ -233,6 +346,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "one_worker_input_records_per_s": round(input_rate),
         "raw_passthrough_records_per_s": round(raw),
         "ratio_to_raw": round(input_rate / raw, 3),
+        "worker_cpu_us_per_sample": round(one["cpu_us_per_sample"], 1),
+        "alerts": one["alerts"],
         "two_workers_samples_per_s": round(two["samples_per_s"]),
         "two_vs_one": round(two["samples_per_s"] / sat, 2),
         "two_workers_output_equal": same,
@@ -255,7 +370,8 @@ def table(r: dict[str, Any]) -> str:
         (
             "1 worker",
             f"{r['one_worker_samples_per_s']} samples/s "
-            f"({r['one_worker_input_records_per_s']} input records/s)",
+            f"({r['one_worker_input_records_per_s']} input records/s), "
+            f"{r['worker_cpu_us_per_sample']} µs CPU per sample, {r['alerts']} alerts",
         ),
         ("raw aiokafka passthrough", f"{r['raw_passthrough_records_per_s']} records/s"),
         ("ratio to raw", f"{r['ratio_to_raw']}"),
@@ -295,7 +411,11 @@ if __name__ == "__main__":
     parser.add_argument("--latency-nodes", type=int, default=50)
     parser.add_argument("--latency-s", type=float, default=20.0)
     parser.add_argument("--agent-s", type=float, default=30.0)
+    parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("bench/results.json"))
-    result = asyncio.run(main(parser.parse_args()))
-    parser.parse_args().out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
-    print(table(result))
+    args = parser.parse_args()
+    result = asyncio.run(main(args))
+    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    print(f"median of {args.repeat} run(s) [min, max]:")
+    for key in FIGURES:
+        print(f"  {key:<34} {result['median'][key]:>12,.3f}  {result['spread'][key]}")

@@ -98,6 +98,19 @@ class DcgmSample:
 
 
 @dataclass(frozen=True, slots=True)
+class DcgmScrape:
+    """One scrape of a node's dcgm-exporter: every GPU and MIG instance it showed, at one time.
+
+    What agents publish (one record per node per scrape, ``dcgm.scrape``); the worker still
+    reads single ``dcgm.sample`` records from older agents. Each sample keeps its own ``node``
+    and ``ts_ms``, equal to the scrape's."""
+
+    node: str
+    ts_ms: int
+    samples: tuple[DcgmSample, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class OwnerRef:
     """A controller: the pod's direct owner, or the workload it resolves to."""
 
@@ -184,6 +197,7 @@ class DeviceInventory:
 InputRecord = (
     PodResourcesSnapshot
     | PodResourcesDiff
+    | DcgmScrape
     | DcgmSample
     | PodRecord
     | PodListSnapshot
@@ -196,6 +210,7 @@ InputRecord = (
 KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "podresources.snapshot": (PodResourcesSnapshot, 1),
     "podresources.diff": (PodResourcesDiff, 1),
+    "dcgm.scrape": (DcgmScrape, 1),
     "dcgm.sample": (DcgmSample, 2, (1,)),
     "k8s.pod": (PodRecord, 2, (1,)),
     "k8s.pod-list": (PodListSnapshot, 1),

@@ -27,7 +27,7 @@ TOPICS: tuple[TopicDoc, ...] = (
         "node-events",
         "node",
         "everything a node agent publishes, in publish order: podresources.snapshot, "
-        "podresources.diff, dcgm.sample, k8s.pod, k8s.pod-list, k8s.node, inventory",
+        "podresources.diff, dcgm.scrape, dcgm.sample, k8s.pod, k8s.pod-list, k8s.node, inventory",
         3 * DAY_MS,
     ),
     TopicDoc("attribution", "node/device-uuid", "attribution events, one per sample", 7 * DAY_MS),

@@ -1,4 +1,8 @@
-"""Scrape dcgm-exporter's ``/metrics`` every interval and publish one sample per device.
+"""Scrape dcgm-exporter's ``/metrics`` every interval and publish one record per scrape.
+
+The record (``dcgm.scrape``) carries one sample per GPU or MIG instance of the node: the agent
+reads the whole node at once, and one record instead of one per device spares the broker and
+the worker a per-record cost for every device (issue 16).
 
 The collector never stops on a bad source: an exporter that is down, slow or answers an error
 status is counted (``SOURCE_ERRORS{source="dcgm"}``, ``SOURCE_UP``), logged once when it starts
@@ -6,8 +10,8 @@ failing and once when it answers again, and scraped again at the next interval. 
 are rejected one by one by :func:`agents.dcgm.translate.parse_exposition` (counted in
 ``REJECTED_LINES``, a warning per distinct reason at most once a minute); every other GPU is
 still published.
-A sample the publisher refuses is retried with backoff before the next one; one that still
-fails is logged as an error and counted as dropped, never lost silently.
+A scrape the publisher refuses is retried with backoff before the next one; one that still
+fails is logged as an error and its samples counted as dropped, never lost silently.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from agents.dcgm.translate import IgnoredFamily, RejectedLine, parse_exposition
 from agents.health import SourceHealth
 from agents.selfmetrics import IGNORED_FAMILIES, REJECTED_LINES, SOURCE_ERRORS
 from agents.types import Emit, NowMs
-from contract.inputs import DcgmSample
+from contract.inputs import DcgmScrape
 from infra.backoff import Backoff
 
 log = logging.getLogger(__name__)
@@ -88,10 +92,9 @@ class DcgmCollector:
             self._log_rejected(result.rejected, ts_ms)
         if result.ignored:
             self._note_ignored(result.ignored)
-        published = 0
-        for sample in result.samples:
-            published += await self._publish(sample)
-        return published
+        if not result.samples:
+            return 0
+        return await self._publish(DcgmScrape(self.node, ts_ms, result.samples))
 
     async def _fetch(self, session: aiohttp.ClientSession) -> str | None:
         try:
@@ -119,27 +122,28 @@ class DcgmCollector:
             )
             return body.decode("utf-8", errors="replace")
 
-    async def _publish(self, sample: DcgmSample) -> int:
+    async def _publish(self, scrape: DcgmScrape) -> int:
+        """Publish the scrape (one record for every device of the node); the number of samples
+        published, 0 when the publisher failed every attempt (counted, logged)."""
         backoff = Backoff(self._emit_backoff_s, self._emit_backoff_s * 2**self._emit_attempts)
         for attempt in range(1, self._emit_attempts + 1):
             try:
-                await self._emit(sample)
-                return 1
+                await self._emit(scrape)
+                return len(scrape.samples)
             except Exception as exc:  # the publisher's errors are its own: log, count, retry
                 SOURCE_ERRORS.labels(SOURCE, "emit_failed").inc()
                 if attempt == self._emit_attempts:
-                    SOURCE_ERRORS.labels(SOURCE, "sample_dropped").inc()
+                    SOURCE_ERRORS.labels(SOURCE, "sample_dropped").inc(len(scrape.samples))
                     log.error(
-                        "dropped the DCGM sample of %s (MIG %s) at %d after %d failed publish "
+                        "dropped the DCGM scrape of %d devices at %d after %d failed publish "
                         "attempts: %r",
-                        sample.uuid,
-                        sample.mig_instance_id,
-                        sample.ts_ms,
+                        len(scrape.samples),
+                        scrape.ts_ms,
                         attempt,
                         exc,
                     )
                     return 0
-                log.warning("publishing a DCGM sample failed (%r); retry %d", exc, attempt)
+                log.warning("publishing a DCGM scrape failed (%r); retry %d", exc, attempt)
                 await backoff.sleep()
         return 0
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 
 from contract.inputs import (
     DcgmSample,
+    DcgmScrape,
     DeviceAssignment,
     DeviceInventory,
     NodeRecord,
@@ -45,7 +46,7 @@ from streams.core.pods import (
     resolve,
     settle,
 )
-from streams.core.sharing import sharing_from_labels
+from streams.core.sharing import NodeSharing, sharing_from_labels
 
 Output = AttributionEvent | ExporterMisattribution | Alert
 
@@ -85,6 +86,14 @@ def inventory_of(record: DeviceInventory) -> Inventory:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _NodeView:
+    index: NodeDevices | None
+    inventory: Inventory
+    node_sharing: NodeSharing | None
+    resolve_pod: Callable[[str, str, int], PodIdentity]
+
+
 class Processor:
     """Applies records to :class:`Tables` and returns what to publish."""
 
@@ -93,8 +102,10 @@ class Processor:
         self.policy = policy or AlertSettings.model_construct()  # defaults, no environment read
 
     def handle(self, record: object) -> list[Output]:
+        if isinstance(record, DcgmScrape):
+            return self._on_scrape(record)
         if isinstance(record, DcgmSample):
-            return self._on_sample(record)
+            return self._on_sample(record, self._node_view(record.node))
         if isinstance(record, PodResourcesSnapshot | PodResourcesDiff):
             self._on_podresources(record)
             return []
@@ -186,10 +197,32 @@ class Processor:
 
         return resolve_pod
 
-    def _on_sample(self, sample: DcgmSample) -> list[Output]:
+    def _node_view(self, node: str) -> _NodeView:
+        """What every sample of a node reads, read once (per scrape, not per device)."""
+        t = self.tables
+        node_rec = t.nodes.get(node)
+        return _NodeView(
+            index=t.node_devices.get(node),
+            inventory=self._inventory(node),
+            node_sharing=sharing_from_labels(dict(node_rec.labels)) if node_rec else None,
+            resolve_pod=self._resolver(node),
+        )
+
+    def _on_scrape(self, scrape: DcgmScrape) -> list[Output]:
+        if foreign := {s.node for s in scrape.samples} - {scrape.node}:
+            raise UnusableRecord(  # checked before any state changes: all or nothing
+                f"dcgm.scrape of {scrape.node!r} carries samples of {sorted(foreign)}"
+            )
+        view = self._node_view(scrape.node)
+        outputs: list[Output] = []
+        for sample in scrape.samples:
+            outputs += self._on_sample(sample, view)
+        return outputs
+
+    def _on_sample(self, sample: DcgmSample, view: _NodeView) -> list[Output]:
         t = self.tables
         node = sample.node
-        index = t.node_devices.get(node)
+        index = view.index
         key = device_key(sample.uuid, sample.mig_instance_id)
         rows: list[DeviceAssignment] = []
         mig_parent = False
@@ -202,18 +235,17 @@ class Processor:
                 prefix = f"{sample.uuid}/gi"
                 mig_parent = any(k.startswith(prefix) for k in index.keys)
         mig_uuid = (
-            mig_uuid_for(sample.uuid, sample.mig_instance_id, self._inventory(node))
+            mig_uuid_for(sample.uuid, sample.mig_instance_id, view.inventory)
             if sample.mig_instance_id is not None
             else None
         )
-        node_rec = t.nodes.get(node)
         ctx = DeviceContext(
-            node_sharing=sharing_from_labels(dict(node_rec.labels)) if node_rec else None,
+            node_sharing=view.node_sharing,
             advertised=index.advertised.get(key) if index is not None else None,
             mig_uuid=mig_uuid,
             mig_parent=mig_parent,
             holders_known=index is not None,
-            resolve_pod=self._resolver(node),
+            resolve_pod=view.resolve_pod,
         )
         event, flags = attribute(sample, rows, ctx)
         return [event, *flags, *self._alerts(event)]

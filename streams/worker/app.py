@@ -76,7 +76,8 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
         broker_heartbeat_interval=worker.heartbeat_interval_s,
         producer_acks=-1,
         processing_guarantee="at_least_once",
-        producer_linger=0.005,
+        producer_linger=worker.producer_linger_s,
+        producer_max_batch_size=worker.producer_batch_bytes,
     )
     raw = {
         "key_type": bytes,

@@ -19,6 +19,7 @@ from bench.fleet import MIG_INSTANCES
 from contract.inputs import (
     AllocatableDevice,
     DcgmSample,
+    DcgmScrape,
     DeviceAssignment,
     DeviceInventory,
     ExporterClaim,
@@ -225,13 +226,33 @@ inventories = st.builds(
     ).map(tuple),
 )
 
+
+@st.composite
+def _scrapes(draw: st.DrawFn) -> DcgmScrape:
+    """A scrape of one node at one time: its samples carry that node and time (mostly; now and
+    then one of another node, which the worker must refuse whole)."""
+    node, ts_ms = draw(nodes), draw(timestamps)
+    drawn = draw(st.lists(samples, max_size=6))
+    foreign = draw(st.integers(0, 9)) == 0
+    return DcgmScrape(
+        node,
+        ts_ms,
+        tuple(
+            s if foreign and i == 0 else dataclasses.replace(s, node=node, ts_ms=ts_ms)
+            for i, s in enumerate(drawn)
+        ),
+    )
+
+
+scrapes = _scrapes()
 agent_records: st.SearchStrategy[AgentRecord] = st.one_of(
-    snapshots, diffs, samples, pods, pod_lists, node_records, inventories
+    snapshots, diffs, samples, scrapes, pods, pod_lists, node_records, inventories
 )
 BY_CLASS: dict[type, st.SearchStrategy[Any]] = {
     PodResourcesSnapshot: snapshots,
     PodResourcesDiff: diffs,
     DcgmSample: samples,
+    DcgmScrape: scrapes,
     PodRecord: pods,
     PodListSnapshot: pod_lists,
     NodeRecord: node_records,

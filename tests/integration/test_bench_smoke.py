@@ -12,7 +12,7 @@ import pytest
 from bench.fleet import fleet, sample_count, stream
 from bench.run import throughput
 from contract import codec
-from contract.inputs import DcgmSample, PodResourcesDiff, PodResourcesSnapshot
+from contract.inputs import DcgmScrape, PodResourcesDiff, PodResourcesSnapshot
 
 pytestmark = pytest.mark.integration
 
@@ -20,13 +20,15 @@ pytestmark = pytest.mark.integration
 def test_generator_shape() -> None:
     records = list(stream(8, 4, start_ms=0, churn_every=2))
     kinds = Counter(type(r).__name__ for r in records)
-    assert kinds["DcgmSample"] == sample_count(8, 4) == 4 * sum(len(n.devices()) for n in fleet(8))
+    assert kinds["DcgmScrape"] == 8 * 4  # one per node per interval, every device in it
+    readings = sum(len(r.samples) for r in records if isinstance(r, DcgmScrape))
+    assert readings == sample_count(8, 4) == 4 * sum(len(n.devices()) for n in fleet(8))
     assert kinds["PodResourcesSnapshot"] == 8
     assert kinds["PodResourcesDiff"] == 8 * 2  # churn at intervals 2 and 4
     assert {n.mode for n in fleet(8)} == {"exclusive", "time-slicing", "mps", "mig"}
     assert all(codec.decode(codec.encode(r)) == r for r in records)
     for node in fleet(8):  # time order within each node's stream
-        kinds_with_time = (DcgmSample, PodResourcesDiff, PodResourcesSnapshot)
+        kinds_with_time = (DcgmScrape, PodResourcesDiff, PodResourcesSnapshot)
         stamps = [
             r.ts_ms for r in records if r.node == node.name and isinstance(r, kinds_with_time)
         ]
@@ -60,9 +62,10 @@ async def test_two_workers_started_together_skip_no_input(
         for e in map(orjson.loads, two["outputs"])
     }
     wanted = {
-        (r.node, r.uuid, r.mig_instance_id, r.ts_ms)
+        (s.node, s.uuid, s.mig_instance_id, s.ts_ms)
         for r in stream(nodes, intervals, start_ms=1_700_000_000_000)
-        if isinstance(r, DcgmSample)
+        if isinstance(r, DcgmScrape)
+        for s in r.samples
     }
     assert len(wanted) == sample_count(nodes, intervals)
     assert seen == wanted

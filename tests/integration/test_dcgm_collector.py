@@ -7,7 +7,7 @@ import aiohttp
 from agents.dcgm.collect import DcgmCollector
 from agents.selfmetrics import REJECTED_LINES, SOURCE_ERRORS
 from agents.types import AgentRecord
-from contract.inputs import DcgmSample
+from contract.inputs import DcgmScrape
 from sim.exporter_rows import ExporterRow
 from sim.exporter_server import ExporterDouble
 
@@ -46,7 +46,9 @@ async def test_scrapes_every_gpu_and_survives_faults() -> None:
             now_ms=lambda: 7,
         )
         assert await collector.scrape_once(session) == 3
-        assert [(s.uuid, s.util_pct) for s in out if isinstance(s, DcgmSample)] == [
+        (scrape,) = out  # one record per scrape, every device in it
+        assert isinstance(scrape, DcgmScrape)
+        assert [(s.uuid, s.util_pct) for s in scrape.samples] == [
             ("GPU-0", 0),
             ("GPU-1", 10),
             ("GPU-2", 20),

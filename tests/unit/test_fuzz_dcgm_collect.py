@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 
 from agents.dcgm.collect import DcgmCollector
 from agents.types import AgentRecord
-from contract.inputs import DcgmSample
+from contract.inputs import DcgmScrape
 from tests.dcgm_mutations import CAPTURES, NODE, REASONS, TS, Line, mutated_captures, parse
 from tests.fuzz_strategies import captured
 
@@ -73,8 +73,9 @@ async def test_collector_counts_and_logs_every_rejected_line(
     with captured("agents.dcgm.collect") as logs:
         count = await collector.scrape_once(_Session(text.encode()))  # type: ignore[arg-type]
     assert rejected_total() - before == len(expected.rejected)
-    assert count == len(published) == len(expected.samples)
-    assert published == list(expected.samples)
+    assert count == len(expected.samples)
+    # one record per scrape, every device's sample in it; nothing published for no device
+    assert published == ([DcgmScrape(NODE, TS, expected.samples)] if expected.samples else [])
     lines = [r for r in logs.records if "rejected dcgm-exporter line" in r.getMessage()]
     assert len(lines) == len(expected.rejected)  # every one, at WARNING or DEBUG
     warned = [r.getMessage() for r in lines if r.levelno == logging.WARNING]
@@ -104,6 +105,7 @@ async def test_invalid_utf8_is_counted_and_read_anyway() -> None:
     after = REGISTRY.get_sample_value("gpuattr_agent_source_errors_total", labels)
     assert after == before + 1
     assert any("invalid UTF-8" in m and URL in m for m in logs.messages(logging.WARNING))
-    (sample,) = published
-    assert isinstance(sample, DcgmSample)
+    (scrape,) = published
+    assert isinstance(scrape, DcgmScrape)
+    (sample,) = scrape.samples
     assert "\ufffd" in sample.model

@@ -29,6 +29,7 @@ from bench import fleet as bench_fleet
 from contract import codec
 from contract.inputs import (
     DcgmSample,
+    DcgmScrape,
     DeviceAssignment,
     NodeRecord,
     PodRecord,
@@ -36,7 +37,7 @@ from contract.inputs import (
     PodResourcesSnapshot,
 )
 from contract.outputs import Alert, AttributionEvent, ExporterMisattribution, Holder
-from streams.core.processor import Output, Processor, Tables
+from streams.core.processor import Output, Processor, Tables, UnusableRecord
 from tests.fuzz_strategies import (
     EXPORTER_UID_PREFIX,
     GPU_UUIDS,
@@ -160,10 +161,33 @@ def test_processor_never_raises_and_stays_honest(stream: list[AgentRecord]) -> N
         assert decoded == record  # the strategies only draw records valid on the wire
         if isinstance(decoded, PodRecord):
             uids[decoded.node].add(decoded.uid)
-        outputs = proc.handle(decoded)
+        outputs = _handle(proc, decoded)
         events += sum(isinstance(o, AttributionEvent) for o in outputs)
         check_outputs(outputs, uids)
-    assert events == sum(isinstance(r, DcgmSample) for r in stream)
+    # one event per GPU reading: single samples, and every sample of a usable scrape
+    assert events == sum(isinstance(r, DcgmSample) for r in stream) + sum(
+        len(r.samples) for r in stream if isinstance(r, DcgmScrape) and _one_node(r)
+    )
+
+
+def _handle(proc: Processor, record: AgentRecord) -> list[Output]:
+    """The processor's outputs; a scrape carrying another node's sample must be refused whole
+    (bad input, dead-lettered) with nothing of it kept."""
+    if isinstance(record, DcgmScrape) and not _one_node(record):
+        before = _contents(proc)
+        with pytest.raises(UnusableRecord):
+            proc.handle(record)
+        assert _contents(proc) == before
+        return []
+    return proc.handle(record)
+
+
+def _contents(proc: Processor) -> dict[str, dict[str, object]]:
+    return {f.name: dict(getattr(proc.tables, f.name)) for f in dataclasses.fields(proc.tables)}
+
+
+def _one_node(scrape: DcgmScrape) -> bool:
+    return all(s.node == scrape.node for s in scrape.samples)
 
 
 @settings(max_examples=150, deadline=None)
@@ -176,7 +200,7 @@ def test_processor_on_random_records_only(records: list[AgentRecord]) -> None:
         decoded = wire(record)
         if isinstance(decoded, PodRecord):
             uids[decoded.node].add(decoded.uid)
-        check_outputs(proc.handle(decoded), uids)
+        check_outputs(_handle(proc, decoded), uids)
 
 
 def test_fleet_stream_is_attributed_honestly() -> None:
