@@ -14,6 +14,7 @@ A *device key* names what the hardware reports on: ``GPU-<uuid>`` for a whole GP
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ class Inventory:
 EMPTY_INVENTORY = Inventory(gpus={}, migs={})
 
 
+@functools.lru_cache(maxsize=65_536)  # pure; a node's IDs repeat every sample (bounded cache)
 def parse_device_id(raw: str) -> DeviceId:
     """Split a kubelet device ID into base device and replica (split on the first ``::``)."""
     base, sep, rest = raw.partition("::")

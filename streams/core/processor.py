@@ -89,6 +89,7 @@ def inventory_of(record: DeviceInventory) -> Inventory:
 @dataclass(frozen=True, slots=True)
 class _NodeView:
     index: NodeDevices | None
+    mig_parents: frozenset[str]  # GPUs with MIG instances among the index's device keys
     inventory: Inventory
     node_sharing: NodeSharing | None
     resolve_pod: Callable[[str, str, int], PodIdentity]
@@ -201,8 +202,12 @@ class Processor:
         """What every sample of a node reads, read once (per scrape, not per device)."""
         t = self.tables
         node_rec = t.nodes.get(node)
+        index = t.node_devices.get(node)
         return _NodeView(
-            index=t.node_devices.get(node),
+            index=index,
+            mig_parents=frozenset(k.partition("/gi")[0] for k in index.keys if "/gi" in k)
+            if index is not None
+            else frozenset(),
             inventory=self._inventory(node),
             node_sharing=sharing_from_labels(dict(node_rec.labels)) if node_rec else None,
             resolve_pod=self._resolver(node),
@@ -232,8 +237,7 @@ class Processor:
                 if holders is not None:
                     rows.extend(holders.at(sample.ts_ms))
             if sample.mig_instance_id is None:
-                prefix = f"{sample.uuid}/gi"
-                mig_parent = any(k.startswith(prefix) for k in index.keys)
+                mig_parent = sample.uuid in view.mig_parents
         mig_uuid = (
             mig_uuid_for(sample.uuid, sample.mig_instance_id, view.inventory)
             if sample.mig_instance_id is not None
