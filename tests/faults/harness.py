@@ -23,6 +23,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.kafka_io import count
 from bench.kafka_io import read_records as read_topic
 from contract import codec
 from contract.outputs import Alert, AttributionEvent
@@ -229,3 +230,15 @@ def crashes(workdir: Path) -> dict[str, list[str]]:
         if bad := [line for line in lines if any(m in line for m in CRASH_MARKS)]:
             found[log.name] = bad
     return found
+
+
+async def more_records(
+    bootstrap: str, topic: str, n: int, timeout_s: float, what: str = "records"
+) -> None:
+    """Wait until ``topic`` holds ``n`` more records than now."""
+    start = await count(bootstrap, topic)
+
+    async def grown() -> bool:
+        return await count(bootstrap, topic) >= start + n
+
+    await wait_for_async(grown, timeout_s=timeout_s, every_s=0.2, what=f"{n} more {what}")

@@ -39,6 +39,7 @@ from tests.faults.harness import (
     Outcome,
     compare,
     final_view,
+    more_records,
     outcome,
     read_topic,
     reference,
@@ -63,18 +64,10 @@ Inject = Callable[[Pipeline], Awaitable[None]]
 NO_FAULT: dict[str, dict[str, tuple[object, ...]]] = {}
 
 
-async def events_on(p: Pipeline) -> int:
-    return await count(p.kafka.bootstrap or "", p.kafka.topic("attribution"))
-
-
 async def more_events(p: Pipeline, n: int, timeout_s: float = 90) -> None:
     """Wait until the workers have written ``n`` more attribution events."""
-    start = await events_on(p)
-
-    async def grown() -> bool:
-        return await events_on(p) >= start + n
-
-    await wait_for_async(grown, timeout_s=timeout_s, every_s=0.2, what=f"{n} more events")
+    topic = p.kafka.topic("attribution")
+    await more_records(p.kafka.bootstrap or "", topic, n, timeout_s, "events")
 
 
 async def warmed_up(p: Pipeline) -> None:

@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from bench.kafka_io import count
 from sim.scenario import Scenario, parse
 from tests.faults.harness import (
     RESULTS,
     compare,
     crashes,
     group_members,
+    more_records,
     outcome,
     reference,
     wait_drained,
@@ -82,17 +82,9 @@ SCENARIO = flapping()
 Fault = Callable[[Pipeline, random.Random], Awaitable[str]]
 
 
-async def alerts_on(p: Pipeline) -> int:
-    return await count(p.kafka.bootstrap or "", p.kafka.topic("alerts"))
-
-
 async def more_alerts(p: Pipeline, n: int, timeout_s: float = 60) -> None:
-    start = await alerts_on(p)
-
-    async def grown() -> bool:
-        return await alerts_on(p) >= start + n
-
-    await wait_for_async(grown, timeout_s=timeout_s, every_s=0.2, what=f"{n} more alerts")
+    topic = p.kafka.topic("alerts")
+    await more_records(p.kafka.bootstrap or "", topic, n, timeout_s, "alerts")
 
 
 async def group_is(p: Pipeline, members: int, timeout_s: float = 60) -> None:
