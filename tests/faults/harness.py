@@ -33,6 +33,7 @@ from infra.admin import create_topics
 from infra.settings import KafkaSettings
 from infra.topics import topic_specs
 from tests.helpers import wait_for_async
+from tests.integration.pipeline import Pipeline
 
 #: what every fault run reports, printed at the end of the session (see conftest.py)
 RESULTS: list[str] = []
@@ -242,3 +243,15 @@ async def more_records(
         return await count(bootstrap, topic) >= start + n
 
     await wait_for_async(grown, timeout_s=timeout_s, every_s=0.2, what=f"{n} more {what}")
+
+
+async def end_input_and_drain(p: Pipeline) -> Outcome:
+    """Stop the agents (the input ends), start any worker that is down, let the group drain
+    its lag, and read what the run wrote."""
+    for agent in p.agents:
+        await agent.stop()
+    for worker in p.workers:
+        if not worker.running:
+            await worker.start()
+    await wait_drained(p.kafka, p.kafka.topic_prefix + "worker")
+    return await outcome(p.kafka, p.kafka.topic_prefix + "worker")

@@ -38,12 +38,11 @@ from tests.faults.harness import (
     RESULTS,
     Outcome,
     compare,
+    end_input_and_drain,
     final_view,
     more_records,
-    outcome,
     read_topic,
     reference,
-    wait_drained,
 )
 from tests.helpers import wait_for, wait_for_async
 from tests.integration.pipeline import Pipeline, collect, pipeline
@@ -91,13 +90,7 @@ async def fault_run(
         await warmed_up(p)
         await inject(p)
         await more_events(p, 2 * DEVICES)  # the pipeline works after the faults
-        for agent in p.agents:  # the input ends here
-            await agent.stop()
-        for worker in p.workers:
-            if not worker.running:
-                await worker.start()
-        await wait_drained(p.kafka, p.kafka.topic_prefix + "worker")
-        run = await outcome(p.kafka, p.kafka.topic_prefix + "worker")
+        run = await end_input_and_drain(p)
     ref = await reference(p.kafka, workdir, ALERTS)
     compare(name, ref, run)
     return run, ref

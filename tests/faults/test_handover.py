@@ -30,11 +30,10 @@ from tests.faults.harness import (
     RESULTS,
     compare,
     crashes,
+    end_input_and_drain,
     group_members,
     more_records,
-    outcome,
     reference,
-    wait_drained,
 )
 from tests.helpers import wait_for_async
 from tests.integration.pipeline import Pipeline, pipeline
@@ -105,13 +104,7 @@ async def alert_heavy_run(name: str, bootstrap: str, workdir: Path, fault: Fault
         await more_alerts(p, 4)  # warmed up: alerts fire
         detail = await fault(p, rng)
         await more_alerts(p, 8)  # the pipeline still works after the faults
-        for agent in p.agents:  # the input ends here
-            await agent.stop()
-        for worker in p.workers:
-            if not worker.running:
-                await worker.start()
-        await wait_drained(p.kafka, p.kafka.topic_prefix + "worker")
-        run = await outcome(p.kafka, p.kafka.topic_prefix + "worker")
+        run = await end_input_and_drain(p)
         crashed = crashes(workdir)  # every worker log, the removed workers' included
     ref = await reference(p.kafka, workdir, ALERTS)
     figures = compare(name, ref, run)
