@@ -8,6 +8,7 @@ costs only that line; garbage never raises. The captures and golden files are de
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -39,13 +40,21 @@ def test_all_captures_are_found() -> None:
     )
 
 
-def test_vendored_copies_match_the_shared_captures() -> None:
-    if not SHARED_FIXTURES.is_dir():
-        pytest.skip(f"no shared captures at {SHARED_FIXTURES}")
-    for copy in VENDORED_FIXTURES.glob("*.prom"):
-        original = SHARED_FIXTURES / copy.name
-        if original.exists():
-            assert copy.read_bytes() == original.read_bytes(), copy.name
+def test_vendored_copies_are_the_shared_captures_byte_for_byte() -> None:
+    """The vendored captures are the genuine ones: their SHA-256 sums were recorded from
+    ../shared/fixtures when they were copied (SHA256SUMS, beside them); where ../shared is
+    present (a developer's checkout), every shared capture must be vendored and identical too."""
+    recorded = dict(
+        reversed(line.split(maxsplit=1))
+        for line in (VENDORED_FIXTURES / "SHA256SUMS").read_text().splitlines()
+    )
+    vendored = {p.name: p for p in VENDORED_FIXTURES.glob("*.prom")}
+    assert set(vendored) == set(recorded), "a vendored capture without a recorded sum (or gone)"
+    for name, path in vendored.items():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == recorded[name], name
+    for original in SHARED_FIXTURES.glob("*.prom"):  # nothing to compare outside a checkout
+        assert original.name in vendored, f"{original.name} is not vendored"
+        assert vendored[original.name].read_bytes() == original.read_bytes(), original.name
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
