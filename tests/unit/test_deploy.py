@@ -2,46 +2,16 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import kubernetes_validate
 import pytest
-import yaml
 
 from infra.settings import KafkaSettings
 from infra.topics import topic_specs
+from tests.kustomize_render import base_docs, microk8s_docs
 
-ROOT = Path(__file__).resolve().parents[2]
-BASE = ROOT / "deploy" / "kustomize" / "base"
-MICROK8S = ROOT / "deploy" / "kustomize" / "overlays" / "microk8s"
 K8S_VERSION = "1.34.0"
-
-
-def base_docs() -> list[dict[str, Any]]:
-    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
-    docs: list[dict[str, Any]] = []
-    for name in kustomization["resources"]:
-        docs += [d for d in yaml.safe_load_all((BASE / name).read_text()) if d]
-    return docs
-
-
-def microk8s_docs() -> list[dict[str, Any]]:
-    """The overlay rendered the way kustomize does for its one JSON6902 patch."""
-    overlay = yaml.safe_load((MICROK8S / "kustomization.yaml").read_text())
-    docs = base_docs()
-    for patch in overlay["patches"]:
-        ops = json.loads((MICROK8S / patch["path"]).read_text())
-        target = patch["target"]
-        docs = [
-            jsonpatch.apply_patch(d, ops)
-            if (d["kind"], d["metadata"]["name"]) == (target["kind"], target["name"])
-            else d
-            for d in docs
-        ]
-    return docs
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -6,54 +6,18 @@ and nodes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-BASE = ROOT / "deploy" / "kustomize" / "base"
-MICROK8S = ROOT / "deploy" / "kustomize" / "overlays" / "microk8s"
-
+from tests.kustomize_render import base_docs, microk8s_docs
 
 # --- the agent needs no write access ----------------------------------------------------------
 
 
-def _docs(directory: Path) -> list[dict[str, Any]]:
-    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
-    docs: list[dict[str, Any]] = []
-    for name in kustomization.get("resources", []):
-        path = directory / name
-        if path.is_dir():
-            docs += _docs(path)
-        else:
-            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    return docs
-
-
-def _microk8s_docs() -> list[dict[str, Any]]:
-    import json
-
-    import jsonpatch
-
-    overlay = yaml.safe_load((MICROK8S / "kustomization.yaml").read_text())
-    docs = _docs(BASE)
-    for patch in overlay.get("patches", []):
-        ops = json.loads((MICROK8S / patch["path"]).read_text())
-        target = patch["target"]
-        docs = [
-            jsonpatch.apply_patch(d, ops)
-            if (d["kind"], d["metadata"]["name"]) == (target["kind"], target["name"])
-            else d
-            for d in docs
-        ]
-    return docs
-
-
 RENDERS: dict[str, Callable[[], list[dict[str, Any]]]] = {
-    "base": lambda: _docs(BASE),
-    "microk8s": _microk8s_docs,
+    "base": base_docs,
+    "microk8s": microk8s_docs,
 }
 READ_VERBS = {"get", "list", "watch"}
 
@@ -85,7 +49,7 @@ def test_agent_daemonset_cannot_write_to_the_node(render: str) -> None:
 
 
 def test_agent_service_account_can_only_read_pods_and_nodes() -> None:
-    docs = _docs(BASE)
+    docs = base_docs()
     (agent,) = [d for d in docs if d["kind"] == "DaemonSet" and "agent" in d["metadata"]["name"]]
     account = agent["spec"]["template"]["spec"]["serviceAccountName"]
     namespace = agent["metadata"]["namespace"]
