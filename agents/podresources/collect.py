@@ -35,9 +35,8 @@ from agents.podresources.diff import diff_assignments
 from agents.podresources.translate import (
     DEFAULT_PREFIXES,
     Unusable,
-    allocatable_from_response,
-    assignments_from_list,
-    unusable,
+    read_allocatable,
+    read_list,
 )
 from agents.selfmetrics import IGNORED_PODRESOURCES, SOURCE_ERRORS
 from agents.types import AgentRecord, Emit, NowMs
@@ -170,8 +169,9 @@ class PodResourcesCollector:
             self._failed("garbled", "List reply could not be decoded; skipping it")
             return None
         self._recovered()
-        self._note_unusable(unusable(resp, self.resource_prefixes))
-        return frozenset(assignments_from_list(resp, self.resource_prefixes))
+        rows, bad = read_list(resp, self.resource_prefixes)
+        self._note_unusable(bad)
+        return frozenset(rows)
 
     async def _allocatable(
         self, stub: pb_grpc.PodResourcesListerStub
@@ -191,8 +191,9 @@ class PodResourcesCollector:
         if resp is None:
             self._failed("garbled", "GetAllocatableResources reply could not be decoded")
             return ()
-        self._note_unusable(unusable(resp, self.resource_prefixes))
-        return allocatable_from_response(resp, self.resource_prefixes)
+        devices, bad = read_allocatable(resp, self.resource_prefixes)
+        self._note_unusable(bad)
+        return devices
 
     def _note_unusable(self, entries: tuple[Unusable, ...]) -> None:
         """Count every unusable entry of a reply; log each reason once, with an example."""

@@ -20,7 +20,8 @@ A container gets devices two ways, and both become :class:`DeviceAssignment` row
   device, or a kubelet older than 1.31) are skipped.
 
 What is skipped because it cannot be used — not what is out of scope, like CPU-only pods or
-another vendor's resources — is listed by :func:`unusable` with its reason, for the collector
+another vendor's resources — is listed by :func:`read_list` / :func:`read_allocatable` (one
+pass each) with its reason, for the collector
 to count (``gpuattr_agent_ignored_podresources_rows_total{reason}``) and log once per reason:
 a wanted resource with an empty device ID, a DRA claim resource without a driver or device
 name, a pod entry without a name or namespace.
@@ -30,7 +31,6 @@ The API names pods by namespace and name: there is no pod UID to carry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from contract.inputs import DRA_PREFIX, AllocatableDevice, DeviceAssignment
@@ -51,87 +51,97 @@ class Unusable:
     where: str
 
 
-def _container_rows(
-    namespace: str, pod: str, ctr: pb.ContainerResources, resource_prefixes: tuple[str, ...]
-) -> Iterable[DeviceAssignment]:
-    for devices in ctr.devices:
-        if devices.resource_name.startswith(resource_prefixes):
-            for device_id in devices.device_ids:
-                if device_id:
-                    yield DeviceAssignment(
-                        namespace, pod, ctr.name, devices.resource_name, device_id
-                    )
+def _container(
+    where: str, ctr: pb.ContainerResources, resource_prefixes: tuple[str, ...]
+) -> tuple[list[tuple[str, str]], list[Unusable], bool]:
+    """A container's wanted devices as (resource, device ID), what of them cannot be used, and
+    whether it has any wanted device at all."""
+    devices: list[tuple[str, str]] = []
+    bad: list[Unusable] = []
+    wanted = False
+    for entry in ctr.devices:
+        if entry.resource_name.startswith(resource_prefixes):
+            wanted = True
+            devices += [(entry.resource_name, i) for i in entry.device_ids if i]
+            if not all(entry.device_ids):
+                bad.append(Unusable(EMPTY_DEVICE_ID, f"{where} {ctr.name} {entry.resource_name}"))
     for claim in ctr.dynamic_resources:
         for res in claim.claim_resources:
+            wanted = True
             if res.driver_name and res.device_name:
-                yield DeviceAssignment(
-                    namespace,
-                    pod,
-                    ctr.name,
-                    f"{DRA_PREFIX}{res.driver_name}",
-                    f"{res.pool_name}/{res.device_name}",
+                devices.append(
+                    (f"{DRA_PREFIX}{res.driver_name}", f"{res.pool_name}/{res.device_name}")
                 )
+            else:
+                bad.append(
+                    Unusable(DRA_WITHOUT_DEVICE, f"{where} {ctr.name} claim {claim.claim_name}")
+                )
+    return devices, bad, wanted
 
 
-def assignments_from_list(
+def read_list(
     resp: pb.ListPodResourcesResponse, resource_prefixes: tuple[str, ...] = DEFAULT_PREFIXES
-) -> tuple[DeviceAssignment, ...]:
-    """One row per device ID per resource per container, sorted and without duplicates.
+) -> tuple[tuple[DeviceAssignment, ...], tuple[Unusable, ...]]:
+    """One pass over a ``List`` reply: one row per device ID per resource per container (sorted,
+    without duplicates), and the wanted entries that cannot be used (in reply order).
 
-    Pods and containers without a wanted device (CPU-only pods, other vendors) add nothing.
-    """
-    rows = {
-        row
-        for pod in resp.pod_resources
-        if pod.name and pod.namespace
-        for ctr in pod.containers
-        for row in _container_rows(pod.namespace, pod.name, ctr, resource_prefixes)
-    }
-    return tuple(sorted(rows))
+    Pods and containers without a wanted device (CPU-only pods, other vendors) add nothing."""
+    rows: set[DeviceAssignment] = set()
+    bad: list[Unusable] = []
+    for pod in resp.pod_resources:
+        where = f"pod {pod.namespace or '?'}/{pod.name or '?'}"
+        named, wanted = bool(pod.name and pod.namespace), False
+        for ctr in pod.containers:
+            devices, unusable_here, wanted_here = _container(where, ctr, resource_prefixes)
+            bad += unusable_here
+            wanted = wanted or wanted_here
+            if named:
+                rows.update(
+                    DeviceAssignment(pod.namespace, pod.name, ctr.name, resource, device_id)
+                    for resource, device_id in devices
+                )
+        if wanted and not named:
+            bad.append(Unusable(POD_WITHOUT_NAME, where))
+    return tuple(sorted(rows)), tuple(bad)
 
 
-def allocatable_from_response(
+def read_allocatable(
     resp: pb.AllocatableResourcesResponse, resource_prefixes: tuple[str, ...] = DEFAULT_PREFIXES
-) -> tuple[AllocatableDevice, ...]:
-    """Every device the kubelet can hand out, with its NUMA nodes, sorted and without duplicates."""
+) -> tuple[tuple[AllocatableDevice, ...], tuple[Unusable, ...]]:
+    """One pass over a ``GetAllocatableResources`` reply: every device the kubelet can hand out,
+    with its NUMA nodes (sorted, without duplicates), and the entries that cannot be used."""
     rows: set[AllocatableDevice] = set()
+    bad: list[Unusable] = []
     for devices in resp.devices:
         if devices.resource_name.startswith(resource_prefixes):
             numa = tuple(sorted({node.ID for node in devices.topology.nodes}))
             rows.update(
                 AllocatableDevice(devices.resource_name, i, numa) for i in devices.device_ids if i
             )
-    return tuple(sorted(rows))
+            if not all(devices.device_ids):
+                bad.append(Unusable(EMPTY_DEVICE_ID, f"allocatable {devices.resource_name}"))
+    return tuple(sorted(rows)), tuple(bad)
+
+
+def assignments_from_list(
+    resp: pb.ListPodResourcesResponse, resource_prefixes: tuple[str, ...] = DEFAULT_PREFIXES
+) -> tuple[DeviceAssignment, ...]:
+    """The rows of :func:`read_list`."""
+    return read_list(resp, resource_prefixes)[0]
+
+
+def allocatable_from_response(
+    resp: pb.AllocatableResourcesResponse, resource_prefixes: tuple[str, ...] = DEFAULT_PREFIXES
+) -> tuple[AllocatableDevice, ...]:
+    """The devices of :func:`read_allocatable`."""
+    return read_allocatable(resp, resource_prefixes)[0]
 
 
 def unusable(
     resp: pb.ListPodResourcesResponse | pb.AllocatableResourcesResponse,
     resource_prefixes: tuple[str, ...] = DEFAULT_PREFIXES,
 ) -> tuple[Unusable, ...]:
-    """Entries of a wanted kind that the translations above skip because they cannot be used."""
-    found: list[Unusable] = []
+    """The entries of a wanted kind that the readings above skip because they cannot be used."""
     if isinstance(resp, pb.AllocatableResourcesResponse):
-        for devices in resp.devices:
-            if devices.resource_name.startswith(resource_prefixes) and not all(devices.device_ids):
-                found.append(Unusable(EMPTY_DEVICE_ID, f"allocatable {devices.resource_name}"))
-        return tuple(found)
-    for pod in resp.pod_resources:
-        where = f"pod {pod.namespace or '?'}/{pod.name or '?'}"
-        wanted = False
-        for ctr in pod.containers:
-            for devices in ctr.devices:
-                if devices.resource_name.startswith(resource_prefixes):
-                    wanted = True
-                    if not all(devices.device_ids):
-                        found.append(
-                            Unusable(EMPTY_DEVICE_ID, f"{where} {ctr.name} {devices.resource_name}")
-                        )
-            for claim in ctr.dynamic_resources:
-                for res in claim.claim_resources:
-                    wanted = True
-                    if not (res.driver_name and res.device_name):
-                        claim_at = f"{where} {ctr.name} claim {claim.claim_name}"
-                        found.append(Unusable(DRA_WITHOUT_DEVICE, claim_at))
-        if wanted and not (pod.name and pod.namespace):
-            found.append(Unusable(POD_WITHOUT_NAME, where))
-    return tuple(found)
+        return read_allocatable(resp, resource_prefixes)[1]
+    return read_list(resp, resource_prefixes)[1]
