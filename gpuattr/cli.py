@@ -42,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--data-dir", type=Path)
     k.add_argument("--port", type=int)
 
+    kb = sub.add_parser(
+        "kube", help="run a real kube-apiserver on etcd (built from the Go module proxy once)"
+    )
+    kb.add_argument("--dir", type=Path, default=Path("./.gpuattr/kube"))
+
     s = sub.add_parser("sim", help="serve a scenario's kubelet, API-server and exporter doubles")
     s.add_argument("--scenario", default="mixed")
     s.add_argument("--dir", type=Path, default=Path("./.gpuattr/sim"))
@@ -170,6 +175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             controller_port=local.controller_port,
         )
         return asyncio.run(run_forever(config))
+    if args.command == "kube":
+        from gpuattr.localkafka import default_cache_dir
+        from gpuattr.localkube import run_forever as run_kube
+
+        return asyncio.run(run_kube(args.dir, default_cache_dir()))
     if args.command == "sim":
         from sim.serve import serve
 

@@ -1,0 +1,336 @@
+"""``LocalKube``: a real kube-apiserver on a real etcd, on free loopback ports, for tests and dev.
+
+What runs: Debian's ``etcd`` (one member, data in the work directory) and ``kube-apiserver``
+built by :mod:`gpuattr.localkube.binaries`, with RBAC and the Node authorizer on
+(``--authorization-mode=Node,RBAC``, the ``NodeRestriction`` admission plugin), a static admin
+token (group ``system:masters``), a service-account signing key (so the TokenRequest API issues
+real ServiceAccount tokens) and a self-signed serving certificate the API server writes itself.
+No controller manager, scheduler or kubelet runs: whoever uses it creates objects directly and
+drives pod status through the status subresource, as a kubelet would.
+
+Ready means ``/readyz`` answers 200 to the admin token. Stop is SIGTERM, then SIGKILL, for both
+processes; the API server can be stopped and started again on the same port (an API-server
+restart), and etcd can be compacted (:meth:`LocalKube.compact`) to make old resourceVersions
+expire for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import base64
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from gpuattr.localkube.binaries import LocalKubeError, require_tool, resolve_binaries
+
+log = logging.getLogger("gpuattr.localkube")
+HOST = "127.0.0.1"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class _Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: IO[bytes]
+    log_path: Path
+
+    def tail(self, lines: int = 30) -> str:
+        with contextlib.suppress(OSError):
+            text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+            return "\n".join(text)
+        return f"(no log at {self.log_path})"
+
+    def stop(self, timeout_s: float) -> int | None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in %.0fs; killing it", self.name, timeout_s)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+        self.log.close()
+        return self.popen.returncode
+
+
+class LocalKube:
+    """``await start()`` (or ``async with``); ``kubeconfig`` names the admin's kubeconfig."""
+
+    def __init__(
+        self, workdir: Path, cache_dir: Path, *, ready_timeout_s: float = 120.0
+    ) -> None:
+        self.workdir = workdir.resolve()
+        self.cache_dir = cache_dir
+        self.ready_timeout_s = ready_timeout_s
+        self.etcd_port = free_port()
+        self.etcd_peer_port = free_port()
+        self.port = free_port()
+        self.admin_token = secrets.token_hex(24)
+        self.bin_dir: Path | None = None
+        self._etcd: _Proc | None = None
+        self._apiserver: _Proc | None = None
+
+    # --- where things are
+    @property
+    def url(self) -> str:
+        return f"https://{HOST}:{self.port}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://{HOST}:{self.etcd_port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The API server's self-signed serving certificate (written by it at first start)."""
+        return self.workdir / "certs" / "apiserver.crt"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    def kubectl(self) -> Path:
+        if self.bin_dir is None:
+            raise LocalKubeError("LocalKube is not started")
+        return self.bin_dir / "kubectl"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    # --- life cycle
+    async def start(self) -> None:
+        self.bin_dir = await asyncio.to_thread(resolve_binaries, self.cache_dir)
+        await asyncio.to_thread(self._prepare)
+        atexit.register(self.stop_sync)
+        try:
+            self._etcd = self._spawn("etcd", self._etcd_cmd())
+            await self._wait(self._etcd, self._etcd_ready)
+            await self.start_apiserver()
+        except BaseException:
+            self.stop_sync()
+            raise
+        self.write_kubeconfig(self.kubeconfig, token=self.admin_token, user="admin")
+
+    async def start_apiserver(self) -> None:
+        """Start (or start again, on the same port) the API server; return once /readyz is 200."""
+        if self._apiserver is not None:
+            raise LocalKubeError(f"kube-apiserver already running on {self.url}")
+        self._apiserver = self._spawn("kube-apiserver", self._apiserver_cmd())
+        await self._wait(self._apiserver, self._apiserver_ready)
+        log.info("kube-apiserver ready on %s", self.url)
+
+    def stop_apiserver(self, timeout_s: float = 30.0) -> None:
+        proc, self._apiserver = self._apiserver, None
+        if proc is not None:
+            proc.stop(timeout_s)
+
+    def stop_sync(self, timeout_s: float = 30.0) -> None:
+        """Stop the API server, then etcd. Idempotent; nothing is left running."""
+        atexit.unregister(self.stop_sync)
+        self.stop_apiserver(timeout_s)
+        etcd, self._etcd = self._etcd, None
+        if etcd is not None:
+            etcd.stop(timeout_s)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.stop_sync)
+
+    async def __aenter__(self) -> LocalKube:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- etcd's own API (its JSON gateway): compaction makes old resourceVersions expire
+    def etcd_revision(self) -> int:
+        head = self._etcd_call("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})
+        return int(head["header"]["revision"])
+
+    def compact(self) -> int:
+        """Compact etcd at its current revision: every older resourceVersion is gone for real."""
+        revision = self.etcd_revision()
+        self._etcd_call("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def _etcd_call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            self.etcd_url + path, data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 (loopback, ours)
+            out: dict[str, Any] = json.loads(resp.read())
+        return out
+
+    # --- kubeconfigs
+    def write_kubeconfig(self, path: Path, *, token: str, user: str) -> Path:
+        """A kubeconfig for ``token`` (the admin's, or a ServiceAccount's from TokenRequest)."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)},
+                }
+            ],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
+            "current-context": user,
+        }
+        path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+        path.chmod(0o600)
+        return path
+
+    # --- internals
+    def _prepare(self) -> None:
+        require_tool("etcd", "the local API server stores its objects in Debian's etcd-server")
+        openssl = require_tool("openssl", "it makes the service-account signing key")
+        (self.workdir / "certs").mkdir(parents=True, exist_ok=True)
+        key = self.workdir / "sa.key"
+        if not key.exists():
+            subprocess.run(
+                [openssl, "genrsa", "-out", str(key), "2048"], capture_output=True, check=True
+            )
+        tokens = self.workdir / "tokens.csv"
+        tokens.write_text(f'{self.admin_token},admin,admin,"system:masters"\n')
+        tokens.chmod(0o600)
+
+    def _etcd_cmd(self) -> list[str]:
+        peer = f"http://{HOST}:{self.etcd_peer_port}"
+        return [
+            require_tool("etcd", "Debian's etcd-server"),
+            "--name=local",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={self.etcd_url}",
+            f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=local={peer}",
+            "--log-level=warn",
+            "--logger=zap",
+        ]
+
+    def _apiserver_cmd(self) -> list[str]:
+        assert self.bin_dir is not None
+        key = self.workdir / "sa.key"
+        return [
+            str(self.bin_dir / "kube-apiserver"),
+            f"--etcd-servers={self.etcd_url}",
+            f"--bind-address={HOST}",
+            f"--advertise-address={HOST}",
+            f"--secure-port={self.port}",
+            f"--cert-dir={self.workdir / 'certs'}",
+            f"--token-auth-file={self.workdir / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={key}",
+            f"--service-account-signing-key-file={key}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--profiling=false",
+            "--v=1",
+        ]
+
+    def _spawn(self, name: str, cmd: list[str]) -> _Proc:
+        log_path = self.workdir / f"{name}.log"
+        out = log_path.open("ab")
+        popen = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.info("started %s (pid %d, log %s)", name, popen.pid, log_path)
+        return _Proc(name, popen, out, log_path)
+
+    async def _wait(self, proc: _Proc, ready: Any) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        delay = 0.05
+        while True:
+            if proc.popen.poll() is not None:
+                raise LocalKubeError(f"{proc.name} exited during start-up:\n{proc.tail()}")
+            if await asyncio.to_thread(ready):
+                return
+            if time.monotonic() > deadline:
+                raise LocalKubeError(
+                    f"{proc.name} not ready after {self.ready_timeout_s:.0f}s:\n{proc.tail()}"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def _etcd_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as resp:  # noqa: S310
+                return bool(json.loads(resp.read()).get("health") == "true")
+        except (OSError, ValueError):
+            return False
+
+    def _apiserver_ready(self) -> bool:
+        if not self.ca_file.exists():
+            return False
+        req = urllib.request.Request(
+            self.url + "/readyz", headers={"Authorization": f"Bearer {self.admin_token}"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=2, context=self.ssl_context()) as resp:  # noqa: S310
+                return bool(resp.status == 200)
+        except (OSError, ValueError, ssl.SSLError):
+            return False
+
+
+async def run_forever(workdir: Path, cache_dir: Path) -> int:
+    """``gpuattr kube``: run etcd + kube-apiserver until SIGTERM or SIGINT, then stop both."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    workdir.mkdir(parents=True, exist_ok=True)
+    kube = LocalKube(workdir, cache_dir)
+    try:
+        starting = asyncio.create_task(kube.start())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not starting.done():
+            starting.cancel()
+            await asyncio.wait({starting})
+            return 0
+        starting.result()
+        print(
+            f"kube-apiserver ready at {kube.url}\n"
+            f"  export KUBECONFIG={kube.kubeconfig}\n"
+            f"  kubectl: {kube.kubectl()}",
+            flush=True,
+        )
+        await stop.wait()
+        return 0
+    except LocalKubeError as err:
+        print(f"gpuattr kube: {err}", file=sys.stderr)
+        return 1
+    finally:
+        await kube.stop()
+        for sig in signals:
+            loop.remove_signal_handler(sig)
