@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
         "kube", help="run a real kube-apiserver on etcd (built from the Go module proxy once)"
     )
     kb.add_argument("--dir", type=Path, default=Path("./.gpuattr/kube"))
+    kb.add_argument("--build", action="store_true", help="only build (or find) the binaries")
 
     s = sub.add_parser("sim", help="serve a scenario's kubelet, API-server and exporter doubles")
     s.add_argument("--scenario", default="mixed")
@@ -177,8 +178,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(run_forever(config))
     if args.command == "kube":
         from gpuattr.localkafka import default_cache_dir
+        from gpuattr.localkube import LocalKubeError, resolve_binaries
         from gpuattr.localkube import run_forever as run_kube
 
+        if args.build:
+            try:
+                print(resolve_binaries(default_cache_dir()))
+            except LocalKubeError as err:
+                print(f"gpuattr kube: {err}", file=sys.stderr)
+                return 1
+            return 0
         return asyncio.run(run_kube(args.dir, default_cache_dir()))
     if args.command == "sim":
         from sim.serve import serve

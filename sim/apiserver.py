@@ -2,8 +2,10 @@
 
 Like the real one: every change gets a new ``resourceVersion``; ``?watch=1&resourceVersion=RV``
 streams newline-delimited JSON events (``ADDED|MODIFIED|DELETED|BOOKMARK|ERROR``) with chunked
-transfer encoding; bookmarks carry only ``metadata.resourceVersion``; a version older than the
-kept history answers with an ``ERROR`` event holding a ``Status`` of code 410 (Expired).
+transfer encoding; a pod is marked for deletion (MODIFIED) before it is DELETED; bookmarks carry
+only ``metadata.resourceVersion``; a version older than the kept history answers with an
+``ERROR`` event holding a ``Status`` of code 410 (Expired). Checked against the real API server
+by ``tests/realkube/test_double_conformance.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -52,6 +55,25 @@ def _matches(obj: dict[str, Any], selector: str) -> bool:
         if value != want:
             return False
     return True
+
+
+def _deletion(plural: str, obj: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """The events the real API server sends when an object is deleted.
+
+    Pods are always deleted gracefully (the pod strategy's ``CheckGracefulDelete``), even with
+    ``gracePeriodSeconds=0`` or when never scheduled: the API server first writes the pod with
+    ``deletionTimestamp`` and ``deletionGracePeriodSeconds`` (MODIFIED), then removes it
+    (DELETED). A pod that vanishes without having been terminating gets both here too
+    (``tests/realkube/test_double_conformance.py`` compares the two servers)."""
+    meta = obj["metadata"]
+    if plural != "pods" or meta.get("deletionTimestamp"):
+        return [(plural, "DELETED", obj)]
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    marked = {
+        **obj,
+        "metadata": {**meta, "deletionTimestamp": now, "deletionGracePeriodSeconds": 0},
+    }
+    return [(plural, "MODIFIED", marked), (plural, "DELETED", marked)]
 
 
 class ApiServerDouble:
@@ -134,9 +156,9 @@ class ApiServerDouble:
                 "metadata": {**obj["metadata"], "resourceVersion": None},
             }:
                 events.append((key[0], "MODIFIED", obj))
-        events += [
-            (key[0], "DELETED", old) for key, old in self._store.items() if key not in desired
-        ]
+        for key, old in self._store.items():
+            if key not in desired:
+                events += _deletion(key[0], old)
         for plural, kind, obj in events:
             self.rv += 1
             stored = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.rv)}}

@@ -67,6 +67,7 @@ class _Watcher:
         self.now_ms = now_ms
         self.settings = settings
         self.health = SourceHealth("apiserver", f"{self.kind} watch for node {node}", log)
+        self.position = ""  # the resourceVersion it has seen up to (events and bookmarks)
 
     # --- what differs between pods and nodes
     def _list_call(self) -> Callable[..., Any]:
@@ -120,6 +121,7 @@ class _Watcher:
                 await self.emit(record)
         await self._after_list(items, rv)  # last: it marks the full list as published
         self._up()
+        self.position = rv
         return rv
 
     async def watch(self, rv: str) -> str:
@@ -139,6 +141,7 @@ class _Watcher:
                 kind = event["type"]
                 raw = event["raw_object"]
                 rv = str(raw.get("metadata", {}).get("resourceVersion") or rv)
+                self.position = rv
                 if kind == "BOOKMARK":
                     continue
                 for record in self._records(event["object"], deleted=kind == "DELETED"):

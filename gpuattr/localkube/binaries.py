@@ -82,14 +82,18 @@ def _go(go: str, cwd: Path, *args: str, env: dict[str, str]) -> str:
         [go, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        raise LocalKubeError(f"go {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        raise LocalKubeError(
+            f"go {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}"
+        )
     return done.stdout
 
 
 def _build(go: str, staging: Path, version: str) -> Path:
     env = {**os.environ, "GOFLAGS": "-modcacherw -buildvcs=false", "CGO_ENABLED": "0"}
     # the release's own go.mod, fetched by Go through its proxy settings
-    fetched = json.loads(_go(go, staging, "mod", "download", "-json", f"{MODULE}@v{version}", env=env))
+    fetched = json.loads(
+        _go(go, staging, "mod", "download", "-json", f"{MODULE}@v{version}", env=env)
+    )
     modules = staging_modules(Path(fetched["GoMod"]).read_text())
     if not modules:
         raise LocalKubeError(f"{MODULE} v{version}: no staging modules found in its go.mod")

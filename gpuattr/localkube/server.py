@@ -61,9 +61,9 @@ class _Proc:
             return "\n".join(text)
         return f"(no log at {self.log_path})"
 
-    def stop(self, timeout_s: float) -> int | None:
+    def stop(self, timeout_s: float, *, kill: bool = False) -> int | None:
         if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
+            self.popen.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
             try:
                 self.popen.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -79,9 +79,15 @@ class LocalKube:
     """``await start()`` (or ``async with``); ``kubeconfig`` names the admin's kubeconfig."""
 
     def __init__(
-        self, workdir: Path, cache_dir: Path, *, ready_timeout_s: float = 120.0
+        self,
+        workdir: Path,
+        cache_dir: Path,
+        *,
+        watch_cache: bool = True,
+        ready_timeout_s: float = 120.0,
     ) -> None:
         self.workdir = workdir.resolve()
+        self.watch_cache = watch_cache  # off: every watch is served by etcd itself
         self.cache_dir = cache_dir
         self.ready_timeout_s = ready_timeout_s
         self.etcd_port = free_port()
@@ -140,12 +146,14 @@ class LocalKube:
         await self._wait(self._apiserver, self._apiserver_ready)
         log.info("kube-apiserver ready on %s", self.url)
 
-    def stop_apiserver(self, timeout_s: float = 30.0) -> None:
+    def stop_apiserver(self, timeout_s: float = 15.0, *, kill: bool = False) -> None:
+        """Stop the API server (``kill``: SIGKILL, a crash; else SIGTERM, then SIGKILL after
+        ``timeout_s``: with watches open its graceful shutdown can hang past 30 s)."""
         proc, self._apiserver = self._apiserver, None
         if proc is not None:
-            proc.stop(timeout_s)
+            proc.stop(timeout_s, kill=kill)
 
-    def stop_sync(self, timeout_s: float = 30.0) -> None:
+    def stop_sync(self, timeout_s: float = 15.0) -> None:
         """Stop the API server, then etcd. Idempotent; nothing is left running."""
         atexit.unregister(self.stop_sync)
         self.stop_apiserver(timeout_s)
@@ -178,7 +186,7 @@ class LocalKube:
         req = urllib.request.Request(
             self.etcd_url + path, data=json.dumps(body).encode(), method="POST"
         )
-        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 (loopback, ours)
+        with urllib.request.urlopen(req, timeout=10) as resp:
             out: dict[str, Any] = json.loads(resp.read())
         return out
 
@@ -249,13 +257,14 @@ class LocalKube:
             f"--service-account-signing-key-file={key}",
             "--service-cluster-ip-range=10.96.0.0/16",
             "--profiling=false",
+            f"--watch-cache={str(self.watch_cache).lower()}",
             "--v=1",
         ]
 
     def _spawn(self, name: str, cmd: list[str]) -> _Proc:
         log_path = self.workdir / f"{name}.log"
         out = log_path.open("ab")
-        popen = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+        popen = subprocess.Popen(
             cmd,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -282,7 +291,7 @@ class LocalKube:
 
     def _etcd_ready(self) -> bool:
         try:
-            with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as resp:  # noqa: S310
+            with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as resp:
                 return bool(json.loads(resp.read()).get("health") == "true")
         except (OSError, ValueError):
             return False
@@ -294,7 +303,7 @@ class LocalKube:
             self.url + "/readyz", headers={"Authorization": f"Bearer {self.admin_token}"}
         )
         try:
-            with urllib.request.urlopen(req, timeout=2, context=self.ssl_context()) as resp:  # noqa: S310
+            with urllib.request.urlopen(req, timeout=2, context=self.ssl_context()) as resp:
                 return bool(resp.status == 200)
         except (OSError, ValueError, ssl.SSLError):
             return False
@@ -307,7 +316,7 @@ async def run_forever(workdir: Path, cache_dir: Path) -> int:
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
-    workdir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     kube = LocalKube(workdir, cache_dir)
     try:
         starting = asyncio.create_task(kube.start())

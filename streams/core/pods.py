@@ -165,16 +165,15 @@ def resolve(names: PodNames | None, ts_ms: int, watched: bool) -> PodIdentity:
     """The pod a holder name at ``ts_ms`` refers to; never a guess.
 
     The kubelet says this name holds a slot at ``ts_ms``, and at most one life of a name exists
-    at a time: the life that was alive then. Creation times come from the API server's clock and
-    can be a little ahead of the agent's, so a life alive at ``ts_ms`` but created just after it
-    still counts — only one life of a name can be alive at once.
+    at a time: a name is free again only once the API server has deleted its pod, so a later
+    life was created after every earlier one was gone. The oldest life not gone at ``ts_ms`` is
+    therefore the one that held the name then — even when a later life's creation time seems to
+    be earlier: ``creationTimestamp`` has whole seconds, so a StatefulSet pod re-created within
+    the second its predecessor was deleted carries a creation time before that deletion.
     """
     if names is None or not names.lives:
         return PodIdentity(None, "pending" if watched else "no-pod-watch")
     alive = [life for life in names.lives if life.gone_ms is None or life.gone_ms > ts_ms]
-    started = [life for life in alive if life.start_ms <= ts_ms]
-    if started:
-        return _identity(started[-1])
     if alive:
         return _identity(alive[0])
     # gone from the API server, but the kubelet still listed it: the last life held the slot

@@ -77,6 +77,20 @@ def test_missing_record_is_pending_not_guessed() -> None:
     assert resolve(None, 10, watched=False).status == "no-pod-watch"
 
 
+def test_replacement_created_within_the_deletion_second_does_not_take_earlier_samples() -> None:
+    """Found against the real API server: creationTimestamp has whole seconds. The replacement
+    made at 5.8 s says it was created at 5.0 s, before its predecessor was deleted (5.7 s); a
+    sample at 5.3 s still belongs to the predecessor, which held the name then."""
+    names = fold(
+        pod("uid-1", 1_000, created=1_000),
+        pod("uid-1", 5_700, created=1_000, deleted=True),
+        pod("uid-2", 5_800, created=5_000),
+    )
+    assert resolve(names, 5_300, watched=True).uid == "uid-1"
+    assert resolve(names, 5_700, watched=True).uid == "uid-2"
+    assert resolve(names, 5_800, watched=True).uid == "uid-2"
+
+
 def test_api_clock_slightly_ahead_still_resolves() -> None:
     names = fold(pod("uid-9", 1_000, created=1_400))  # creationTimestamp ahead of agent clock
     assert resolve(names, 1_200, watched=True).uid == "uid-9"

@@ -1,0 +1,56 @@
+"""The deploy manifests rendered by kubectl's own kustomize and applied with kubectl."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuattr.localkube import LocalKube
+from tests.kube_fixture import KubeError, Rest
+from tests.kustomize_render import BASE, MICROK8S
+
+KUSTOMIZATIONS = {"base": BASE, "microk8s": MICROK8S}
+#: kinds whose CRDs this API server does not have (Strimzi's operator installs them)
+NOT_SERVED = {("kafka.strimzi.io/v1beta2", "KafkaTopic")}
+NAMESPACE = "gpuattr"
+
+
+def kubectl(kube: LocalKube, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [str(kube.kubectl()), "--kubeconfig", str(kube.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed ({done.returncode}):\n{done.stderr}")
+    return done.stdout
+
+
+def render(kube: LocalKube, directory: Path) -> list[dict[str, Any]]:
+    """``kubectl kustomize``: the manifests exactly as ``kubectl apply -k`` would send them."""
+    return [d for d in yaml.safe_load_all(kubectl(kube, "kustomize", str(directory))) if d]
+
+
+def served(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if (d["apiVersion"], d["kind"]) not in NOT_SERVED]
+
+
+async def ensure_namespace(rest: Rest, name: str) -> None:
+    try:
+        await rest.namespace(name)
+    except KubeError as err:
+        if err.status != 409:  # already there (another test made it)
+            raise
+
+
+def apply(kube: LocalKube, docs: list[dict[str, Any]], *, dry_run: bool) -> str:
+    args = ["apply", "--server-side", "--field-manager=gpuattr-tests", "-f", "-"]
+    if dry_run:
+        args.append("--dry-run=server")
+    return kubectl(kube, *args, stdin=yaml.safe_dump_all(docs))
