@@ -103,11 +103,22 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
             "inventory": publish_inventory(node, settings.inventory, emit, now_ms),
         }
         if settings.kube.enabled:
-            from agents.kube.watch import NodeWatcher, PodWatcher, make_api_client
+            from agents.kube.watch import (
+                NodeWatcher,
+                PodWatcher,
+                ResourceClaimWatcher,
+                ResourceSliceWatcher,
+                make_api_client,
+            )
 
             api = await make_api_client(settings.kube)
             stack.push_async_callback(api.close)
-            for name, watcher in (("pods", PodWatcher), ("node", NodeWatcher)):
+            Kind = PodWatcher | NodeWatcher | ResourceSliceWatcher | ResourceClaimWatcher
+            watchers: list[tuple[str, type[Kind]]] = [("pods", PodWatcher), ("node", NodeWatcher)]
+            if settings.kube.dra:
+                watchers += [("resourceslices", ResourceSliceWatcher)]
+                watchers += [("resourceclaims", ResourceClaimWatcher)]
+            for name, watcher in watchers:
                 tasks[name] = watcher(
                     node=node, api=api, emit=emit, now_ms=now_ms, settings=settings.kube
                 ).run()

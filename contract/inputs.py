@@ -15,13 +15,19 @@ DRA_PREFIX = "dra:"
 
 @dataclass(frozen=True, slots=True, order=True)
 class DeviceAssignment:
-    """One device ID handed by the kubelet to one container (a row of PodResources ``List``)."""
+    """One device ID handed by the kubelet to one container (a row of PodResources ``List``).
+
+    A DRA row (``resource`` ``dra:<driver>``) also names the ResourceClaim that holds the device
+    (``claim``: ``<namespace>/<name>``) and, for a consumable-capacity share of a device, the
+    allocation's ``share_id``. Empty means none: text, not ``None``, so rows always order."""
 
     namespace: str
     pod: str
     container: str
     resource: str
     device_id: str
+    claim: str = ""
+    share_id: str = ""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -193,6 +199,88 @@ class DeviceInventory:
     migs: tuple[MigInfo, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class DraDevice:
+    """One device a DRA driver publishes in a ResourceSlice, with the attributes we join on.
+
+    The NVIDIA driver names full GPUs ``gpu-<minor>`` (``type`` ``gpu``, ``uuid``) and MIG
+    placements ``gpu-<minor>-mig-…`` (``type`` ``mig``, ``parent_uuid``, ``profile``, and
+    ``uuid`` only for a static MIG device: a dynamic one is created at prepare time)."""
+
+    name: str
+    type: str | None = None
+    uuid: str | None = None
+    parent_uuid: str | None = None
+    profile: str | None = None
+    product: str | None = None
+    multiple_allocations: bool = False  # consumable capacity: several claims may share it
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSliceRecord:
+    """A ``resource.k8s.io/v1`` ResourceSlice of this node (watched with ``spec.nodeName``)."""
+
+    node: str
+    ts_ms: int
+    name: str
+    driver: str
+    pool: str
+    pool_generation: int
+    devices: tuple[DraDevice, ...]
+    deleted: bool = False
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """One device allocated to a ResourceClaim (``status.allocation.devices.results[]``)."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool = False
+    share_id: str | None = None
+    consumed: tuple[tuple[str, str], ...] = ()  # consumable capacity: name → quantity
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimConsumer:
+    """One consumer reserving a claim (``status.reservedFor[]``): a pod, with its UID."""
+
+    resource: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimConfig:
+    """Driver configuration applied to some requests of a claim (all when ``requests`` is
+    empty). ``sharing`` is the NVIDIA driver's ``GpuConfig``/``MigDeviceConfig``
+    ``sharing.strategy`` as we name modes (``time-slicing``, ``mps``), when set."""
+
+    driver: str
+    requests: tuple[str, ...] = ()
+    kind: str | None = None
+    sharing: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaimRecord:
+    """A ``resource.k8s.io/v1`` ResourceClaim allocated on this node (or its deletion)."""
+
+    node: str
+    ts_ms: int
+    namespace: str
+    name: str
+    uid: str
+    results: tuple[ClaimResult, ...] = ()
+    reserved_for: tuple[ClaimConsumer, ...] = ()
+    config: tuple[ClaimConfig, ...] = ()
+    deleted: bool = False
+    resource_version: str = ""
+
+
 #: Every record an agent publishes on the node-events topic
 InputRecord = (
     PodResourcesSnapshot
@@ -203,6 +291,8 @@ InputRecord = (
     | PodListSnapshot
     | NodeRecord
     | DeviceInventory
+    | ResourceSliceRecord
+    | ResourceClaimRecord
 )
 
 #: Record kinds the agents publish, with their schema versions (see :mod:`contract.codec`) and
@@ -216,4 +306,6 @@ KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "k8s.pod-list": (PodListSnapshot, 1),
     "k8s.node": (NodeRecord, 1),
     "inventory": (DeviceInventory, 2, (1,)),
+    "k8s.resourceslice": (ResourceSliceRecord, 1),
+    "k8s.resourceclaim": (ResourceClaimRecord, 1),
 }

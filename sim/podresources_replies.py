@@ -12,15 +12,23 @@ from proto.podresources.v1 import api_pb2 as pb
 
 
 def _container(name: str, rows: list[DeviceAssignment]) -> pb.ContainerResources:
-    """A container's devices: plugin devices grouped by resource; DRA devices as one claim
-    named ``<container>-devices`` (our records do not carry claim names)."""
+    """A container's devices: plugin devices grouped by resource; DRA devices grouped by their
+    claim (a row without one: a claim named ``<container>-devices``)."""
     plugin: dict[str, list[str]] = defaultdict(list)
-    dra: list[pb.ClaimResource] = []
+    claims: dict[tuple[str, str], list[pb.ClaimResource]] = defaultdict(list)
     for row in sorted(rows):
         if row.resource.startswith(DRA_PREFIX):
             pool, _, device = row.device_id.rpartition("/")
             driver = row.resource.removeprefix(DRA_PREFIX)
-            dra.append(pb.ClaimResource(driver_name=driver, pool_name=pool, device_name=device))
+            ns, _, claim = (row.claim or f"{row.namespace}/{name}-devices").partition("/")
+            claims[ns, claim].append(
+                pb.ClaimResource(
+                    driver_name=driver,
+                    pool_name=pool,
+                    device_name=device,
+                    share_id=row.share_id,
+                )
+            )
         else:
             plugin[row.resource].append(row.device_id)
     return pb.ContainerResources(
@@ -29,17 +37,10 @@ def _container(name: str, rows: list[DeviceAssignment]) -> pb.ContainerResources
             pb.ContainerDevices(resource_name=resource, device_ids=ids)
             for resource, ids in sorted(plugin.items())
         ],
-        dynamic_resources=(
-            [
-                pb.DynamicResource(
-                    claim_name=f"{name}-devices",
-                    claim_namespace=rows[0].namespace,
-                    claim_resources=dra,
-                )
-            ]
-            if dra
-            else []
-        ),
+        dynamic_resources=[
+            pb.DynamicResource(claim_name=claim, claim_namespace=ns, claim_resources=resources)
+            for (ns, claim), resources in sorted(claims.items())
+        ],
     )
 
 

@@ -130,8 +130,17 @@ def oracle(resp: pb.ListPodResourcesResponse) -> set[DeviceAssignment]:
                     if res.driver_name != "" and res.device_name != "":
                         resource = "dra:" + res.driver_name
                         device = res.pool_name + "/" + res.device_name
+                        ref = claim.claim_namespace + "/" + claim.claim_name
                         rows.add(
-                            DeviceAssignment(pod.namespace, pod.name, ctr.name, resource, device)
+                            DeviceAssignment(
+                                pod.namespace,
+                                pod.name,
+                                ctr.name,
+                                resource,
+                                device,
+                                claim=ref,
+                                share_id=res.share_id,
+                            )
                         )
     return rows
 

@@ -12,9 +12,11 @@ Each step is a small method; every outage is one warning and one recovery line, 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -23,10 +25,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 from agents.health import SourceHealth
+from agents.kube.dra import claim_record, slice_record
 from agents.kube.translate import can_hold_gpu, node_record, pod_record
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import AgentRecord, Emit, NowMs
-from contract.inputs import PodListSnapshot
+from contract.inputs import PodListSnapshot, ResourceClaimRecord, ResourceSliceRecord
 from infra.backoff import Backoff
 from infra.settings import KubeSettings
 
@@ -111,11 +114,14 @@ class _Watcher:
                 rv = None
             await backoff.sleep()
 
+    def _listed(self, listing: Any) -> tuple[str, list[Any]]:
+        """A list reply's resourceVersion and items (client models here; dicts for DRA)."""
+        return str(listing.metadata.resource_version or ""), list(listing.items or [])
+
     async def relist(self) -> str:
         """List everything, publish it, and return the list's resourceVersion."""
         listing = await self._list_call()(field_selector=self._selector())
-        rv = str(listing.metadata.resource_version or "")
-        items = list(listing.items or [])
+        rv, items = self._listed(listing)
         for obj in items:
             for record in self._records(obj, deleted=False):
                 await self.emit(record)
@@ -191,3 +197,90 @@ class NodeWatcher(_Watcher):
 
     def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
         return [node_record(obj, ts_ms=self.now_ms(), deleted=deleted)]
+
+
+DraRecord = ResourceSliceRecord | ResourceClaimRecord
+
+
+class _DraWatcher(_Watcher):
+    """A ``resource.k8s.io/v1`` object watcher (plain JSON through the custom-objects client).
+
+    It remembers what it published for this node (bounded by what is live there), so an object
+    that leaves the node — deleted, deallocated, or gone while the watch was down and missing
+    from the relist — is published once more as deleted."""
+
+    plural = ""
+
+    def __init__(
+        self, *, node: str, api: Any, emit: Emit, now_ms: NowMs, settings: KubeSettings
+    ) -> None:
+        super().__init__(node=node, api=api, emit=emit, now_ms=now_ms, settings=settings)
+        self.custom = client.CustomObjectsApi(api)
+        self.published: dict[str, DraRecord] = {}
+
+    def _list_call(self) -> Callable[..., Any]:
+        return functools.partial(
+            self.custom.list_cluster_custom_object, "resource.k8s.io", "v1", self.plural
+        )
+
+    def _listed(self, listing: Any) -> tuple[str, list[Any]]:
+        meta = listing.get("metadata") or {}
+        return str(meta.get("resourceVersion") or ""), list(listing.get("items") or [])
+
+    def _key(self, obj: Mapping[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+    def _translate(self, obj: Mapping[str, Any], deleted: bool) -> DraRecord | None:
+        raise NotImplementedError
+
+    def _gone(self, record: DraRecord) -> DraRecord:
+        return dataclasses.replace(record, ts_ms=self.now_ms(), deleted=True)
+
+    def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
+        key = self._key(obj)
+        record = self._translate(obj, deleted)
+        if record is None:  # not (or no longer) this node's
+            before = self.published.pop(key, None)
+            return [self._gone(before)] if before is not None else []
+        if deleted:
+            self.published.pop(key, None)
+        else:
+            self.published[key] = record
+        return [record]
+
+    async def _after_list(self, items: list[Any], rv: str) -> None:
+        listed = {self._key(obj) for obj in items}
+        for key in sorted(set(self.published) - listed):
+            await self.emit(self._gone(self.published.pop(key)))
+
+
+class ResourceSliceWatcher(_DraWatcher):
+    """The node's ResourceSlices (``spec.nodeName=<node>``): DRA devices and their GPU UUIDs."""
+
+    kind = "resourceslice"
+    plural = "resourceslices"
+
+    def _selector(self) -> str:
+        return f"spec.nodeName={self.node}"
+
+    def _translate(self, obj: Mapping[str, Any], deleted: bool) -> DraRecord | None:
+        return slice_record(obj, node=self.node, ts_ms=self.now_ms(), deleted=deleted)
+
+
+class ResourceClaimWatcher(_DraWatcher):
+    """ResourceClaims allocated on the node.
+
+    The API server has no field selector for a claim's node, so every agent watches all claims
+    and keeps those whose allocation names its node (:func:`agents.kube.dra.allocated_node`):
+    claims are few next to pods (one per GPU workload, not per container), but this is the
+    agent's one cluster-wide watch."""
+
+    kind = "resourceclaim"
+    plural = "resourceclaims"
+
+    def _selector(self) -> str:
+        return ""
+
+    def _translate(self, obj: Mapping[str, Any], deleted: bool) -> DraRecord | None:
+        return claim_record(obj, node=self.node, ts_ms=self.now_ms(), deleted=deleted)

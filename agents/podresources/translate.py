@@ -13,11 +13,12 @@ A container gets devices two ways, and both become :class:`DeviceAssignment` row
 * Dynamic Resource Allocation (``dynamic_resources``): each claimed device becomes
   ``resource = "dra:<driver_name>"`` and ``device_id = "<pool_name>/<device_name>"``
   (e.g. ``dra:gpu.nvidia.com``, ``node-a/gpu-0``). Pool names may themselves contain ``/``;
-  device names are DNS labels and never do, so the *last* ``/`` separates them. DRA rows are
-  not filtered by ``resource_prefixes`` (driver names are not resource names). A device shared
-  through consumable capacity (``share_id``, 1.35+) keeps the device's ID: several claims on one
-  device are several holders of that device. Claim resources without a device name (not a
-  device, or a kubelet older than 1.31) are skipped.
+  device names are DNS labels and never do, so the *last* ``/`` separates them. The row names
+  its claim (``claim``: ``<claim_namespace>/<claim_name>``). DRA rows are not filtered by
+  ``resource_prefixes`` (driver names are not resource names). A device shared through
+  consumable capacity keeps the device's ID and carries the allocation's ``share_id`` (1.35+):
+  several claims on one device are several holders of that device. Claim resources without a
+  device name (not a device, or a kubelet older than 1.31) are skipped.
 
 What is skipped because it cannot be used — not what is out of scope, like CPU-only pods or
 another vendor's resources — is listed by :func:`read_list` / :func:`read_allocatable` (one
@@ -51,27 +52,31 @@ class Unusable:
     where: str
 
 
+Device = tuple[str, str, str, str]  # resource, device ID, DRA claim, share ID ("": none)
+
+
 def _container(
     where: str, ctr: pb.ContainerResources, resource_prefixes: tuple[str, ...]
-) -> tuple[list[tuple[str, str]], list[Unusable], bool]:
-    """A container's wanted devices as (resource, device ID), what of them cannot be used, and
-    whether it has any wanted device at all."""
-    devices: list[tuple[str, str]] = []
+) -> tuple[list[Device], list[Unusable], bool]:
+    """A container's wanted devices (resource, device ID, DRA claim, share ID), what of them
+    cannot be used, and whether it has any wanted device at all."""
+    devices: list[Device] = []
     bad: list[Unusable] = []
     wanted = False
     for entry in ctr.devices:
         if entry.resource_name.startswith(resource_prefixes):
             wanted = True
-            devices += [(entry.resource_name, i) for i in entry.device_ids if i]
+            devices += [(entry.resource_name, i, "", "") for i in entry.device_ids if i]
             if not all(entry.device_ids):
                 bad.append(Unusable(EMPTY_DEVICE_ID, f"{where} {ctr.name} {entry.resource_name}"))
     for claim in ctr.dynamic_resources:
+        ref = f"{claim.claim_namespace}/{claim.claim_name}"
         for res in claim.claim_resources:
             wanted = True
             if res.driver_name and res.device_name:
-                devices.append(
-                    (f"{DRA_PREFIX}{res.driver_name}", f"{res.pool_name}/{res.device_name}")
-                )
+                resource = f"{DRA_PREFIX}{res.driver_name}"
+                device_id = f"{res.pool_name}/{res.device_name}"
+                devices.append((resource, device_id, ref, res.share_id))
             else:
                 bad.append(
                     Unusable(DRA_WITHOUT_DEVICE, f"{where} {ctr.name} claim {claim.claim_name}")
@@ -97,8 +102,8 @@ def read_list(
             wanted = wanted or wanted_here
             if named:
                 rows.update(
-                    DeviceAssignment(pod.namespace, pod.name, ctr.name, resource, device_id)
-                    for resource, device_id in devices
+                    DeviceAssignment(pod.namespace, pod.name, ctr.name, *device)
+                    for device in devices
                 )
         if wanted and not named:
             bad.append(Unusable(POD_WITHOUT_NAME, where))

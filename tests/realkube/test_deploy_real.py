@@ -98,14 +98,20 @@ async def test_agent_token_watches_with_the_shipped_cluster_role(
         await wait_for(lambda: second["metadata"]["uid"] in w.believed(), 30, what="watch")
 
 
-async def test_agent_token_reads_pods_and_nodes_and_nothing_else(real_kube: LocalKube) -> None:
+async def test_agent_token_reads_pods_nodes_and_dra_objects_and_nothing_else(
+    real_kube: LocalKube,
+) -> None:
     agent_token, _ = await _tokens(real_kube)
     agent = Rest.admin(real_kube).as_token(agent_token)
-    for resource in ("pods", "nodes"):
+    readable = [("", "pods"), ("", "nodes")]
+    readable += [("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "resourceclaims")]
+    for group, resource in readable:
         for verb in ("get", "list", "watch"):
-            assert await agent.allowed(verb, resource), (verb, resource)
+            assert await agent.allowed(verb, resource, group=group), (verb, resource)
         for verb in WRITES:
-            assert not await agent.allowed(verb, resource), (verb, resource)
+            assert not await agent.allowed(verb, resource, group=group), (verb, resource)
+    for resource in ("deviceclasses", "resourceclaimtemplates"):
+        assert not await agent.allowed("list", resource, group="resource.k8s.io"), resource
     for resource in ("secrets", "configmaps"):
         for verb in ("get", "list", "watch", *WRITES):
             assert not await agent.allowed(verb, resource, ns=NAMESPACE), (verb, resource)

@@ -47,7 +47,12 @@ def test_agent_is_least_privileged() -> None:
     docs = base_docs()
     (role,) = by_kind(docs, "ClusterRole")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices", "resourceclaims"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     (agent,) = by_kind(docs, "DaemonSet")
     pod = agent["spec"]["template"]["spec"]

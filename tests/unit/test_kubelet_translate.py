@@ -155,8 +155,20 @@ LIST = pb.ListPodResourcesResponse(
 )
 
 
-def row(ns: str, pod: str, ctr: str, resource: str, device: str) -> DeviceAssignment:
-    return DeviceAssignment(ns, pod, ctr, resource, device)
+def row(
+    ns: str,
+    pod: str,
+    ctr: str,
+    resource: str,
+    device: str,
+    claim: str = "",
+    share_id: str = "",
+) -> DeviceAssignment:
+    return DeviceAssignment(ns, pod, ctr, resource, device, claim, share_id)
+
+
+SHARE = "8d1c9c0e-1b7e-4a3f-9d55-2f8e0a6b4c71"
+POD0_CLAIM = "gpu-test2/pod0-shared-gpu-4xk2p"
 
 
 GOLDEN = (
@@ -164,9 +176,16 @@ GOLDEN = (
     row("dev", "notebook-7f9c6d5b8-x2k4q", "jupyter", "nvidia.com/gpu.shared", f"{GPU_C}::5"),
     row("gke", "gke-trainer", "train", "nvidia.com/gpu", "nvidia0/vgpu1"),
     row("gke", "gke-trainer", "train", "nvidia.com/gpu", "nvidia1/gi3/vgpu0"),
-    row("gpu-test2", "pod0", "ctr0", "dra:gpu.nvidia.com", "worker-1/gpu-0"),
-    row("gpu-test2", "pod0", "ctr0", "dra:gpu.nvidia.com", "worker-1/gpu-1"),
-    row("gpu-test2", "pod1", "ctr0", "dra:gpu.nvidia.com", "cluster/rack-1/gpu-3"),
+    row("gpu-test2", "pod0", "ctr0", "dra:gpu.nvidia.com", "worker-1/gpu-0", POD0_CLAIM),
+    row("gpu-test2", "pod0", "ctr0", "dra:gpu.nvidia.com", "worker-1/gpu-1", POD0_CLAIM, SHARE),
+    row(
+        "gpu-test2",
+        "pod1",
+        "ctr0",
+        "dra:gpu.nvidia.com",
+        "cluster/rack-1/gpu-3",
+        "gpu-test2/pod1-gpu-9qz7r",
+    ),
     row("inference", "triton-0", "metrics", "nvidia.com/mig-1g.10gb", f"{MIG}::7"),
     row("inference", "triton-0", "triton", "nvidia.com/mig-1g.10gb", MIG),
     row("inference", "triton-0", "triton", "nvidia.com/mig-3g.40gb", MIG_LEGACY),
@@ -329,6 +348,8 @@ dra_rows = st.builds(
     name,
     st.sampled_from(["dra:gpu.nvidia.com", "dra:gpu.example.com"]),
     st.sampled_from(["worker-1/gpu-0", "worker-1/gpu-1", "cluster/rack-1/gpu-0"]),
+    st.sampled_from(["ml/shared-gpu", "ml/train-0-gpu-x7k2p", "other/claim"]),
+    st.sampled_from(["", "8d1c9c0e-1b7e-4a3f-9d55-2f8e0a6b4c71"]),
 )
 
 

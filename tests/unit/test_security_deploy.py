@@ -48,7 +48,11 @@ def test_agent_daemonset_cannot_write_to_the_node(render: str) -> None:
         assert all(m["readOnly"] is True for m in pod_resources)
 
 
-def test_agent_service_account_can_only_read_pods_and_nodes() -> None:
+#: what the agent may read, by API group: pods and nodes; DRA slices and claims (issue 18)
+AGENT_READS = {"": {"pods", "nodes"}, "resource.k8s.io": {"resourceslices", "resourceclaims"}}
+
+
+def test_agent_service_account_can_only_read_pods_nodes_and_dra_objects() -> None:
     docs = base_docs()
     (agent,) = [d for d in docs if d["kind"] == "DaemonSet" and "agent" in d["metadata"]["name"]]
     account = agent["spec"]["template"]["spec"]["serviceAccountName"]
@@ -75,7 +79,8 @@ def test_agent_service_account_can_only_read_pods_and_nodes() -> None:
             assert set(rule["verbs"]) <= READ_VERBS, rule
             assert "*" not in rule.get("resources", [])
             assert "*" not in rule.get("apiGroups", [])
-            assert set(rule["resources"]) <= {"pods", "nodes"}, rule
+            for group in rule["apiGroups"]:
+                assert set(rule["resources"]) <= AGENT_READS.get(group, set()), rule
             assert "nonResourceURLs" not in rule
             assert "resourceNames" not in rule
     for doc in docs:  # no other role in the base may write anything either

@@ -1,0 +1,181 @@
+"""Translate DRA objects (``resource.k8s.io/v1`` ResourceSlices and ResourceClaims, as the API
+server's JSON) into our records. Pure; never crashes on a partial object: what is missing is
+published as unknown (``None``), what cannot be read at all gives no record.
+
+Attribute names: a device's attributes are keyed by qualified names (``gpu.nvidia.com/uuid``)
+or, for the driver's own domain, unqualified ones (``uuid``); both are read. Attribute values
+are one-of ``{string|int|bool|version}``.
+
+Which claims belong to a node: a node-local device's allocation carries
+``status.allocation.nodeSelector`` with a ``metadata.name`` field term naming the node (how the
+scheduler pins it, and how the NVIDIA driver's devices are allocated). Claims allocated
+elsewhere, or not allocated, give no record for this node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from contract.inputs import (
+    ClaimConfig,
+    ClaimConsumer,
+    ClaimResult,
+    DraDevice,
+    ResourceClaimRecord,
+    ResourceSliceRecord,
+)
+
+#: the NVIDIA driver's claim-config sharing strategies, as our sharing modes
+SHARING = {"TimeSlicing": "time-slicing", "MPS": "mps"}
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _attribute(attributes: Mapping[str, Any], driver: str, name: str) -> str | None:
+    """A device attribute's value as text, under its unqualified or driver-qualified name."""
+    for key in (name, f"{driver}/{name}"):
+        value = _map(attributes.get(key))
+        for field in ("string", "version", "int", "bool"):
+            if field in value and value[field] is not None:
+                raw = value[field]
+                return str(raw).lower() if isinstance(raw, bool) else str(raw)
+    return None
+
+
+def device(raw: Any, driver: str) -> DraDevice | None:
+    obj = _map(raw)
+    name = _str(obj.get("name"))
+    if name is None:
+        return None
+    attributes = _map(obj.get("attributes"))
+    return DraDevice(
+        name=name,
+        type=_attribute(attributes, driver, "type"),
+        uuid=_attribute(attributes, driver, "uuid"),
+        parent_uuid=_attribute(attributes, driver, "parentUUID"),
+        profile=_attribute(attributes, driver, "profile"),
+        product=_attribute(attributes, driver, "productName"),
+        multiple_allocations=obj.get("allowMultipleAllocations") is True,
+    )
+
+
+def slice_record(
+    obj: Mapping[str, Any], *, node: str, ts_ms: int, deleted: bool = False
+) -> ResourceSliceRecord | None:
+    """A ResourceSlice of ``node``; ``None`` if it names no driver or pool, or another node."""
+    meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
+    driver, pool = _str(spec.get("driver")), _map(spec.get("pool"))
+    pool_name, name = _str(pool.get("name")), _str(meta.get("name"))
+    if driver is None or pool_name is None or name is None or spec.get("nodeName") != node:
+        return None
+    generation = pool.get("generation")
+    devices = (device(d, driver) for d in _list(spec.get("devices")))
+    return ResourceSliceRecord(
+        node=node,
+        ts_ms=ts_ms,
+        name=name,
+        driver=driver,
+        pool=pool_name,
+        pool_generation=generation if isinstance(generation, int) else 0,
+        devices=tuple(sorted((d for d in devices if d is not None), key=lambda d: d.name)),
+        deleted=deleted,
+        resource_version=_str(meta.get("resourceVersion")) or "",
+    )
+
+
+def allocated_node(obj: Mapping[str, Any]) -> str | None:
+    """The node a claim's devices are allocated on (a single ``metadata.name`` In term)."""
+    selector = _map(_map(_map(obj.get("status")).get("allocation")).get("nodeSelector"))
+    nodes: set[str] = set()
+    for term in _list(selector.get("nodeSelectorTerms")):
+        for field in _list(_map(term).get("matchFields")):
+            f = _map(field)
+            if f.get("key") == "metadata.name" and f.get("operator") == "In":
+                nodes.update(v for v in _list(f.get("values")) if isinstance(v, str))
+    return nodes.pop() if len(nodes) == 1 else None
+
+
+def _result(raw: Any) -> ClaimResult | None:
+    r = _map(raw)
+    request, driver, pool, dev = (_str(r.get(k)) for k in ("request", "driver", "pool", "device"))
+    if request is None or driver is None or pool is None or dev is None:
+        return None
+    consumed = _map(r.get("consumedCapacity"))
+    return ClaimResult(
+        request=request,
+        driver=driver,
+        pool=pool,
+        device=dev,
+        admin_access=r.get("adminAccess") is True,
+        share_id=_str(r.get("shareID")),
+        consumed=tuple(sorted((str(k), str(v)) for k, v in consumed.items())),
+    )
+
+
+def _consumer(raw: Any) -> ClaimConsumer | None:
+    c = _map(raw)
+    resource, name, uid = (_str(c.get(k)) for k in ("resource", "name", "uid"))
+    if resource is None or name is None or uid is None:
+        return None
+    return ClaimConsumer(resource, name, uid)
+
+
+def _config(raw: Any) -> ClaimConfig | None:
+    c = _map(raw)
+    opaque = _map(c.get("opaque"))
+    driver = _str(opaque.get("driver"))
+    if driver is None:
+        return None
+    params = _map(opaque.get("parameters"))
+    strategy = _str(_map(params.get("sharing")).get("strategy"))
+    return ClaimConfig(
+        driver=driver,
+        requests=tuple(r for r in _list(c.get("requests")) if isinstance(r, str)),
+        kind=_str(params.get("kind")),
+        sharing=SHARING.get(strategy, strategy.lower()) if strategy else None,
+    )
+
+
+def claim_record(
+    obj: Mapping[str, Any], *, node: str, ts_ms: int, deleted: bool = False
+) -> ResourceClaimRecord | None:
+    """A ResourceClaim allocated on ``node``; ``None`` for one that is not (or unreadable).
+
+    The allocation's own config (``status.allocation.devices.config``: the claim's and its
+    DeviceClass's, as allocated) is read; the claim's ``spec.devices.config`` only when the
+    allocation carries none."""
+    meta = _map(obj.get("metadata"))
+    namespace, name, uid = (_str(meta.get(k)) for k in ("namespace", "name", "uid"))
+    if namespace is None or name is None or uid is None or allocated_node(obj) != node:
+        return None
+    status = _map(obj.get("status"))
+    devices = _map(_map(status.get("allocation")).get("devices"))
+    configs = _list(devices.get("config")) or _list(
+        _map(_map(obj.get("spec")).get("devices")).get("config")
+    )
+    results = (_result(r) for r in _list(devices.get("results")))
+    consumers = (_consumer(c) for c in _list(status.get("reservedFor")))
+    config = (_config(c) for c in configs)
+    return ResourceClaimRecord(
+        node=node,
+        ts_ms=ts_ms,
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        results=tuple(r for r in results if r is not None),
+        reserved_for=tuple(sorted((c for c in consumers if c is not None), key=lambda c: c.uid)),
+        config=tuple(c for c in config if c is not None),
+        deleted=deleted,
+        resource_version=_str(meta.get("resourceVersion")) or "",
+    )
