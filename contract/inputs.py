@@ -214,6 +214,7 @@ class DraDevice:
     profile: str | None = None
     product: str | None = None
     multiple_allocations: bool = False  # consumable capacity: several claims may share it
+    capacity: tuple[tuple[str, str], ...] = ()  # name → quantity, e.g. ("memory", "80Gi")
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,13 @@ def device(raw: Any, driver: str) -> DraDevice | None:
         profile=_attribute(attributes, driver, "profile"),
         product=_attribute(attributes, driver, "productName"),
         multiple_allocations=obj.get("allowMultipleAllocations") is True,
+        capacity=tuple(
+            sorted(
+                (str(k), str(_map(v).get("value")))
+                for k, v in _map(obj.get("capacity")).items()
+                if _map(v).get("value") is not None
+            )
+        ),
     )
 
 

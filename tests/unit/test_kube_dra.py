@@ -96,12 +96,29 @@ def test_slice_devices_resolve_to_uuids_and_mig_placements() -> None:
         pool=NODE,
         pool_generation=3,
         devices=(
-            DraDevice("gpu-0", "gpu", GPU0, None, None, "NVIDIA A100-SXM4-40GB"),
+            DraDevice(
+                "gpu-0",
+                "gpu",
+                GPU0,
+                None,
+                None,
+                "NVIDIA A100-SXM4-40GB",
+                capacity=(("memory", "40Gi"),),
+            ),
             DraDevice(
                 "gpu-0-mig-1g5gb-19-0", "mig", MIG_STATIC, GPU0, "1g.5gb", "NVIDIA A100-SXM4-40GB"
             ),
             DraDevice("gpu-0-mig-3g20gb-9-4", "mig", None, GPU0, "3g.20gb", None),
-            DraDevice("gpu-1", "gpu", GPU1, None, None, "NVIDIA H100 80GB HBM3", True),
+            DraDevice(
+                "gpu-1",
+                "gpu",
+                GPU1,
+                None,
+                None,
+                "NVIDIA H100 80GB HBM3",
+                True,
+                (("memory", "80Gi"),),
+            ),
         ),
         resource_version="81234",
     )

@@ -1,0 +1,198 @@
+"""DRA devices: which GPU (or MIG instance) a claimed device is, and what its claim says. Pure.
+
+A PodResources DRA row names a device by driver, pool and device name (``gpu-0``, a MIG
+placement): not a GPU UUID. The node's ResourceSlices say which GPU that is (:func:`place`):
+
+* a full GPU carries ``uuid``: its device key is that UUID;
+* a static MIG device carries its MIG ``uuid``: the node's inventory (NVML) gives its parent GPU
+  and GPU instance, the key DCGM reports on;
+* a dynamic MIG placement has no UUID (the instance is created when the pod starts): it stays
+  "MIG instance of <parent>, profile <p>, UUID unknown" (:class:`UnplacedMig`) — never guessed.
+
+Only slices of a pool's newest generation count (older ones are being replaced).
+
+The claim (:func:`claim_view`) says who reserves the device (``reservedFor``, with UIDs), whether
+this allocation is an observer's (``adminAccess``: a monitoring pod, never a holder), the
+sharing its driver config turns on (``GpuConfig``/``MigDeviceConfig`` ``sharing.strategy``), and,
+for consumable capacity, the share of the device the allocation consumes — an *allocation*
+share, not a usage figure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from contract.inputs import ClaimConsumer, DraDevice, ResourceClaimRecord, ResourceSliceRecord
+from streams.core.identity import Inventory, device_key
+
+DeviceRef = tuple[str, str, str]  # driver, pool, device name
+
+
+def device_map(slices: Iterable[ResourceSliceRecord]) -> dict[DeviceRef, DraDevice]:
+    """Every device of the newest generation of each pool, by (driver, pool, device)."""
+    live = [s for s in slices if not s.deleted]
+    newest: dict[tuple[str, str], int] = {}
+    for s in live:
+        pool = (s.driver, s.pool)
+        newest[pool] = max(newest.get(pool, s.pool_generation), s.pool_generation)
+    return {
+        (s.driver, s.pool, d.name): d
+        for s in live
+        if s.pool_generation == newest[s.driver, s.pool]
+        for d in s.devices
+    }
+
+
+def split_row(resource: str, device_id: str, prefix: str) -> DeviceRef | None:
+    """``dra:<driver>`` + ``<pool>/<device>`` → (driver, pool, device); pools may hold ``/``."""
+    if not resource.startswith(prefix):
+        return None
+    pool, sep, name = device_id.rpartition("/")
+    if not sep or not pool or not name:
+        return None
+    return resource.removeprefix(prefix), pool, name
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """The device key DCGM reports on (a GPU UUID, or ``<parent>/gi<N>``), and the MIG UUID."""
+
+    key: str
+    mig_uuid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnplacedMig:
+    """A MIG device whose instance we cannot name: no UUID in the slice (dynamic MIG), or a
+    UUID the node's inventory does not list (yet)."""
+
+    parent_uuid: str
+    profile: str | None
+    mig_uuid: str | None
+
+    def describe(self) -> str:
+        uuid = self.mig_uuid or "unknown"
+        return (
+            f"MIG instance of {self.parent_uuid}, profile {self.profile or 'unknown'}, UUID {uuid}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A device we cannot relate to any GPU (no slice lists it, or it lists no UUID)."""
+
+    reason: str
+
+
+Placement = Placed | UnplacedMig | Unplaced
+
+
+def place(
+    ref: DeviceRef, devices: Mapping[DeviceRef, DraDevice], inventory: Inventory
+) -> Placement:
+    device = devices.get(ref)
+    if device is None:
+        return Unplaced(f"no ResourceSlice of this node lists {ref[0]} {ref[1]}/{ref[2]}")
+    if device.type == "mig" or device.parent_uuid:
+        mig = inventory.migs.get(device.uuid) if device.uuid else None
+        if mig is not None:
+            return Placed(device_key(mig.parent_uuid, mig.gi), mig.mig_uuid)
+        if device.parent_uuid:
+            return UnplacedMig(device.parent_uuid, device.profile, device.uuid)
+        return Unplaced(f"MIG device {ref[2]} names no parent GPU")
+    if device.uuid:
+        return Placed(device_key(device.uuid, None))
+    return Unplaced(f"device {ref[2]} has no uuid attribute")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    """What one claim says about one of its devices."""
+
+    claim: str  # namespace/name
+    uid: str
+    observer: bool  # adminAccess: monitoring, not a holder
+    consumers: tuple[ClaimConsumer, ...]
+    sharing: str | None  # from the driver config: time-slicing | mps
+    share_id: str | None
+    allocation_share: float | None  # consumed capacity / device capacity
+
+
+_QUANTITY = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<unit>Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+_UNITS = {
+    None: 1,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+}
+
+
+def quantity(text: str) -> Decimal | None:
+    """A Kubernetes quantity (``80Gi``, ``500M``, ``2``) as a number; ``None`` if unreadable."""
+    m = _QUANTITY.match(text.strip())
+    if m is None:
+        return None
+    try:
+        return Decimal(m["num"]) * _UNITS[m["unit"]]
+    except InvalidOperation:
+        return None
+
+
+def _share(consumed: tuple[tuple[str, str], ...], device: DraDevice | None) -> float | None:
+    """The allocation share of consumable capacity: consumed / total of the first capacity both
+    name (``memory`` first), rounded; ``None`` when either is missing or unreadable."""
+    if not consumed or device is None:
+        return None
+    total = dict(device.capacity)
+    used = dict(consumed)
+    for name in sorted(used, key=lambda n: (n != "memory", n)):
+        if name in total:
+            part, whole = quantity(used[name]), quantity(total[name])
+            if part is not None and whole:
+                return round(float(part / whole), 4)
+    return None
+
+
+def claim_view(
+    claim: ResourceClaimRecord, ref: DeviceRef, device: DraDevice | None, share_id: str = ""
+) -> ClaimView | None:
+    """The claim's word on device ``ref`` (the allocation with ``share_id`` when given);
+    ``None`` when the claim did not allocate that device."""
+    driver, pool, name = ref
+    results = [
+        r
+        for r in claim.results
+        if (r.driver, r.pool, r.device) == (driver, pool, name)
+        and (not share_id or r.share_id == share_id)
+    ]
+    if not results:
+        return None
+    requests = {r.request for r in results}
+    sharing = next(
+        (
+            c.sharing
+            for c in reversed(claim.config)  # later entries override earlier ones
+            if c.driver == driver and c.sharing and (not c.requests or requests & set(c.requests))
+        ),
+        None,
+    )
+    result = results[0]
+    return ClaimView(
+        claim=f"{claim.namespace}/{claim.name}",
+        uid=claim.uid,
+        observer=all(r.admin_access for r in results),
+        consumers=claim.reserved_for,
+        sharing=sharing,
+        share_id=result.share_id,
+        allocation_share=_share(result.consumed, device),
+    )
