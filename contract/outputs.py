@@ -16,6 +16,8 @@ State = Literal["unallocated", "exclusive", "shared", "mig-parent", "unknown"]
 Sharing = Literal["none", "time-slicing", "mps", "mig", "mig+time-slicing", "unknown"]
 UidStatus = Literal["resolved", "pending", "no-pod-watch"]
 CreditScope = Literal["holder", "device-wide", "none"]
+#: how the device reached its holders: a device plugin (PodResources device IDs) or DRA claims
+Allocation = Literal["device-plugin", "dra"]
 ExporterMode = Literal["none", "single", "per-pod-copies", "per-process"]
 
 
@@ -39,6 +41,7 @@ class Holder:
     uid: str | None = None
     uid_status: UidStatus = "no-pod-watch"
     workload: Workload | None = None
+    claim: str | None = None  # DRA: the ResourceClaim (namespace/name) the pod holds it through
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,7 @@ class AttributionEvent:
     exporter: ExporterView
     notes: tuple[str, ...]
     summary: str
+    allocation: Allocation = "device-plugin"
 
 
 @dataclass(frozen=True, slots=True)

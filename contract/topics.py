@@ -59,4 +59,6 @@ TABLES: dict[str, str] = {
     "node_pods": "node-pods",
     "nodes": "nodes",
     "alert_state": "alert-state",
+    "dra_slices": "dra-slices",
+    "dra_claims": "dra-claims",
 }

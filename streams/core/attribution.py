@@ -8,11 +8,12 @@ devices of their own and their utilization comes from the profiling field, never
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from contract.inputs import DcgmSample, DeviceAssignment
+from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, DraDevice, ResourceClaimRecord
 from contract.outputs import (
+    Allocation,
     AttributionEvent,
     ClaimedPod,
     CreditScope,
@@ -21,12 +22,14 @@ from contract.outputs import (
     ExporterView,
     Holder,
     MigInstance,
+    Sharing,
     State,
     UidStatus,
     Usage,
     Workload,
 )
-from streams.core.sharing import Advertised, NodeSharing, decide
+from streams.core.dra import ClaimView, DeviceRef, claim_view, split_row
+from streams.core.sharing import Advertised, NodeSharing, SharingDecision, decide
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +42,15 @@ class PodIdentity:
 
 
 PodResolver = Callable[[str, str, int], PodIdentity]
+ClaimLookup = Callable[[str], ResourceClaimRecord | None]  # "namespace/name" → claim
 
 
 def no_pod_watch(namespace: str, pod: str, ts_ms: int) -> PodIdentity:
     return PodIdentity(None, "no-pod-watch")
+
+
+def no_claims(ref: str) -> ResourceClaimRecord | None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +63,12 @@ class DeviceContext:
     mig_parent: bool = False
     holders_known: bool = True
     resolve_pod: PodResolver = no_pod_watch
+    # DRA: the node's claims and slice devices, whether this device is one a DRA driver
+    # publishes, and DRA MIG devices held on it that cannot be placed on an instance
+    claim: ClaimLookup = no_claims
+    dra_devices: Mapping[DeviceRef, DraDevice] = field(default_factory=dict)
+    dra_device: bool = False
+    unplaced: tuple[str, ...] = ()
 
 
 def _usage(sample: DcgmSample) -> Usage:
@@ -88,14 +102,19 @@ def _holders(
     shared: bool,
     ts_ms: int,
     ctx: DeviceContext,
+    views: Mapping[DeviceAssignment, ClaimView | None],
 ) -> tuple[Holder, ...]:
-    grouped: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    grouped: dict[tuple[str, str, str, str, str], list[DeviceAssignment]] = defaultdict(list)
     for a in rows:
-        grouped[(a.namespace, a.pod, a.container, a.resource)].append(a.device_id)
+        grouped[(a.namespace, a.pod, a.container, a.resource, a.claim)].append(a)
     out = []
-    for (ns, pod, container, resource), ids in sorted(grouped.items()):
+    for (ns, pod, container, resource, claim), held in sorted(grouped.items()):
+        ids = [a.device_id for a in held]
         who = ctx.resolve_pod(ns, pod, ts_ms)
-        share = (len(ids) / replicas if replicas else None) if shared else 1.0
+        if resource.startswith(DRA_PREFIX):
+            share, who = _dra_holder(held, shared, who, views)
+        else:
+            share = (len(ids) / replicas if replicas else None) if shared else 1.0
         out.append(
             Holder(
                 ns,
@@ -108,9 +127,103 @@ def _holders(
                 who.uid,
                 who.status,
                 who.workload,
+                claim or None,
             )
         )
     return tuple(out)
+
+
+def _dra_holder(
+    held: Sequence[DeviceAssignment],
+    shared: bool,
+    who: PodIdentity,
+    views: Mapping[DeviceAssignment, ClaimView | None],
+) -> tuple[float | None, PodIdentity]:
+    """A DRA holder's allocation share and identity: consumed capacity when the claim holds a
+    share of the device, the whole device when not shared, else unknown (a claim shared by
+    several pods is one allocation: no per-pod split exists). The UID the claim's
+    ``reservedFor`` names for the pod wins over the pod watch's."""
+    view = next((v for a in held if (v := views.get(a)) is not None), None)
+    if view is not None and view.allocation_share is not None:
+        share: float | None = view.allocation_share
+    else:
+        share = None if shared else 1.0
+    if view is not None:
+        pod = held[0].pod
+        reserved = next((c for c in view.consumers if c.name == pod), None)
+        if reserved is not None and reserved.uid != who.uid:
+            workload = who.workload if who.uid == reserved.uid else None
+            who = PodIdentity(reserved.uid, "resolved", workload)
+    return share, who
+
+
+def _dra_views(
+    rows: Sequence[DeviceAssignment], ctx: DeviceContext
+) -> tuple[
+    list[DeviceAssignment], list[DeviceAssignment], dict[DeviceAssignment, ClaimView | None]
+]:
+    """Split DRA rows into holders and observers (``adminAccess`` claims), with each holder
+    row's claim view (``None``: the claim is not known on this node yet)."""
+    kept: list[DeviceAssignment] = []
+    observers: list[DeviceAssignment] = []
+    views: dict[DeviceAssignment, ClaimView | None] = {}
+    for a in rows:
+        ref = split_row(a.resource, a.device_id, DRA_PREFIX)
+        if ref is None:
+            kept.append(a)
+            continue
+        claim = ctx.claim(a.claim) if a.claim else None
+        view = claim_view(claim, ref, ctx.dra_devices.get(ref), a.share_id) if claim else None
+        if view is not None and view.observer:
+            observers.append(a)
+            continue
+        kept.append(a)
+        views[a] = view
+    return kept, observers, views
+
+
+def _dra_decision(
+    rows: Sequence[DeviceAssignment],
+    views: Mapping[DeviceAssignment, ClaimView | None],
+    is_mig: bool,
+) -> SharingDecision:
+    """Sharing of a device held through DRA claims: the claims' driver config names the mode;
+    several pods or several claims on one device share it."""
+    pods = {(a.namespace, a.pod) for a in rows}
+    claims = sorted({a.claim for a in rows})
+    modes = sorted({v.sharing for v in views.values() if v is not None and v.sharing})
+    notes: list[str] = []
+    unknown = sorted({a.claim or "?" for a, v in views.items() if v is None})
+    if unknown:
+        notes.append(
+            f"claim(s) {', '.join(unknown)} not seen allocated on this node yet: "
+            "their sharing config is unknown"
+        )
+    shared = len(pods) > 1 or len(claims) > 1
+    mode = modes[0] if len(modes) == 1 else None
+    if len(modes) > 1:
+        notes.append(f"claims on this device configure different sharing: {', '.join(modes)}")
+    sharing: Sharing
+    if len(modes) > 1:
+        sharing = "unknown"
+    elif mode == "time-slicing":
+        sharing = "mig+time-slicing" if is_mig else "time-slicing"
+    elif mode == "mps":
+        sharing = "unknown" if is_mig else "mps"
+        if is_mig:
+            notes.append("MPS configured on a MIG device: reported as unknown")
+    elif mode is not None:
+        sharing = "unknown"
+        notes.append(f"claim config names sharing strategy {mode!r}")
+    elif shared:
+        sharing = "unknown"
+        notes.append(
+            f"{len(pods)} pod(s) hold this device through DRA claim(s) {', '.join(claims)} "
+            "whose config names no sharing strategy: shared, strategy unknown"
+        )
+    else:
+        sharing = "mig" if is_mig else "none"
+    return SharingDecision(sharing, None, tuple(notes))
 
 
 def _exporter_view(
@@ -186,23 +299,42 @@ def attribute(
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
     """Join one sample with the holders of its device at the sample's time."""
     is_mig = sample.mig_instance_id is not None
-    decision = decide(ctx.node_sharing, rows, is_mig, ctx.advertised)
+    dra = any(a.resource.startswith(DRA_PREFIX) for a in rows)
+    allocation: Allocation = "dra" if dra or ctx.dra_device or ctx.unplaced else "device-plugin"
+    observers: list[DeviceAssignment] = []
+    views: dict[DeviceAssignment, ClaimView | None] = {}
+    if dra:
+        kept, observers, views = _dra_views(rows, ctx)
+        rows = kept
+        decision = (
+            _dra_decision(rows, views, is_mig)
+            if rows
+            else SharingDecision("mig" if is_mig else "none", None, ())
+        )
+    else:
+        decision = decide(ctx.node_sharing, rows, is_mig, ctx.advertised)
     pods = {(a.namespace, a.pod) for a in rows}
     shared = decision.sharing not in ("none", "mig")
     state: State
     notes = decision.notes
+    if observers:
+        names = sorted({f"{a.namespace}/{a.pod}" for a in observers})
+        notes = (*notes, f"observers through adminAccess claims, not holders: {', '.join(names)}")
     if not ctx.holders_known:
         state = "unknown"
         notes = (*notes, "no PodResources snapshot from this node yet: holders unknown")
     elif ctx.mig_parent and not rows:
         state = "mig-parent"
+    elif not rows and ctx.unplaced:
+        state = "unknown"
+        notes = (*notes, "held through DRA but not placeable: " + "; ".join(ctx.unplaced))
     elif not rows:
         state = "unallocated"
     elif shared or len(pods) > 1:
         state = "shared"
     else:
         state = "exclusive"
-    holders = _holders(rows, decision.replicas, state == "shared", sample.ts_ms, ctx)
+    holders = _holders(rows, decision.replicas, state == "shared", sample.ts_ms, ctx, views)
     credit: CreditScope = "none" if not rows else ("holder" if len(pods) == 1 else "device-wide")
     usage = _usage(sample)
     key = ctx.mig_uuid or (
@@ -227,6 +359,7 @@ def attribute(
         exporter=exporter,
         notes=notes,
         summary=_summary(state, decision.sharing, holders, usage, key),
+        allocation=allocation,
     )
     holding = tuple(
         sorted(

@@ -31,6 +31,20 @@ from streams.core.identity import Inventory, device_key
 DeviceRef = tuple[str, str, str]  # driver, pool, device name
 
 
+@dataclass(frozen=True, slots=True)
+class NodeSlices:
+    """The live ResourceSlices of one node (a table value, keyed by node)."""
+
+    slices: tuple[ResourceSliceRecord, ...] = ()
+
+    def apply(self, record: ResourceSliceRecord) -> NodeSlices:
+        """The slices after one slice record (a deleted one leaves), sorted by name."""
+        kept = [s for s in self.slices if s.name != record.name]
+        if not record.deleted:
+            kept.append(record)
+        return NodeSlices(tuple(sorted(kept, key=lambda s: s.name)))
+
+
 def device_map(slices: Iterable[ResourceSliceRecord]) -> dict[DeviceRef, DraDevice]:
     """Every device of the newest generation of each pool, by (driver, pool, device)."""
     live = [s for s in slices if not s.deleted]

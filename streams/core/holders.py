@@ -13,13 +13,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from contract.inputs import (
+    DRA_PREFIX,
     AllocatableDevice,
     DeviceAssignment,
+    DraDevice,
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
+from streams.core.dra import DeviceRef, Placed, UnplacedMig, place
 from streams.core.identity import EMPTY_INVENTORY, Inventory, parse_device_id, resolve
 from streams.core.sharing import Advertised, advertised_by_key
+
+DraDevices = Mapping[DeviceRef, DraDevice]
+NO_DRA: DraDevices = {}
 
 HISTORY_MS = 10 * 60 * 1000
 HISTORY_MAX = 16
@@ -70,31 +76,68 @@ class NodeDevices:
     allocatable: tuple[AllocatableDevice, ...]
     updated_ms: int
     advertised: Mapping[str, Advertised] = field(default_factory=dict)
+    #: DRA MIG devices held but not placeable on a GPU instance (dynamic MIG: no UUID yet),
+    #: by parent GPU UUID: (base, "MIG instance of <parent>, profile <p>, UUID unknown")
+    unplaced_mig: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
 def empty_index(node: str) -> NodeDevices:
     return NodeDevices(node, (), {}, (), (), 0)
 
 
+def base_of(a: DeviceAssignment) -> str:
+    """The base device a row occupies: the plugin's device ID without its replica suffix, or,
+    for DRA, ``dra:<driver>/<pool>/<device>`` (a claimed device is named by all three)."""
+    if a.resource.startswith(DRA_PREFIX):
+        return f"{a.resource}/{a.device_id}"
+    return parse_device_id(a.device_id).base
+
+
+def dra_ref(base: str) -> DeviceRef | None:
+    """``dra:<driver>/<pool>/<device>`` → (driver, pool, device); driver names hold no ``/``,
+    device names neither, pools may."""
+    if not base.startswith(DRA_PREFIX):
+        return None
+    driver, _, rest = base.removeprefix(DRA_PREFIX).partition("/")
+    pool, _, device = rest.rpartition("/")
+    return (driver, pool, device) if driver and pool and device else None
+
+
 def index_keys(
-    bases: Iterable[str], inventory: Inventory
-) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
-    """Group base device IDs by the device key they occupy; list the ones we cannot place."""
+    bases: Iterable[str], inventory: Inventory, dra: DraDevices = NO_DRA
+) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...], dict[str, tuple[tuple[str, str], ...]]]:
+    """Group base device IDs by the device key they occupy; list the ones we cannot place, and
+    the DRA MIG devices known only by their parent GPU."""
     keys: dict[str, list[str]] = defaultdict(list)
     unresolved: list[str] = []
+    unplaced: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for base in sorted(set(bases)):
+        ref = dra_ref(base)
+        if ref is not None:
+            placement = place(ref, dra, inventory)
+            if isinstance(placement, Placed):
+                keys[placement.key].append(base)
+                continue
+            if isinstance(placement, UnplacedMig):
+                unplaced[placement.parent_uuid].append((base, placement.describe()))
+            unresolved.append(base)
+            continue
         key = resolve(parse_device_id(base), inventory)
         if key is None:
             unresolved.append(base)
         else:
             keys[key].append(base)
-    return {k: tuple(v) for k, v in keys.items()}, tuple(unresolved)
+    return (
+        {k: tuple(v) for k, v in keys.items()},
+        tuple(unresolved),
+        {k: tuple(v) for k, v in unplaced.items()},
+    )
 
 
 def _group(assignments: Iterable[DeviceAssignment]) -> dict[str, list[DeviceAssignment]]:
     by_base: dict[str, list[DeviceAssignment]] = defaultdict(list)
     for a in assignments:
-        by_base[parse_device_id(a.device_id).base].append(a)
+        by_base[base_of(a)].append(a)
     return by_base
 
 
@@ -118,6 +161,7 @@ def apply_podresources(
     current: Mapping[str, SlotHolders],
     record: PodResourcesSnapshot | PodResourcesDiff,
     inventory: Inventory = EMPTY_INVENTORY,
+    dra: DraDevices = NO_DRA,
 ) -> tuple[NodeDevices, dict[str, SlotHolders]]:
     """Apply a snapshot or diff; return the node's new index and the holders that changed.
 
@@ -150,20 +194,22 @@ def apply_podresources(
             if h.assignments or (h.history and record.ts_ms - h.since_ms <= HISTORY_MS)
         )
     )
-    keys, unresolved = index_keys(bases, inventory)
+    keys, unresolved, unplaced = index_keys(bases, inventory, dra)
     advertised = (
         index.advertised
         if allocatable == index.allocatable and index.advertised
         else advertised_by_key(allocatable, inventory)
     )
     new_index = NodeDevices(
-        record.node, bases, keys, unresolved, allocatable, record.ts_ms, advertised
+        record.node, bases, keys, unresolved, allocatable, record.ts_ms, advertised, unplaced
     )
     return new_index, changed
 
 
-def reindex(index: NodeDevices, inventory: Inventory) -> NodeDevices:
-    """Recompute device keys after the node's inventory changed."""
-    keys, unresolved = index_keys(index.bases, inventory)
+def reindex(index: NodeDevices, inventory: Inventory, dra: DraDevices = NO_DRA) -> NodeDevices:
+    """Recompute device keys after the node's inventory or its DRA slices changed."""
+    keys, unresolved, unplaced = index_keys(index.bases, inventory, dra)
     advertised = advertised_by_key(index.allocatable, inventory)
-    return replace(index, keys=keys, unresolved=unresolved, advertised=advertised)
+    return replace(
+        index, keys=keys, unresolved=unresolved, advertised=advertised, unplaced_mig=unplaced
+    )

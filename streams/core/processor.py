@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, fields
 
 from contract.inputs import (
+    DRA_PREFIX,
     DcgmSample,
     DcgmScrape,
     DeviceAssignment,
@@ -23,19 +24,28 @@ from contract.inputs import (
     PodRecord,
     PodResourcesDiff,
     PodResourcesSnapshot,
+    ResourceClaimRecord,
+    ResourceSliceRecord,
 )
 from contract.outputs import Alert, AttributionEvent, ExporterMisattribution
 from infra.settings import AlertSettings
 from streams.core.alerts import DeviceAlerts, policy_for, step
 from streams.core.attribution import DeviceContext, PodIdentity, attribute
-from streams.core.holders import NodeDevices, SlotHolders, apply_podresources, reindex
+from streams.core.dra import NodeSlices, device_map
+from streams.core.holders import (
+    DraDevices,
+    NodeDevices,
+    SlotHolders,
+    apply_podresources,
+    base_of,
+    reindex,
+)
 from streams.core.identity import (
     EMPTY_INVENTORY,
     Inventory,
     MigDevice,
     device_key,
     mig_uuid_for,
-    parse_device_id,
 )
 from streams.core.pods import (
     NodePods,
@@ -66,6 +76,8 @@ class Tables:
     node_pods: MutableMapping[str, NodePods]  # node
     nodes: MutableMapping[str, NodeRecord]  # node
     alert_state: MutableMapping[str, DeviceAlerts]  # node/device-uuid
+    dra_slices: MutableMapping[str, NodeSlices]  # node
+    dra_claims: MutableMapping[str, ResourceClaimRecord]  # node/namespace/name
 
     @classmethod
     def in_memory(cls) -> Tables:
@@ -75,6 +87,10 @@ class Tables:
 
 def holder_key(node: str, base: str) -> str:
     return f"{node}/{base}"
+
+
+def claim_key(node: str, namespace: str, name: str) -> str:
+    return f"{node}/{namespace}/{name}"
 
 
 def inventory_of(record: DeviceInventory) -> Inventory:
@@ -93,6 +109,10 @@ class _NodeView:
     inventory: Inventory
     node_sharing: NodeSharing | None
     resolve_pod: Callable[[str, str, int], PodIdentity]
+    claim: Callable[[str], ResourceClaimRecord | None]
+    dra_devices: DraDevices
+    dra_keys: frozenset[str]  # device keys (GPU UUIDs) a DRA driver publishes on this node
+    dra_lost: tuple[str, ...]  # held DRA devices no slice places (not MIG): any GPU may be one
 
 
 class Processor:
@@ -122,10 +142,45 @@ class Processor:
         if isinstance(record, NodeRecord):
             self.tables.nodes[record.node] = record
             return []
+        if isinstance(record, ResourceSliceRecord):
+            self._on_slice(record)
+            return []
+        if isinstance(record, ResourceClaimRecord):
+            self._on_claim(record)
+            return []
         raise UnusableRecord(f"the worker does not handle {type(record).__name__}")
 
     def _inventory(self, node: str) -> Inventory:
         return self.tables.inventories.get(node, EMPTY_INVENTORY)
+
+    def _dra_devices(self, node: str) -> DraDevices:
+        node_slices = self.tables.dra_slices.get(node)
+        return device_map(node_slices.slices) if node_slices else {}
+
+    def _on_slice(self, record: ResourceSliceRecord) -> None:
+        """A slice changed: keep the node's live slices, and place its DRA devices anew."""
+        t = self.tables
+        old = t.dra_slices.get(record.node, NodeSlices())
+        new = old.apply(record)
+        if new == old:
+            return
+        if new.slices:
+            t.dra_slices[record.node] = new
+        elif record.node in t.dra_slices:
+            del t.dra_slices[record.node]
+        index = t.node_devices.get(record.node)
+        if index is not None:
+            t.node_devices[record.node] = reindex(
+                index, self._inventory(record.node), device_map(new.slices)
+            )
+
+    def _on_claim(self, record: ResourceClaimRecord) -> None:
+        key = claim_key(record.node, record.namespace, record.name)
+        if record.deleted:
+            if key in self.tables.dra_claims:
+                del self.tables.dra_claims[key]
+        elif self.tables.dra_claims.get(key) != record:
+            self.tables.dra_claims[key] = record
 
     def _on_podresources(self, record: PodResourcesSnapshot | PodResourcesDiff) -> None:
         t = self.tables
@@ -136,11 +191,11 @@ class Processor:
             if isinstance(record, PodResourcesSnapshot)
             else (*record.added, *record.removed)
         )
-        bases = set(index.bases if index else ()) | {
-            parse_device_id(a.device_id).base for a in rows
-        }
+        bases = set(index.bases if index else ()) | {base_of(a) for a in rows}
         current = {b: h for b in bases if (h := t.slot_holders.get(holder_key(node, b)))}
-        new_index, changed = apply_podresources(index, current, record, self._inventory(node))
+        new_index, changed = apply_podresources(
+            index, current, record, self._inventory(node), self._dra_devices(node)
+        )
         for base, holders in changed.items():
             t.slot_holders[holder_key(node, base)] = holders
         t.node_devices[node] = new_index
@@ -150,7 +205,7 @@ class Processor:
         t.inventories[node] = inventory
         index = t.node_devices.get(node)
         if index is not None:
-            t.node_devices[node] = reindex(index, inventory)
+            t.node_devices[node] = reindex(index, inventory, self._dra_devices(node))
 
     def _on_pod(self, rec: PodRecord) -> None:
         t = self.tables
@@ -203,14 +258,35 @@ class Processor:
         t = self.tables
         node_rec = t.nodes.get(node)
         index = t.node_devices.get(node)
+        claims = t.dra_claims
+
+        def claim(ref: str) -> ResourceClaimRecord | None:
+            namespace, _, name = ref.partition("/")
+            return claims.get(claim_key(node, namespace, name))
+
+        dra_devices = self._dra_devices(node)
+        lost: tuple[str, ...] = ()
+        if index is not None:
+            mig = {base for held in index.unplaced_mig.values() for base, _ in held}
+            lost = tuple(b for b in index.unresolved if b.startswith(DRA_PREFIX) and b not in mig)
         return _NodeView(
             index=index,
             mig_parents=frozenset(k.partition("/gi")[0] for k in index.keys if "/gi" in k)
+            | frozenset(index.unplaced_mig)
             if index is not None
             else frozenset(),
             inventory=self._inventory(node),
             node_sharing=sharing_from_labels(dict(node_rec.labels)) if node_rec else None,
             resolve_pod=self._resolver(node),
+            claim=claim,
+            dra_devices=dra_devices,
+            dra_keys=frozenset(d.uuid for d in dra_devices.values() if d.uuid and d.type != "mig"),
+            dra_lost=(
+                f"{len(lost)} DRA device(s) held on this node are in no ResourceSlice "
+                f"({', '.join(lost[:3])}{', …' if len(lost) > 3 else ''}): this GPU may be one",
+            )
+            if lost
+            else (),
         )
 
     def _on_scrape(self, scrape: DcgmScrape) -> list[Output]:
@@ -243,6 +319,11 @@ class Processor:
             if sample.mig_instance_id is not None
             else None
         )
+        unplaced = (
+            tuple(text for _, text in index.unplaced_mig.get(sample.uuid, ()))
+            if index is not None and sample.mig_instance_id is not None
+            else view.dra_lost
+        )
         ctx = DeviceContext(
             node_sharing=view.node_sharing,
             advertised=index.advertised.get(key) if index is not None else None,
@@ -250,6 +331,10 @@ class Processor:
             mig_parent=mig_parent,
             holders_known=index is not None,
             resolve_pod=view.resolve_pod,
+            claim=view.claim,
+            dra_devices=view.dra_devices,
+            dra_device=sample.uuid in view.dra_keys,
+            unplaced=unplaced,
         )
         event, flags = attribute(sample, rows, ctx)
         return [event, *flags, *self._alerts(event)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from contract import inputs
 from contract.codec import Codec
 from streams.core.alerts import DeviceAlerts
+from streams.core.dra import NodeSlices
 from streams.core.holders import NodeDevices, SlotHolders
 from streams.core.identity import Inventory
 from streams.core.pods import NodePods, PodNames
@@ -20,6 +21,7 @@ KINDS: dict[str, tuple[type, int]] = {
     "state.pod_names": (PodNames, 1),
     "state.node_pods": (NodePods, 1),
     "state.device_alerts": (DeviceAlerts, 1),
+    "state.node_slices": (NodeSlices, 1),
 }
 
 #: What the tables hold: these state kinds and the input records kept as they came (nodes)
