@@ -103,9 +103,9 @@ class KubeSettings(BaseSettings):
     context: str | None = None
     watch_timeout_s: int = Field(default=300, gt=0)
     max_backoff_s: float = Field(default=30.0, gt=0)
-    #: also watch the node's ResourceSlices and the ResourceClaims allocated on it (DRA).
-    #: Off until the worker joins them (issue 18): a worker without the join dead-letters them.
-    dra: bool = False
+    #: also watch the node's ResourceSlices and the ResourceClaims allocated on it (DRA); on an
+    #: API server that does not serve resource.k8s.io/v1 these watchers stop after one warning
+    dra: bool = True
 
 
 class InventorySettings(BaseSettings):

@@ -23,7 +23,14 @@ from aiohttp import web
 from infra.httpserve import start_site
 
 Objects = Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
-PLURAL = {"Pod": "pods", "Node": "nodes"}
+PLURAL = {
+    "Pod": "pods",
+    "Node": "nodes",
+    "ResourceSlice": "resourceslices",
+    "ResourceClaim": "resourceclaims",
+}
+KIND = {plural: kind for kind, plural in PLURAL.items()}
+GROUP_VERSION = {"resourceslices": "resource.k8s.io/v1", "resourceclaims": "resource.k8s.io/v1"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +88,7 @@ class ApiServerDouble:
         self,
         objects: Objects,
         *,
+        dra_objects: Callable[[], list[dict[str, Any]]] | None = None,
         tick_s: float = 0.1,
         bookmark_s: float = 1.0,
         history: int = 2000,
@@ -88,6 +96,7 @@ class ApiServerDouble:
         port: int = 0,
     ) -> None:
         self.objects = objects
+        self.dra_objects = dra_objects or (lambda: [])
         self.tick_s = tick_s
         self.bookmark_s = bookmark_s
         self.history = history
@@ -145,7 +154,10 @@ class ApiServerDouble:
     def sync(self) -> None:
         """Diff the provider's objects against the store; append events for what changed."""
         pods, nodes = self.objects()
-        desired = {(PLURAL[o["kind"]], o["metadata"]["uid"]): o for o in (*pods, *nodes)}
+        desired = {
+            (PLURAL[o["kind"]], o["metadata"]["uid"]): o
+            for o in (*pods, *nodes, *self.dra_objects())
+        }
         events: list[tuple[str, str, dict[str, Any]]] = []
         for key, obj in desired.items():
             old = self._store.get(key)
@@ -196,11 +208,10 @@ class ApiServerDouble:
         items = [
             o for (p, _), o in sorted(self._store.items()) if p == plural and _matches(o, selector)
         ]
-        kind = "PodList" if plural == "pods" else "NodeList"
         return web.json_response(
             {
-                "kind": kind,
-                "apiVersion": "v1",
+                "kind": f"{KIND[plural]}List",
+                "apiVersion": GROUP_VERSION.get(plural, "v1"),
                 "metadata": {"resourceVersion": str(self.rv)},
                 "items": items,
             }
@@ -260,8 +271,8 @@ class ApiServerDouble:
                 mark = {
                     "type": "BOOKMARK",
                     "object": {
-                        "kind": "Pod" if plural == "pods" else "Node",
-                        "apiVersion": "v1",
+                        "kind": KIND[plural],
+                        "apiVersion": GROUP_VERSION.get(plural, "v1"),
                         "metadata": {"resourceVersion": str(since)},
                     },
                 }
@@ -271,6 +282,9 @@ class ApiServerDouble:
         self.sync()
         app = web.Application()
         app.router.add_get("/api/v1/{plural:pods|nodes}", self._handle)
+        app.router.add_get(
+            "/apis/resource.k8s.io/v1/{plural:resourceslices|resourceclaims}", self._handle
+        )
         self._runner, self._site, self.port = await start_site(app, self.host, self.port, 0.5)
         self._ticker = asyncio.create_task(self._tick(), name="apiserver-double-tick")
 

@@ -60,6 +60,8 @@ async def make_api_client(settings: KubeSettings) -> Any:
 
 class _Watcher:
     kind = ""
+    #: an API group the cluster may not serve (DRA before 1.34): a 404 ends the watcher quietly
+    optional_api = False
 
     def __init__(
         self, *, node: str, api: Any, emit: Emit, now_ms: NowMs, settings: KubeSettings
@@ -96,6 +98,16 @@ class _Watcher:
                 rv = await self.watch(rv)
                 backoff.reset()
             except ApiException as exc:
+                if exc.status == 404 and self.optional_api:
+                    SOURCE_ERRORS.labels("apiserver", "not_served").inc()
+                    log.warning(
+                        "%s watch: the API server does not serve it (404): no %s input from "
+                        "this agent; restart the agent once the cluster serves it",
+                        self.kind,
+                        self.kind,
+                    )
+                    self._up()  # not a failing source: an API this cluster does not have
+                    return
                 if exc.status == 410:
                     SOURCE_ERRORS.labels("apiserver", "expired").inc()
                     log.info(
@@ -210,6 +222,7 @@ class _DraWatcher(_Watcher):
     from the relist — is published once more as deleted."""
 
     plural = ""
+    optional_api = True
 
     def __init__(
         self, *, node: str, api: Any, emit: Emit, now_ms: NowMs, settings: KubeSettings
