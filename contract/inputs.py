@@ -61,13 +61,19 @@ class PodResourcesDiff:
 
 @dataclass(frozen=True, slots=True)
 class ExporterClaim:
-    """Pod labels dcgm-exporter stamped on a row: its claim, not our attribution."""
+    """Pod labels dcgm-exporter stamped on a row: its claim, not our attribution. With
+    ``--kubernetes-enable-dra`` it also names the DRA claim (``namespace/name``) and device
+    (``driver/pool/device``) it matched the row to."""
 
     namespace: str
     pod: str
     container: str
     pod_uid: str | None = None
     vgpu: str | None = None
+    dra_claim: str | None = None
+    dra_device: str | None = None
+    dra_mig_profile: str | None = None
+    dra_mig_uuid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

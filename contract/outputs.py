@@ -69,6 +69,7 @@ class ClaimedPod:
     namespace: str
     pod: str
     container: str
+    claim: str | None = None  # the DRA claim the exporter matched the row to
 
 
 @dataclass(frozen=True, slots=True)

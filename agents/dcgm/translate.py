@@ -16,8 +16,11 @@ share. Identical copies (the usual case) never trigger this.
 Labels read: ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname`` (or the
 newer ``hostname``), ``DCGM_FI_DRIVER_VERSION``, MIG ``GPU_I_ID``/``GPU_I_PROFILE``, and the pod
 labels ``namespace``/``pod``/``container`` (or ``exported_*`` after Prometheus relabelling),
-``pod_uid`` and ``vgpu``. With ``--use-old-namespace`` (still documented upstream) the UUID label
-is ``uuid`` and the pod labels ``pod_namespace``/``pod_name``/``container_name`` (older builds:
+``pod_uid`` and ``vgpu``, and with ``--kubernetes-enable-dra`` ``dra_claim_name``,
+``dra_claim_namespace``, ``dra_driver_name``, ``dra_pool_name``, ``dra_device_name``,
+``dra_mig_profile`` and ``dra_mig_device_uuid``. With ``--use-old-namespace`` (still documented
+upstream) the UUID label is ``uuid`` and the pod labels ``pod_namespace``/``pod_name``/
+``container_name`` (older builds:
 ``pod_container_name``); that mode usually goes with the 1.x counters file, whose families are
 named ``dcgm_gpu_utilization``, ``dcgm_fb_used``, … — both namings are read.
 
@@ -135,8 +138,21 @@ def _int(text: str | None) -> int | None:
     return int(text) if text.isascii() and text.isdecimal() and len(text) <= 9 else None
 
 
+def _dra(labels: Mapping[str, str]) -> dict[str, str | None]:
+    """The DRA labels of ``--kubernetes-enable-dra``: claim, device, MIG profile and UUID."""
+    claim, claim_ns = labels.get("dra_claim_name"), labels.get("dra_claim_namespace")
+    device = [labels.get(f"dra_{k}_name") for k in ("driver", "pool", "device")]
+    return {
+        "dra_claim": f"{claim_ns or ''}/{claim}" if claim else None,
+        "dra_device": "/".join(d or "" for d in device) if all(device) else None,
+        "dra_mig_profile": labels.get("dra_mig_profile") or None,
+        "dra_mig_uuid": labels.get("dra_mig_device_uuid") or None,
+    }
+
+
 def _claim(labels: Mapping[str, str]) -> ExporterClaim | None:
-    """The pod the exporter stamped on this row; a row with an empty pod label claims nothing."""
+    """The pod the exporter stamped on this row; a row with an empty pod label claims nothing
+    (a DRA claim label without a pod credits no pod either: kept on the pod's claim only)."""
     for ns, pod, containers, pod_uid, vgpu in _POD_LABEL_SETS:
         if labels.get(pod):
             return ExporterClaim(
@@ -145,6 +161,7 @@ def _claim(labels: Mapping[str, str]) -> ExporterClaim | None:
                 container=next((labels[c] for c in containers if labels.get(c)), ""),
                 pod_uid=labels.get(pod_uid) or None,
                 vgpu=labels.get(vgpu) or None,
+                **_dra(labels),
             )
     return None
 

@@ -230,16 +230,38 @@ def _exporter_view(
     sample: DcgmSample, holders: Sequence[Holder], state: State
 ) -> tuple[ExporterView, tuple[ClaimedPod, ...]]:
     claims = tuple(
-        dict.fromkeys(ClaimedPod(c.namespace, c.pod, c.container) for c in sample.exporter_claims)
+        dict.fromkeys(
+            ClaimedPod(c.namespace, c.pod, c.container, c.dra_claim) for c in sample.exporter_claims
+        )
     )
     mode = _mode(sample, claims)
     if state == "unknown":
         reason = "holders unknown yet: the claim cannot be checked"
         return ExporterView(claims, False, reason, mode), ()
     holding = {(h.namespace, h.pod) for h in holders}
+    held_through: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for h in holders:
+        if h.claim:
+            held_through[h.namespace, h.pod].add(h.claim)
     strangers = tuple(c for c in claims if (c.namespace, c.pod) not in holding)
+    wrong_claim = [
+        c
+        for c in claims
+        if c.claim
+        and held_through.get((c.namespace, c.pod))
+        and c.claim not in held_through[c.namespace, c.pod]
+    ]
     if strangers:
         view = ExporterView(claims, False, "exporter credits a pod that holds no slot here")
+    elif wrong_claim:
+        c = wrong_claim[0]
+        through = ", ".join(sorted(held_through[c.namespace, c.pod]))
+        view = ExporterView(
+            claims,
+            False,
+            f"exporter names DRA claim {c.claim} for {c.namespace}/{c.pod}, "
+            f"which holds this device through {through}",
+        )
     elif not claims:
         reason = "exporter credited no pod" + (
             f" although {len(holding)} pod(s) hold slots" if holding else ""

@@ -5,6 +5,7 @@ dynamic MIG, an adminAccess observer), in any arrival order."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -17,6 +18,7 @@ from contract.inputs import (
     DeviceAssignment,
     DeviceInventory,
     DraDevice,
+    ExporterClaim,
     GpuInfo,
     MigInfo,
     PodResourcesSnapshot,
@@ -253,3 +255,34 @@ def test_slices_leaving_the_node_unplace_its_devices() -> None:
     assert any("in no ResourceSlice" in n for n in ev.notes)
     index = processor.tables.node_devices[NODE]
     assert f"dra:{D}/{NODE}/gpu-1" in index.unresolved
+
+
+def exporter_view(uuid: str, *claims: tuple[str, str | None]) -> tuple[bool, str]:
+    """The worker's judgment of the exporter's DRA labels on one device's row copies."""
+    processor = Processor(Tables.in_memory())
+    for record in SETUP:
+        processor.handle(record)
+    stamped = tuple(
+        ExporterClaim("ml", pod, "main", dra_claim=claim, dra_device=f"{D}/{NODE}/gpu-x")
+        for pod, claim in claims
+    )
+    scrape = DcgmScrape(NODE, T + 5000, (replace(sample(uuid), exporter_claims=stamped),))
+    (ev, *_) = (o for o in processor.handle(scrape) if isinstance(o, AttributionEvent))
+    return ev.exporter.trusted, ev.exporter.reason
+
+
+def test_exporter_dra_labels_are_judged_like_its_pod_labels() -> None:
+    assert exporter_view(GPU[3], ("train-0", "ml/train")) == (
+        True,
+        "exporter's pod is the only holder",
+    )
+    assert exporter_view(GPU[3], ("train-0", "ml/other")) == (
+        False,
+        "exporter names DRA claim ml/other for ml/train-0, which holds this device through "
+        "ml/train",
+    )
+    # a shared claim: one full-value copy per pod, as dcgm-exporter's DRA mode prints it
+    assert exporter_view(GPU[1], ("infer-a", "ml/infer"), ("infer-b", "ml/infer")) == (
+        False,
+        "shared device: identical per-pod copies of one device-wide row",
+    )
