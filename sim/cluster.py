@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contract.inputs import AllocatableDevice, DeviceAssignment
+from sim import dra
 from sim.exporter_rows import ExporterRow
 from sim.scenario import NodeSpec, PodSpec, Scenario, gpu_uuid, mig_uuid
 
@@ -67,6 +68,10 @@ class Cluster:
         self, node: str
     ) -> tuple[tuple[DeviceAssignment, ...], tuple[AllocatableDevice, ...]]:
         spec = self.scenario.node(node)
+        if spec.dra:  # no device plugin: claimed devices only, nothing allocatable listed
+            return tuple(
+                sorted(set(dra.podresources_rows(self.scenario, spec, self.holders(node))))
+            ), ()
         rows = []
         for pod in self.holders(node):
             for text in pod.slots:
@@ -81,6 +86,12 @@ class Cluster:
                     )
                 )
         return tuple(sorted(set(rows))), self.allocatable(spec)
+
+    def dra_objects(self, epoch_s: float) -> list[dict[str, object]]:
+        """The DRA nodes' ResourceSlices and the claims allocated now (the API server's view)."""
+        slices = [dra.slice_object(n) for n in self.scenario.nodes if n.dra]
+        holding = [p for p in self.scenario.pods if holds_at(p, self.clock())]
+        return [*slices, *dra.claim_objects(self.scenario, holding, epoch_s)]
 
     def allocatable(self, spec: NodeSpec) -> tuple[AllocatableDevice, ...]:
         out = []
@@ -175,6 +186,13 @@ class Cluster:
         """Which pods dcgm-exporter stamps on the device's row(s), as the real one does."""
         if not pods:
             return []
+        if spec.dra:
+            # --kubernetes-enable-dra: one full-value copy per consuming pod, with the claim;
+            # no pod on MIG rows (4.5.x); its own adminAccess claim is not a consumer
+            holders = [p for p in pods if not self.scenario.claim(p.namespace, p.claim).admin]
+            if gi is not None:
+                return []
+            return [(p, dra.exporter_labels(p, spec, gpu)) for p in holders]
         shared = spec.replicas_of(gpu) > 1
         if shared and spec.rename_shared:
             return []  # renamed resource: the exporter does not look it up (dcgm-exporter #151)

@@ -47,7 +47,7 @@ def pod_object(scenario: Scenario, pod: PodSpec, t: float, epoch_s: float) -> di
     node = scenario.node(pod.node)
     owner, extra = _owner(pod)
     counts = Counter(resource_name(node, parse_slot(s)) for s in pod.slots)
-    resources = {k: str(v) for k, v in sorted(counts.items())}
+    resources = {k: str(v) for k, v in sorted(counts.items())} if not node.dra else {}
     meta: dict[str, Any] = {
         "name": pod.name,
         "namespace": pod.namespace,
@@ -61,22 +61,18 @@ def pod_object(scenario: Scenario, pod: PodSpec, t: float, epoch_s: float) -> di
     if pod.stop_s is not None and t >= pod.stop_s:
         meta["deletionTimestamp"] = rfc3339(epoch_s + pod.stop_s + pod.grace_s)
         meta["deletionGracePeriodSeconds"] = int(pod.grace_s)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {
-            "nodeName": pod.node,
-            "containers": [
-                {
-                    "name": pod.container,
-                    "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-                    "resources": {"limits": resources, "requests": resources},
-                }
-            ],
-        },
-        "status": {"phase": "Running"},
+    container: dict[str, Any] = {
+        "name": pod.container,
+        "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+        "resources": {"limits": resources, "requests": resources},
     }
+    spec: dict[str, Any] = {"nodeName": pod.node, "containers": [container]}
+    status: dict[str, Any] = {"phase": "Running"}
+    if node.dra and pod.claim:  # the GPU comes through a ResourceClaim, not a resource limit
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": pod.claim}]
+        status["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": pod.claim}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
 def pod_objects(scenario: Scenario, t: float, epoch_s: float) -> list[dict[str, Any]]:

@@ -105,7 +105,12 @@ class SimulatedCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.epoch_s = time.time() - self.clock()
         self.apiserver = await self._stack.enter_async_context(
-            ApiServerDouble(self._objects, host=self.host, port=self.api_port)
+            ApiServerDouble(
+                self._objects,
+                dra_objects=lambda: self.cluster.dra_objects(self.epoch_s),
+                host=self.host,
+                port=self.api_port,
+            )
         )
         for spec in self.scenario.nodes:
             node = spec.name

@@ -55,6 +55,10 @@ class NodeSpec:
     exporter_mode: ExporterMode = "arbitrary"
     memory_mib: int = 40960
     labels: tuple[tuple[str, str], ...] = ()
+    #: GPUs handed out by the NVIDIA DRA driver (ResourceSlice, claims), not a device plugin
+    dra: bool = False
+    #: DRA MIG devices are placements created at prepare time: no UUID in the slice
+    dynamic_mig: bool = False
 
     def replicas_of(self, gpu: int) -> int:
         """How many replicas the device plugin advertises of GPU ``gpu`` (1: handed out whole)."""
@@ -80,6 +84,7 @@ class PodSpec:
     workload_name: str = ""
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
+    claim: str = ""  # on a DRA node: the ResourceClaim (same namespace) its slots come through
 
     @property
     def uid(self) -> str:
@@ -99,14 +104,33 @@ class PodSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    """A ResourceClaim on a DRA node; its devices are its pods' slots."""
+
+    namespace: str
+    name: str
+    sharing: str | None = None  # the driver config's strategy: time-slicing | mps
+    admin: bool = False  # adminAccess (a monitoring pod): an observer
+    consumed_memory: str | None = None  # consumable capacity: a share of the device
+
+    @property
+    def uid(self) -> str:
+        return pod_uid(self.namespace, f"claim/{self.name}", 0)
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
     description: str
     nodes: tuple[NodeSpec, ...]
     pods: tuple[PodSpec, ...] = field(default=())
+    claims: tuple[ClaimSpec, ...] = field(default=())
 
     def node(self, name: str) -> NodeSpec:
         return next(n for n in self.nodes if n.name == name)
+
+    def claim(self, namespace: str, name: str) -> ClaimSpec:
+        return next(c for c in self.claims if (c.namespace, c.name) == (namespace, name))
 
 
 def _pairs(table: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
@@ -132,6 +156,8 @@ def parse(doc: dict[str, Any]) -> Scenario:
                 exporter_mode=n.get("exporter_mode", "arbitrary"),
                 memory_mib=int(n.get("memory_mib", 40960)),
                 labels=_pairs(n.get("labels")),
+                dra=bool(n.get("dra", False)),
+                dynamic_mig=bool(n.get("dynamic_mig", False)),
             )
         )
     pods = []
@@ -154,9 +180,20 @@ def parse(doc: dict[str, Any]) -> Scenario:
                 workload_name=wl[2] or p["name"],
                 labels=_pairs(p.get("labels")),
                 annotations=_pairs(p.get("annotations")),
+                claim=str(p.get("claim", "")),
             )
         )
-    return Scenario(doc["name"], doc.get("description", ""), tuple(nodes), tuple(pods))
+    claims = tuple(
+        ClaimSpec(
+            namespace=c["namespace"],
+            name=c["name"],
+            sharing=c.get("sharing"),
+            admin=bool(c.get("admin", False)),
+            consumed_memory=c.get("consumed_memory"),
+        )
+        for c in doc.get("claims", [])
+    )
+    return Scenario(doc["name"], doc.get("description", ""), tuple(nodes), tuple(pods), claims)
 
 
 def builtin_names() -> list[str]:

@@ -31,7 +31,7 @@ from contract.outputs import Alert, AttributionEvent, ExporterMisattribution
 from infra.settings import AlertSettings
 from streams.core.alerts import DeviceAlerts, policy_for, step
 from streams.core.attribution import DeviceContext, PodIdentity, attribute
-from streams.core.dra import NodeSlices, device_map
+from streams.core.dra import NodeSlices, Placed, device_map, place
 from streams.core.holders import (
     DraDevices,
     NodeDevices,
@@ -265,6 +265,7 @@ class Processor:
             return claims.get(claim_key(node, namespace, name))
 
         dra_devices = self._dra_devices(node)
+        inventory = self._inventory(node)
         lost: tuple[str, ...] = ()
         if index is not None:
             mig = {base for held in index.unplaced_mig.values() for base, _ in held}
@@ -275,12 +276,16 @@ class Processor:
             | frozenset(index.unplaced_mig)
             if index is not None
             else frozenset(),
-            inventory=self._inventory(node),
+            inventory=inventory,
             node_sharing=sharing_from_labels(dict(node_rec.labels)) if node_rec else None,
             resolve_pod=self._resolver(node),
             claim=claim,
             dra_devices=dra_devices,
-            dra_keys=frozenset(d.uuid for d in dra_devices.values() if d.uuid and d.type != "mig"),
+            dra_keys=frozenset(
+                placed.key
+                for ref in dra_devices
+                if isinstance(placed := place(ref, dra_devices, inventory), Placed)
+            ),
             dra_lost=(
                 f"{len(lost)} DRA device(s) held on this node are in no ResourceSlice "
                 f"({', '.join(lost[:3])}{', …' if len(lost) > 3 else ''}): this GPU may be one",
@@ -333,7 +338,7 @@ class Processor:
             resolve_pod=view.resolve_pod,
             claim=view.claim,
             dra_devices=view.dra_devices,
-            dra_device=sample.uuid in view.dra_keys,
+            dra_device=key in view.dra_keys,
             unplaced=unplaced,
         )
         event, flags = attribute(sample, rows, ctx)

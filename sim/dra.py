@@ -1,0 +1,207 @@
+"""DRA on a simulated node, shaped like the NVIDIA DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu
+v25.12, ../shared/FACTS.md): one ResourceSlice per node (pool named after the node), full GPUs
+``gpu-<minor>`` with ``uuid``, MIG devices ``gpu-<minor>-mig-<profile without dots>-<gi>-0`` with
+``parentUUID``/``profile`` and a ``uuid`` only when static; ResourceClaims allocated on the node
+with ``reservedFor`` listing the pods holding them; the PodResources rows the kubelet reports
+(``dynamic_resources``: claim, driver, pool, device, share ID); and dcgm-exporter's DRA labels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+from contract.inputs import DRA_PREFIX, DeviceAssignment
+from sim.scenario import ClaimSpec, NodeSpec, PodSpec, Scenario, gpu_uuid, mig_uuid
+
+DRIVER = "gpu.nvidia.com"
+REQUEST = "gpu"
+
+
+def device_name(node: NodeSpec, gpu: int, gi: int | None) -> str:
+    if gi is None or node.mig is None:
+        return f"gpu-{gpu}"
+    return f"gpu-{gpu}-mig-{node.mig.profile.replace('.', '')}-{gi}-0"
+
+
+def share_id(claim: ClaimSpec) -> str:
+    """A consumable-capacity allocation's share ID (stable per claim); "" for a whole device."""
+    if not claim.consumed_memory:
+        return ""
+    digest = hashlib.blake2b(f"{claim.namespace}/{claim.name}".encode(), digest_size=16).hexdigest()
+    return f"{digest[:8]}-{digest[8:12]}-4{digest[13:16]}-8{digest[17:20]}-{digest[20:32]}"
+
+
+def _slots(pod: PodSpec) -> list[tuple[int, int | None]]:
+    out = []
+    for text in pod.slots:
+        gpu, _, gi = text.partition("::")[0].partition("/gi")
+        out.append((int(gpu), int(gi) if gi else None))
+    return out
+
+
+def podresources_rows(
+    scenario: Scenario, node: NodeSpec, pods: list[PodSpec]
+) -> list[DeviceAssignment]:
+    """What the kubelet lists for the DRA node's pods: each claimed device, per container."""
+    rows = []
+    for pod in pods:
+        claim = scenario.claim(pod.namespace, pod.claim)
+        for gpu, gi in _slots(pod):
+            rows.append(
+                DeviceAssignment(
+                    pod.namespace,
+                    pod.name,
+                    pod.container,
+                    f"{DRA_PREFIX}{DRIVER}",
+                    f"{node.name}/{device_name(node, gpu, gi)}",
+                    f"{claim.namespace}/{claim.name}",
+                    share_id(claim),
+                )
+            )
+    return rows
+
+
+def _attr(value: str) -> dict[str, str]:
+    return {"string": value}
+
+
+def slice_object(node: NodeSpec) -> dict[str, Any]:
+    devices: list[dict[str, Any]] = []
+    for gpu in range(node.gpus):
+        uuid = gpu_uuid(node.name, gpu)
+        if node.mig and gpu in node.mig.gpus:
+            for gi in node.mig.instances:
+                attributes = {
+                    "type": _attr("mig"),
+                    "parentUUID": _attr(uuid),
+                    "profile": _attr(node.mig.profile),
+                    "productName": _attr(node.model),
+                }
+                if not node.dynamic_mig:
+                    attributes["uuid"] = _attr(mig_uuid(node.name, gpu, gi))
+                devices.append({"name": device_name(node, gpu, gi), "attributes": attributes})
+            continue
+        devices.append(
+            {
+                "name": device_name(node, gpu, None),
+                "attributes": {
+                    "type": _attr("gpu"),
+                    "uuid": _attr(uuid),
+                    "productName": _attr(node.model),
+                },
+                "capacity": {"memory": {"value": f"{node.memory_mib}Mi"}},
+                "allowMultipleAllocations": True,
+            }
+        )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node.name}-{DRIVER}", "uid": f"slice-{node.name}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node.name,
+            "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def _config(claim: ClaimSpec) -> list[dict[str, Any]]:
+    if not claim.sharing:
+        return []
+    strategy = {"time-slicing": "TimeSlicing", "mps": "MPS"}[claim.sharing]
+    return [
+        {
+            "source": "FromClaim",
+            "requests": [REQUEST],
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": "resource.nvidia.com/v1beta1",
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": strategy},
+                },
+            },
+        }
+    ]
+
+
+def claim_objects(
+    scenario: Scenario, holding: list[PodSpec], epoch_s: float
+) -> list[dict[str, Any]]:
+    """Every claim some pod holds now, allocated on its node, reserved by those pods."""
+    by_claim: dict[tuple[str, str], list[PodSpec]] = defaultdict(list)
+    for pod in holding:
+        if pod.claim and scenario.node(pod.node).dra:
+            by_claim[pod.namespace, pod.claim].append(pod)
+    out = []
+    for (ns, name), pods in sorted(by_claim.items()):
+        claim = scenario.claim(ns, name)
+        node = scenario.node(pods[0].node)
+        devices = sorted({device_name(node, g, gi) for p in pods for g, gi in _slots(p)})
+        result: dict[str, Any] = {"request": REQUEST, "driver": DRIVER, "pool": node.name}
+        if claim.admin:
+            result["adminAccess"] = True
+        if claim.consumed_memory:
+            result |= {
+                "shareID": share_id(claim),
+                "consumedCapacity": {"memory": claim.consumed_memory},
+            }
+        created = datetime.fromtimestamp(int(epoch_s + min(p.start_s for p in pods)), tz=UTC)
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {
+                    "name": name,
+                    "namespace": ns,
+                    "uid": claim.uid,
+                    "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                },
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": REQUEST, "exactly": {"deviceClassName": DRIVER}}],
+                        "config": _config(claim),
+                    }
+                },
+                "status": {
+                    "allocation": {
+                        "devices": {
+                            "results": [result | {"device": d} for d in devices],
+                            "config": _config(claim),
+                        },
+                        "nodeSelector": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchFields": [
+                                        {
+                                            "key": "metadata.name",
+                                            "operator": "In",
+                                            "values": [node.name],
+                                        }
+                                    ]
+                                }
+                            ]
+                        },
+                    },
+                    "reservedFor": [
+                        {"resource": "pods", "name": p.name, "uid": p.uid} for p in pods
+                    ],
+                },
+            }
+        )
+    return out
+
+
+def exporter_labels(pod: PodSpec, node: NodeSpec, gpu: int) -> tuple[tuple[str, str], ...]:
+    """dcgm-exporter ``--kubernetes-enable-dra``: the claim and device beside the pod labels."""
+    return (
+        ("dra_claim_name", pod.claim),
+        ("dra_claim_namespace", pod.namespace),
+        ("dra_device_name", device_name(node, gpu, None)),
+        ("dra_driver_name", DRIVER),
+        ("dra_pool_name", node.name),
+    )
