@@ -64,6 +64,11 @@ def podresources_rows(
     return rows
 
 
+def _quantity_mib(mib: int) -> str:
+    """A memory size in the API server's canonical form (the largest exact binary unit)."""
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
 def _attr(value: str) -> dict[str, str]:
     return {"string": value}
 
@@ -92,7 +97,7 @@ def slice_object(node: NodeSpec) -> dict[str, Any]:
                     "uuid": _attr(uuid),
                     "productName": _attr(node.model),
                 },
-                "capacity": {"memory": {"value": f"{node.memory_mib}Mi"}},
+                "capacity": {"memory": {"value": _quantity_mib(node.memory_mib)}},
                 "allowMultipleAllocations": True,
             }
         )
@@ -127,6 +132,16 @@ def _config(claim: ClaimSpec) -> list[dict[str, Any]]:
             },
         }
     ]
+
+
+def _request(claim: ClaimSpec) -> dict[str, Any]:
+    """The claim's one request; dcgm-exporter's monitoring claim asks for every GPU with
+    ``adminAccess`` (allowed only in a namespace labelled
+    ``resource.kubernetes.io/admin-access``)."""
+    request: dict[str, Any] = {"deviceClassName": DRIVER}
+    if claim.admin:
+        request |= {"adminAccess": True, "allocationMode": "All"}
+    return request
 
 
 def claim_objects(

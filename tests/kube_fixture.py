@@ -92,9 +92,11 @@ class Rest:
         out: dict[str, Any] = await self.ok("DELETE", path, body)
         return out
 
-    async def namespace(self, name: str) -> None:
+    async def namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
         """A namespace and its ``default`` ServiceAccount (no controller manager makes it here)."""
-        await self.create("/api/v1/namespaces", {"metadata": {"name": name}})
+        await self.create(
+            "/api/v1/namespaces", {"metadata": {"name": name, "labels": labels or {}}}
+        )
         await self.create(
             f"/api/v1/namespaces/{name}/serviceaccounts", {"metadata": {"name": "default"}}
         )

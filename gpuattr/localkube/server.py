@@ -258,6 +258,9 @@ class LocalKube:
             "--service-cluster-ip-range=10.96.0.0/16",
             "--profiling=false",
             f"--watch-cache={str(self.watch_cache).lower()}",
+            # consumable capacity (KEP-5075, alpha in 1.35): without it the server drops
+            # allowMultipleAllocations, shareID and consumedCapacity, which the dra scenario uses
+            "--feature-gates=DRAConsumableCapacity=true",
             "--v=1",
         ]
 

@@ -41,9 +41,9 @@ def served(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [d for d in docs if (d["apiVersion"], d["kind"]) not in NOT_SERVED]
 
 
-async def ensure_namespace(rest: Rest, name: str) -> None:
+async def ensure_namespace(rest: Rest, name: str, labels: dict[str, str] | None = None) -> None:
     try:
-        await rest.namespace(name)
+        await rest.namespace(name, labels)
     except KubeError as err:
         if err.status != 409:  # already there (another test made it)
             raise

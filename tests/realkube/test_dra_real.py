@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,9 @@ from agents.kube.watch import ResourceClaimWatcher, ResourceSliceWatcher, make_a
 from contract.inputs import ResourceClaimRecord, ResourceSliceRecord
 from gpuattr.localkube import LocalKube
 from infra.settings import KubeSettings
+from sim.apiserver import ApiServerDouble
+from sim.cluster import Cluster
+from sim.scenario import load
 from tests.helpers import wait_for
 from tests.kube_fixture import KubeError, Rest
 from tests.realkube.cluster import now_ms
@@ -110,13 +114,19 @@ def allocation(node: str, device: str, pods: list[tuple[str, str]]) -> dict[str,
 
 @contextlib.asynccontextmanager
 async def dra_watching(kubeconfig: Path, out: list[Any]) -> AsyncIterator[None]:
+    async with dra_watching_node(kubeconfig, out, NODE):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def dra_watching_node(kubeconfig: Path, out: list[Any], node: str) -> AsyncIterator[None]:
     settings = KubeSettings(kubeconfig=kubeconfig, max_backoff_s=0.5, dra=True)
     api = await make_api_client(settings)
 
     async def emit(record: Any) -> None:
         out.append(record)
 
-    kw = {"node": NODE, "api": api, "emit": emit, "now_ms": now_ms, "settings": settings}
+    kw = {"node": node, "api": api, "emit": emit, "now_ms": now_ms, "settings": settings}
     tasks = [
         asyncio.create_task(ResourceSliceWatcher(**kw).run(), name="slice-watch"),
         asyncio.create_task(ResourceClaimWatcher(**kw).run(), name="claim-watch"),
@@ -222,3 +232,72 @@ async def test_agent_reads_its_slices_and_claims_with_the_shipped_role(
 
     assert {r.node for r in out} == {NODE}
     assert "elsewhere" not in {r.name for r in out if isinstance(r, ResourceClaimRecord)}
+
+
+async def test_the_dra_scenario_objects_read_back_the_same_from_the_real_server(
+    real_kube: LocalKube,
+) -> None:
+    """The ``dra`` scenario's ResourceSlices and ResourceClaims (what the API-server double
+    serves the demo and the end-to-end test) are accepted by the real API server, and the
+    agent's watchers read the same records back from both."""
+    scenario = load("dra")
+    cluster = Cluster(scenario, lambda: 20.0)
+    objects = cluster.dra_objects(epoch_s=1_700_000_000)
+    rest = Rest.admin(real_kube)
+    for ns in sorted({o["metadata"]["namespace"] for o in objects if o["kind"] == "ResourceClaim"}):
+        # adminAccess claims are allowed only in namespaces labelled for it (the real server
+        # refuses them otherwise): where the GPU Operator runs dcgm-exporter
+        await ensure_namespace(rest, ns, {"resource.kubernetes.io/admin-access": "true"})
+    for obj in objects:
+        body = {k: v for k, v in obj.items() if k != "status"}
+        body["metadata"] = {"name": obj["metadata"]["name"]}
+        if obj["kind"] == "ResourceSlice":
+            await rest.create("/apis/resource.k8s.io/v1/resourceslices", body)
+        else:
+            ns = obj["metadata"]["namespace"]
+            path = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+            await rest.create(path, body)  # then the scheduler's part: allocation, reservedFor
+            await rest.merge_patch(
+                f"{path}/{body['metadata']['name']}/status", {"status": obj["status"]}
+            )
+
+    def comparable(records: list[Any]) -> set[Any]:
+        out = set()
+        for r in records:
+            if isinstance(r, ResourceClaimRecord):
+                out.add(replace(r, ts_ms=0, uid="", resource_version=""))
+            elif isinstance(r, ResourceSliceRecord):
+                out.add(replace(r, ts_ms=0, resource_version=""))
+        return out
+
+    for node in (n.name for n in scenario.nodes):
+        expected = {
+            o["metadata"]["name"]
+            for o in objects
+            if o["kind"] == "ResourceClaim"
+            and node in str(o["status"]["allocation"]["nodeSelector"])
+        }
+        real = await read_back(real_kube.kubeconfig, node, expected)
+        async with ApiServerDouble(lambda: ([], []), dra_objects=lambda: objects) as api:
+            config = real_kube.workdir / f"double-{node}.kubeconfig"
+            config.write_text(
+                "apiVersion: v1\nkind: Config\n"
+                f"clusters: [{{name: d, cluster: {{server: '{api.url}'}}}}]\n"
+                "users: [{name: u, user: {token: t}}]\n"
+                "contexts: [{name: c, context: {cluster: d, user: u}}]\ncurrent-context: c\n"
+            )
+            double = await read_back(config, node, expected)
+        assert comparable(real) == comparable(double)
+        assert set(claims(real)) == expected
+
+
+async def read_back(kubeconfig: Path, node: str, claim_names: set[str]) -> list[Any]:
+    """The records the agent's DRA watchers publish for ``node`` once they have everything."""
+    out: list[Any] = []
+    async with dra_watching_node(kubeconfig, out, node):
+        await wait_for(
+            lambda: slices(out) and set(claims(out)) == claim_names,
+            30,
+            what=lambda: f"{node}: {sorted(claims(out))} != {sorted(claim_names)}",
+        )
+    return out
