@@ -32,6 +32,7 @@ class HolderRow:
     uid_prefix: str | None
     slots: int
     allocation_share: float | None  # share of the device's slots *allocated*, not usage
+    claim: str | None = None  # DRA: the ResourceClaim it holds the device through
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,7 @@ class DeviceRow:
     open_alerts: tuple[str, ...]
     ts_ms: int
     summary: str
+    allocation: str = "device-plugin"  # or "dra"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,7 @@ def _holder(h: Holder) -> HolderRow:
         uid_prefix=h.uid[:8] if h.uid else None,
         slots=h.slots,
         allocation_share=h.allocation_share,
+        claim=h.claim,
     )
 
 
@@ -129,6 +132,7 @@ def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRo
         open_alerts=tuple(open_alerts),
         ts_ms=event.ts_ms,
         summary=event.summary,
+        allocation=event.allocation,
     )
 
 

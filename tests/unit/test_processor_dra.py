@@ -26,7 +26,11 @@ from contract.inputs import (
     ResourceSliceRecord,
 )
 from contract.outputs import AttributionEvent
+from gpuattr.report import accumulate
+from infra.settings import AlertSettings
+from streams.core.alerts import step
 from streams.core.processor import Processor, Tables
+from streams.core.views import device_row, usage_text
 
 NODE = "dra-node"
 D = "gpu.nvidia.com"
@@ -286,3 +290,36 @@ def test_exporter_dra_labels_are_judged_like_its_pod_labels() -> None:
         False,
         "shared device: identical per-pod copies of one device-wide row",
     )
+
+
+def test_views_alerts_and_report_treat_dra_holders_like_any_other() -> None:
+    shared = EVENTS[GPU[1]]
+    row = device_row(shared, None)
+    assert (row.allocation, row.state, row.tenant_count) == ("dra", "shared", 3)
+    assert {h.claim for h in row.holders} == {"ml/infer"}
+    assert usage_text(row) == "3 tenants · device-wide 50%"  # never a per-pod figure
+
+    # an idle exclusive DRA GPU opens an idle alert naming its holder and UID
+    policy = AlertSettings.model_construct(idle_window_s=10)
+    idle = replace(EVENTS[GPU[3]], usage=replace(EVENTS[GPU[3]].usage, util_pct=0.0))
+    state, alerts = step(None, idle, policy)
+    later = replace(idle, ts_ms=idle.ts_ms + 11_000)
+    _, alerts = step(state, later, policy)
+    (alert,) = alerts
+    assert (alert.kind, [(h.pod, h.uid) for h in alert.holders]) == (
+        "idle",
+        [("train-0", "uid-train-0")],
+    )
+
+    # GPU-hours: held by the claim's pods, a shared claim's hours in the shared column
+    lines = accumulate(
+        [shared, replace(shared, ts_ms=shared.ts_ms + 3_600_000)],
+        max_gap_s=7200,
+        idle_threshold_pct=5,
+    )
+    assert {(line.workload, round(line.held_gpu_hours, 3)) for line in lines} == {
+        ("Pod/infer-a", 0.333),
+        ("Pod/infer-b", 0.333),
+        ("Pod/infer-c", 0.333),
+    }
+    assert all(line.busy_gpu_hours is None for line in lines)  # no per-pod usage on a shared GPU
