@@ -10,12 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.kube.watch import NodeWatcher, PodWatcher, make_api_client
+from agents.kube.watch import (
+    NodeWatcher,
+    PodWatcher,
+    ResourceClaimWatcher,
+    ResourceSliceWatcher,
+    make_api_client,
+)
 from agents.types import AgentRecord
 from contract.inputs import NodeRecord, PodListSnapshot, PodRecord
 from infra.settings import KubeSettings
@@ -149,30 +155,48 @@ class Watching:
         return {uid: name for uid, (name, deleted) in state.items() if not deleted}
 
 
+WatcherKind = type[PodWatcher | NodeWatcher | ResourceSliceWatcher | ResourceClaimWatcher]
+
+
 @contextlib.asynccontextmanager
-async def watching(
-    node: str, kubeconfig: Path, *, watch_timeout_s: int = 300
-) -> AsyncIterator[Watching]:
-    """Run the agent's watchers for ``node`` with a kubeconfig (admin or a ServiceAccount)."""
+async def running(
+    node: str,
+    kubeconfig: Path,
+    kinds: tuple[WatcherKind, ...],
+    emit: Callable[[AgentRecord], Awaitable[None]],
+    *,
+    watch_timeout_s: int = 300,
+) -> AsyncIterator[list[Any]]:
+    """Run the agent's own watchers of ``kinds`` for ``node`` with a kubeconfig (the admin's or
+    a ServiceAccount's); yields them."""
     settings = KubeSettings(
         kubeconfig=kubeconfig, watch_timeout_s=watch_timeout_s, max_backoff_s=0.5
     )
     api = await make_api_client(settings)
-    seen = Watching(node)
-
-    async def emit(rec: AgentRecord) -> None:
-        seen.out.append(rec)
-
-    seen.pods_watcher = PodWatcher(node=node, api=api, emit=emit, now_ms=now_ms, settings=settings)
-    seen.node_watcher = NodeWatcher(node=node, api=api, emit=emit, now_ms=now_ms, settings=settings)
-    tasks = [
-        asyncio.create_task(seen.pods_watcher.run(), name=f"pod-watch-{node}"),
-        asyncio.create_task(seen.node_watcher.run(), name=f"node-watch-{node}"),
+    watchers = [
+        kind(node=node, api=api, emit=emit, now_ms=now_ms, settings=settings) for kind in kinds
     ]
+    tasks = [asyncio.create_task(w.run(), name=f"{w.kind}-watch-{node}") for w in watchers]
     try:
-        yield seen
+        yield watchers
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await api.close()
+
+
+@contextlib.asynccontextmanager
+async def watching(
+    node: str, kubeconfig: Path, *, watch_timeout_s: int = 300
+) -> AsyncIterator[Watching]:
+    """The agent's pod and node watchers for ``node``, and what they emitted."""
+    seen = Watching(node)
+
+    async def emit(rec: AgentRecord) -> None:
+        seen.out.append(rec)
+
+    kinds = (PodWatcher, NodeWatcher)
+    async with running(node, kubeconfig, kinds, emit, watch_timeout_s=watch_timeout_s) as ws:
+        seen.pods_watcher, seen.node_watcher = ws
+        yield seen

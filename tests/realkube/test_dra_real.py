@@ -4,23 +4,21 @@ shipped ClusterRole's ServiceAccount token."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agents.kube.watch import ResourceClaimWatcher, ResourceSliceWatcher, make_api_client
+from agents.kube.watch import ResourceClaimWatcher, ResourceSliceWatcher
 from contract.inputs import ResourceClaimRecord, ResourceSliceRecord
 from gpuattr.localkube import LocalKube
-from infra.settings import KubeSettings
 from sim.apiserver import ApiServerDouble
 from sim.cluster import Cluster
 from sim.scenario import load
 from tests.helpers import wait_for
 from tests.kube_fixture import KubeError, Rest
-from tests.realkube.cluster import now_ms
+from tests.realkube.cluster import running
 from tests.realkube.deploy import KUSTOMIZATIONS, NAMESPACE, apply, ensure_namespace, render
 
 DRIVER = "gpu.nvidia.com"
@@ -120,24 +118,11 @@ async def dra_watching(kubeconfig: Path, out: list[Any]) -> AsyncIterator[None]:
 
 @contextlib.asynccontextmanager
 async def dra_watching_node(kubeconfig: Path, out: list[Any], node: str) -> AsyncIterator[None]:
-    settings = KubeSettings(kubeconfig=kubeconfig, max_backoff_s=0.5, dra=True)
-    api = await make_api_client(settings)
-
     async def emit(record: Any) -> None:
         out.append(record)
 
-    kw = {"node": node, "api": api, "emit": emit, "now_ms": now_ms, "settings": settings}
-    tasks = [
-        asyncio.create_task(ResourceSliceWatcher(**kw).run(), name="slice-watch"),
-        asyncio.create_task(ResourceClaimWatcher(**kw).run(), name="claim-watch"),
-    ]
-    try:
+    async with running(node, kubeconfig, (ResourceSliceWatcher, ResourceClaimWatcher), emit):
         yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await api.close()
 
 
 def claims(out: list[Any]) -> dict[str, ResourceClaimRecord]:

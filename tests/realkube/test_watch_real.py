@@ -33,6 +33,14 @@ from tests.realkube.cluster import (
 LABELS = {"nvidia.com/gpu.sharing-strategy": "none", "nvidia.com/gpu.product": "NVIDIA-H100"}
 
 
+async def two_nodes(rest: Rest, ns: str, prefix: str) -> str:
+    """A namespace and two GPU nodes, ``<prefix>-a`` and ``<prefix>-b``; the pods path."""
+    await rest.namespace(ns)
+    for node in (f"{prefix}-a", f"{prefix}-b"):
+        await create_node(rest, node, LABELS, 4)
+    return f"/api/v1/namespaces/{ns}/pods"
+
+
 def expired() -> float:
     """410s the agent's watchers counted so far."""
     return sum(
@@ -54,10 +62,7 @@ async def test_list_and_watch_see_only_the_node_and_follow_every_change(
 ) -> None:
     rest = Rest.admin(real_kube)
     ns = "watch-basics"
-    await rest.namespace(ns)
-    await create_node(rest, "rk1-a", LABELS, 4)
-    await create_node(rest, "rk1-b", LABELS, 4)
-    pods = f"/api/v1/namespaces/{ns}/pods"
+    pods = await two_nodes(rest, ns, "rk1")
     train = await rest.create(pods, gpu_pod("train-0", "rk1-a"))
     await rest.create(pods, gpu_pod("elsewhere-0", "rk1-b"))
     await rest.create(pods, gpu_pod("cpu-only", "rk1-a", gpus=0))
@@ -264,10 +269,7 @@ async def test_api_server_restart_past_the_watch_cache_window_relists(
     an older version gets 410 Gone, and the watcher relists (and misses nothing)."""
     rest = Rest.admin(real_kube)
     ns = "restart"
-    await rest.namespace(ns)
-    await create_node(rest, "rk4-a", LABELS, 4)
-    await create_node(rest, "rk4-b", LABELS, 4)
-    pods = f"/api/v1/namespaces/{ns}/pods"
+    pods = await two_nodes(rest, ns, "rk4")
     a0 = await rest.create(pods, gpu_pod("a-0", "rk4-a"))
     async with watching("rk4-a", real_kube.kubeconfig) as w:
         await wait_for(lambda: a0["metadata"]["uid"] in w.believed(), 30)
@@ -303,10 +305,7 @@ async def test_etcd_compaction_expires_the_watch_and_the_watcher_relists(
     kube = uncached_kube
     rest = Rest.admin(kube)
     ns = "compaction"
-    await rest.namespace(ns)
-    await create_node(rest, "rk5-a", LABELS, 4)
-    await create_node(rest, "rk5-b", LABELS, 4)
-    pods = f"/api/v1/namespaces/{ns}/pods"
+    pods = await two_nodes(rest, ns, "rk5")
     a0 = await rest.create(pods, gpu_pod("a-0", "rk5-a"))
     async with watching("rk5-a", kube.kubeconfig) as w:
         await wait_for(lambda: a0["metadata"]["uid"] in w.believed(), 30)
@@ -334,10 +333,7 @@ async def test_bookmarks_carry_the_watch_forward(real_kube: LocalKube) -> None:
     bookmarks (about once a minute) carry it past changes elsewhere."""
     rest = Rest.admin(real_kube)
     ns = "bookmarks"
-    await rest.namespace(ns)
-    await create_node(rest, "rk6-a", LABELS, 4)
-    await create_node(rest, "rk6-b", LABELS, 4)
-    pods = f"/api/v1/namespaces/{ns}/pods"
+    pods = await two_nodes(rest, ns, "rk6")
     a0 = await rest.create(pods, gpu_pod("a-0", "rk6-a"))
     async with watching("rk6-a", real_kube.kubeconfig) as w:
         await wait_for(lambda: a0["metadata"]["uid"] in w.believed(), 30)
