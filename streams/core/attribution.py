@@ -152,8 +152,9 @@ def _dra_holder(
         pod = held[0].pod
         reserved = next((c for c in view.consumers if c.name == pod), None)
         if reserved is not None and reserved.uid != who.uid:
-            workload = who.workload if who.uid == reserved.uid else None
-            who = PodIdentity(reserved.uid, "resolved", workload)
+            # the pod watch knows another life of the name (or none yet): its workload is
+            # not this pod's
+            who = PodIdentity(reserved.uid, "resolved", None)
     return share, who
 
 
