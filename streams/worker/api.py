@@ -32,6 +32,7 @@ from infra.observe import metrics_body
 from streams.core.processor import Tables
 from streams.core.views import ROWS, DeviceRow, Filter, merge, select
 from streams.worker.live import LiveDevices
+from streams.worker.promexport import exposition
 
 log = logging.getLogger(__name__)
 PEER_TIMEOUT = aiohttp.ClientTimeout(total=5)
@@ -162,6 +163,7 @@ class QueryApi:
 
         async def metrics(view: Any, request: Any) -> Any:
             body, content_type = metrics_body()
+            body += exposition(api.local_rows())  # the devices this worker owns now
             return view.bytes(body, content_type=content_type.split(";")[0])
 
         async def healthz(view: Any, request: Any) -> Any:

@@ -84,6 +84,8 @@ async def test_metrics_and_health_endpoints(kafka_bootstrap: str, tmp_path: Path
                         "gpuattr_worker_events_in",
                         "gpuattr_worker_events_out",
                         "gpuattr_worker_table_keys",
+                        "gpuattr_device_info",  # the attribution series of its devices
+                        "gpuattr_device_holder_info",
                     ],
                 ),
                 "sink": (f"http://127.0.0.1:{sink_port}", ["gpuattr_sink_alerts_read"]),

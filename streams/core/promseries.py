@@ -1,0 +1,108 @@
+"""Attribution as Prometheus series, kube-state-metrics style. Pure.
+
+Built from the device rows a worker owns now (:meth:`streams.worker.live.LiveDevices.rows`), so
+a device's series leave a worker with its partition and the cardinality is bounded by live
+devices and their holders — never by samples. Info series carry identity (value 1); gauges carry
+units in their names.
+
+There is **no per-pod usage series**: utilisation and memory are the device's (``scope`` says
+``device`` or ``mig-instance``); who holds the device is a separate info series, and a holder's
+``allocation_share`` is what it was allocated, not what it used. Joining the two in PromQL to
+multiply a device-wide figure onto each tenant would recreate the exporter's lie; the honest
+joins (GPU-hours held per namespace, busy share where one holder exists) use ``tenants``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from streams.core.views import DeviceRow
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Family:
+    name: str
+    help: str
+    samples: list[tuple[Labels, float]] = field(default_factory=list)
+
+
+def _device(row: DeviceRow) -> Labels:
+    return (("node", row.node), ("device_uuid", row.device_uuid))
+
+
+def families(rows: Iterable[DeviceRow]) -> list[Family]:
+    info = Family("gpuattr_device_info", "A device (GPU or MIG instance) and how it is held")
+    holder = Family(
+        "gpuattr_device_holder_info", "A pod holding a device, from our own join (value 1)"
+    )
+    share = Family(
+        "gpuattr_device_holder_allocation_share",
+        "The share of the device a holder was allocated (not a usage figure)",
+    )
+    tenants = Family("gpuattr_device_tenants", "Pods holding the device")
+    util = Family(
+        "gpuattr_device_utilization_ratio",
+        "Utilisation of the whole device or MIG instance (scope), never of a pod",
+    )
+    memory = Family(
+        "gpuattr_device_memory_used_bytes", "Framebuffer used on the device or MIG instance"
+    )
+    idle = Family("gpuattr_device_idle_seconds", "How long the held device has been idle")
+    alerts = Family("gpuattr_device_open_alerts", "Open alerts on the device (value 1)")
+    for row in rows:
+        device = _device(row)
+        info.samples.append(
+            (
+                (
+                    *device,
+                    ("gpu_uuid", row.gpu_uuid),
+                    ("gpu_index", "" if row.gpu_index is None else str(row.gpu_index)),
+                    ("mig_instance", "" if row.mig_instance is None else str(row.mig_instance)),
+                    ("mig_profile", row.mig_profile or ""),
+                    ("model", row.model),
+                    ("sharing", row.sharing),
+                    ("state", row.state),
+                    ("allocation", row.allocation),
+                ),
+                1.0,
+            )
+        )
+        tenants.samples.append((device, float(row.tenant_count)))
+        for h in row.holders:
+            kind, _, name = (h.workload or "").partition("/")
+            holder.samples.append(
+                (
+                    (
+                        *device,
+                        ("namespace", h.namespace),
+                        ("pod", h.pod),
+                        ("container", h.container),
+                        ("pod_uid", h.uid or ""),
+                        ("workload_kind", kind),
+                        ("workload_name", name),
+                        ("claim", h.claim or ""),
+                    ),
+                    1.0,
+                )
+            )
+            if h.allocation_share is not None:
+                who = (
+                    *device,
+                    ("namespace", h.namespace),
+                    ("pod", h.pod),
+                    ("container", h.container),
+                )
+                share.samples.append((who, h.allocation_share))
+        scope = (*device, ("scope", row.usage_scope))
+        if row.util_pct is not None:
+            util.samples.append((scope, row.util_pct / 100.0))
+        if row.fb_used_mib is not None:
+            memory.samples.append((scope, row.fb_used_mib * 2**20))
+        if row.idle_s is not None:
+            idle.samples.append((device, row.idle_s))
+        for alert in row.open_alerts:
+            alerts.samples.append(((*device, ("alert", alert)), 1.0))
+    return [info, holder, share, tenants, util, memory, idle, alerts]
