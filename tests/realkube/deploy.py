@@ -14,7 +14,11 @@ from tests.kustomize_render import BASE, MICROK8S
 
 KUSTOMIZATIONS = {"base": BASE, "microk8s": MICROK8S}
 #: kinds whose CRDs this API server does not have (Strimzi's operator installs them)
-NOT_SERVED = {("kafka.strimzi.io/v1beta2", "KafkaTopic")}
+NOT_SERVED = {
+    ("kafka.strimzi.io/v1beta2", "KafkaTopic"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 NAMESPACE = "gpuattr"
 
 
