@@ -9,25 +9,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from contract.inputs import AllocatableDevice, DeviceAssignment
 from sim import dra
 from sim.exporter_rows import ExporterRow
-from sim.scenario import NodeSpec, PodSpec, Scenario, gpu_uuid, mig_uuid
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    gpu: int
-    gi: int | None
-    replica: int | None
-
-
-def parse_slot(text: str) -> Slot:
-    base, _, replica = text.partition("::")
-    gpu, _, gi = base.partition("/gi")
-    return Slot(int(gpu), int(gi) if gi else None, int(replica) if replica else None)
+from sim.scenario import NodeSpec, PodSpec, Scenario, Slot, gpu_uuid, mig_uuid, parse_slot
 
 
 def resource_name(node: NodeSpec, slot: Slot) -> str:

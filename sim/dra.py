@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contract.inputs import DRA_PREFIX, DeviceAssignment
-from sim.scenario import ClaimSpec, NodeSpec, PodSpec, Scenario, gpu_uuid, mig_uuid
+from sim.scenario import ClaimSpec, NodeSpec, PodSpec, Scenario, gpu_uuid, mig_uuid, parse_slot
 
 DRIVER = "gpu.nvidia.com"
 REQUEST = "gpu"
@@ -35,11 +35,8 @@ def share_id(claim: ClaimSpec) -> str:
 
 
 def _slots(pod: PodSpec) -> list[tuple[int, int | None]]:
-    out = []
-    for text in pod.slots:
-        gpu, _, gi = text.partition("::")[0].partition("/gi")
-        out.append((int(gpu), int(gi) if gi else None))
-    return out
+    """(GPU, MIG instance) of each slot: a DRA device has no replicas."""
+    return [(slot.gpu, slot.gi) for slot in map(parse_slot, pod.slots)]
 
 
 def podresources_rows(

@@ -11,8 +11,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from sim.cluster import holds_at, parse_slot, resource_name
-from sim.scenario import NodeSpec, PodSpec, Scenario
+from sim.cluster import holds_at, resource_name
+from sim.scenario import NodeSpec, PodSpec, Scenario, parse_slot
 
 
 def rfc3339(epoch_s: float) -> str:

@@ -35,6 +35,19 @@ def pod_uid(namespace: str, name: str, start_s: float) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Slot:
+    gpu: int
+    gi: int | None
+    replica: int | None
+
+
+def parse_slot(text: str) -> Slot:
+    base, _, replica = text.partition("::")
+    gpu, _, gi = base.partition("/gi")
+    return Slot(int(gpu), int(gi) if gi else None, int(replica) if replica else None)
+
+
+@dataclass(frozen=True, slots=True)
 class MigSpec:
     gpus: tuple[int, ...]
     profile: str

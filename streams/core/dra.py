@@ -122,6 +122,12 @@ def place(
     return Unplaced(f"device {ref[2]} has no uuid attribute")
 
 
+def placed_keys(devices: Mapping[DeviceRef, DraDevice], inventory: Inventory) -> frozenset[str]:
+    """The device keys (GPUs, MIG instances) a node's DRA slices place: DRA devices, held or not."""
+    placements = (place(ref, devices, inventory) for ref in devices)
+    return frozenset(p.key for p in placements if isinstance(p, Placed))
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimView:
     """What one claim says about one of its devices."""

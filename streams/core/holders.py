@@ -81,6 +81,20 @@ class NodeDevices:
     unplaced_mig: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
+def unplaced_dra(index: NodeDevices) -> tuple[str, ...]:
+    """What the node's unheld GPUs must say when held DRA devices are in no slice (MIG devices
+    known by their parent excepted): any of those GPUs may be one of them. Empty otherwise."""
+    mig = {base for held in index.unplaced_mig.values() for base, _ in held}
+    lost = [b for b in index.unresolved if b.startswith(DRA_PREFIX) and b not in mig]
+    if not lost:
+        return ()
+    more = ", …" if len(lost) > 3 else ""
+    return (
+        f"{len(lost)} DRA device(s) held on this node are in no ResourceSlice "
+        f"({', '.join(lost[:3])}{more}): this GPU may be one",
+    )
+
+
 def empty_index(node: str) -> NodeDevices:
     return NodeDevices(node, (), {}, (), (), 0)
 

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, fields
 
 from contract.inputs import (
-    DRA_PREFIX,
     DcgmSample,
     DcgmScrape,
     DeviceAssignment,
@@ -31,7 +30,7 @@ from contract.outputs import Alert, AttributionEvent, ExporterMisattribution
 from infra.settings import AlertSettings
 from streams.core.alerts import DeviceAlerts, policy_for, step
 from streams.core.attribution import DeviceContext, PodIdentity, attribute
-from streams.core.dra import NodeSlices, Placed, device_map, place
+from streams.core.dra import NodeSlices, device_map, placed_keys
 from streams.core.holders import (
     DraDevices,
     NodeDevices,
@@ -39,6 +38,7 @@ from streams.core.holders import (
     apply_podresources,
     base_of,
     reindex,
+    unplaced_dra,
 )
 from streams.core.identity import (
     EMPTY_INVENTORY,
@@ -266,10 +266,6 @@ class Processor:
 
         dra_devices = self._dra_devices(node)
         inventory = self._inventory(node)
-        lost: tuple[str, ...] = ()
-        if index is not None:
-            mig = {base for held in index.unplaced_mig.values() for base, _ in held}
-            lost = tuple(b for b in index.unresolved if b.startswith(DRA_PREFIX) and b not in mig)
         return _NodeView(
             index=index,
             mig_parents=frozenset(k.partition("/gi")[0] for k in index.keys if "/gi" in k)
@@ -281,17 +277,8 @@ class Processor:
             resolve_pod=self._resolver(node),
             claim=claim,
             dra_devices=dra_devices,
-            dra_keys=frozenset(
-                placed.key
-                for ref in dra_devices
-                if isinstance(placed := place(ref, dra_devices, inventory), Placed)
-            ),
-            dra_lost=(
-                f"{len(lost)} DRA device(s) held on this node are in no ResourceSlice "
-                f"({', '.join(lost[:3])}{', …' if len(lost) > 3 else ''}): this GPU may be one",
-            )
-            if lost
-            else (),
+            dra_keys=placed_keys(dra_devices, inventory) if dra_devices else frozenset(),
+            dra_lost=unplaced_dra(index) if index is not None else (),
         )
 
     def _on_scrape(self, scrape: DcgmScrape) -> list[Output]:

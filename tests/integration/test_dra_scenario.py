@@ -19,6 +19,7 @@ from sim.cluster import Cluster
 from sim.scenario import gpu_uuid, load, mig_uuid
 from tests.helpers import wait_for
 from tests.integration.pipeline import Collected, collect, pipeline
+from tests.integration.test_sharing_scenarios import events_since
 
 pytestmark = pytest.mark.integration
 
@@ -28,10 +29,6 @@ INFER = sorted(p.name for p in SCENARIO.pods if p.claim == "infer-shared")
 GONE = next(p for p in SCENARIO.pods if p.claim == "infer-shared" and p.stop_s is not None)
 GH, A100 = "gh200-dra", "a100-dra"
 USAGE_WORDS = ("util", "usage", "fb_", "power", "temp")
-
-
-def events_since(events: Collected, since_ms: int) -> list[AttributionEvent]:
-    return [e for e in events.records if isinstance(e, AttributionEvent) and e.ts_ms >= since_ms]
 
 
 def devices_at(t: float) -> set[str]:

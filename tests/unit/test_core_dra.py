@@ -21,6 +21,7 @@ from streams.core.dra import (
     claim_view,
     device_map,
     place,
+    placed_keys,
     quantity,
     split_row,
 )
@@ -202,3 +203,7 @@ def test_consumable_capacity_share_is_an_allocation_share() -> None:
 def test_a_claim_that_did_not_allocate_the_device_says_nothing() -> None:
     assert claim_view(claim((result("gpu-0"),)), (D, NODE, "gpu-1"), None) is None
     assert claim_view(claim((result(share_id="s-1"),)), (D, NODE, "gpu-1"), None, "s-9") is None
+
+
+def test_placed_keys_are_every_placeable_device_of_the_slices() -> None:
+    assert placed_keys(MAP, INVENTORY) == {GPU1, f"{GPU0}/gi7"}
