@@ -19,6 +19,15 @@ CreditScope = Literal["holder", "device-wide", "none"]
 #: how the device reached its holders: a device plugin (PodResources device IDs) or DRA claims
 Allocation = Literal["device-plugin", "dra"]
 ExporterMode = Literal["none", "single", "per-pod-copies", "per-process"]
+#: what dcgm-exporter's own pod labels amount to on this device, checked against our join:
+#: ``trusted`` (its one pod is the only holder, or it credits nobody on an unheld device),
+#: ``unchecked`` (holders unknown yet), or how it misattributes: a pod that holds no slot here
+#: (``stranger``), a DRA claim the pod does not hold the device through (``wrong-claim``), a
+#: device-wide value on one or each of several holders (``shared-device``), per-process rows that
+#: are no device reading (``per-process``), or no pod although pods hold it (``uncredited``)
+ExporterVerdict = Literal[
+    "trusted", "unchecked", "stranger", "wrong-claim", "shared-device", "per-process", "uncredited"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +89,7 @@ class ExporterView:
     trusted: bool
     reason: str
     mode: ExporterMode = "none"
+    verdict: ExporterVerdict = "unchecked"  # additive: payloads before it read as unchecked
 
 
 @dataclass(frozen=True, slots=True)

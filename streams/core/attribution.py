@@ -238,7 +238,7 @@ def _exporter_view(
     mode = _mode(sample, claims)
     if state == "unknown":
         reason = "holders unknown yet: the claim cannot be checked"
-        return ExporterView(claims, False, reason, mode), ()
+        return ExporterView(claims, False, reason, mode, "unchecked"), ()
     holding = {(h.namespace, h.pod) for h in holders}
     held_through: dict[tuple[str, str], set[str]] = defaultdict(set)
     for h in holders:
@@ -253,7 +253,8 @@ def _exporter_view(
         and c.claim not in held_through[c.namespace, c.pod]
     ]
     if strangers:
-        view = ExporterView(claims, False, "exporter credits a pod that holds no slot here")
+        reason = "exporter credits a pod that holds no slot here"
+        view = ExporterView(claims, False, reason, verdict="stranger")
     elif wrong_claim:
         c = wrong_claim[0]
         through = ", ".join(sorted(held_through[c.namespace, c.pod]))
@@ -262,21 +263,24 @@ def _exporter_view(
             False,
             f"exporter names DRA claim {c.claim} for {c.namespace}/{c.pod}, "
             f"which holds this device through {through}",
+            verdict="wrong-claim",
         )
     elif not claims:
         reason = "exporter credited no pod" + (
             f" although {len(holding)} pod(s) hold slots" if holding else ""
         )
-        view = ExporterView(claims, not holding, reason)
+        view = ExporterView(
+            claims, not holding, reason, verdict="uncredited" if holding else "trusted"
+        )
     elif state == "shared" and len(holding) > 1:
         how = (
             "identical per-pod copies of one device-wide row"
             if len(claims) > 1
             else "one arbitrary holder stamped on a device-wide value"
         )
-        view = ExporterView(claims, False, f"shared device: {how}")
+        view = ExporterView(claims, False, f"shared device: {how}", verdict="shared-device")
     else:
-        view = ExporterView(claims, True, "exporter's pod is the only holder")
+        view = ExporterView(claims, True, "exporter's pod is the only holder", verdict="trusted")
     if mode == "per-process":
         view = ExporterView(
             claims,
@@ -286,6 +290,8 @@ def _exporter_view(
             + ") are not a device-wide "
             "reading and are left out; unreliable under MPS",
             mode,
+            # a pod that holds nothing here is the worse lie: it stays the verdict
+            view.verdict if view.verdict in ("stranger", "wrong-claim") else "per-process",
         )
     return replace(view, mode=mode), strangers
 

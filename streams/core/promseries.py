@@ -52,6 +52,12 @@ def families(rows: Iterable[DeviceRow]) -> list[Family]:
     )
     idle = Family("gpuattr_device_idle_seconds", "How long the held device has been idle")
     alerts = Family("gpuattr_device_open_alerts", "Open alerts on the device (value 1)")
+    exporter = Family(
+        "gpuattr_device_exporter_verdict",
+        "What dcgm-exporter's own pod labels amount to on the device's latest sample, checked "
+        "against our join (value 1): trusted, unchecked, stranger, wrong-claim, shared-device, "
+        "per-process or uncredited",
+    )
     for row in rows:
         device = _device(row)
         info.samples.append(
@@ -105,4 +111,6 @@ def families(rows: Iterable[DeviceRow]) -> list[Family]:
             idle.samples.append((device, row.idle_s))
         for alert in row.open_alerts:
             alerts.samples.append(((*device, ("alert", alert)), 1.0))
-    return [info, holder, share, tenants, util, memory, idle, alerts]
+        verdict = (("verdict", row.exporter_verdict), ("mode", row.exporter_mode))
+        exporter.samples.append(((*device, *verdict), 1.0))
+    return [info, holder, share, tenants, util, memory, idle, alerts, exporter]

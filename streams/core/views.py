@@ -58,6 +58,8 @@ class DeviceRow:
     ts_ms: int
     summary: str
     allocation: str = "device-plugin"  # or "dra"
+    exporter_verdict: str = "unchecked"  # what dcgm-exporter's own pod labels amount to here
+    exporter_mode: str = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,8 @@ def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRo
         ts_ms=event.ts_ms,
         summary=event.summary,
         allocation=event.allocation,
+        exporter_verdict=event.exporter.verdict,
+        exporter_mode=event.exporter.mode,
     )
 
 

@@ -119,3 +119,4 @@ class RecordLoop:
             await self.publish(out)
             if isinstance(out, AttributionEvent):
                 self.live.update(event.message.partition, out)
+                selfmetrics.EXPORTER_VERDICTS.labels(out.exporter.verdict).inc()

@@ -16,3 +16,9 @@ TABLE_KEYS = Gauge(
 CONSUMER_LAG = Gauge(
     "gpuattr_worker_consumer_lag", "Input records not yet processed", ["partition"]
 )
+EXPORTER_VERDICTS = Counter(
+    "gpuattr_exporter_samples_total",
+    "Attributed samples by what dcgm-exporter's own pod labels amounted to (verdict): "
+    "trusted, unchecked, or how they misattribute",
+    ["verdict"],
+)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from contract.inputs import DcgmSample, ExporterClaim
@@ -56,7 +58,7 @@ def test_exclusive_holder_is_credited_and_exporter_trusted() -> None:
     )
     assert (ev.state, ev.sharing, ev.credit, ev.tenant_count) == ("exclusive", "none", "holder", 1)
     assert ev.holders[0].allocation_share == 1.0
-    assert ev.exporter.trusted
+    assert (ev.exporter.trusted, ev.exporter.verdict) == (True, "trusted")
     assert ev.usage.util_pct == 42.0
     assert flags == ()
 
@@ -64,7 +66,7 @@ def test_exclusive_holder_is_credited_and_exporter_trusted() -> None:
 def test_unallocated_device() -> None:
     ev, _ = attribute(sample(), [], EXCL)
     assert (ev.state, ev.credit, ev.holders) == ("unallocated", "none", ())
-    assert ev.exporter.trusted
+    assert (ev.exporter.trusted, ev.exporter.verdict) == (True, "trusted")
 
 
 def test_mps_lab_lists_every_tenant_and_distrusts_the_exporter() -> None:
@@ -75,7 +77,7 @@ def test_mps_lab_lists_every_tenant_and_distrusts_the_exporter() -> None:
     assert [h.pod for h in ev.holders] == [f"mps-tenant-{x}" for x in "abcd"]
     assert all(h.allocation_share == 0.25 for h in ev.holders)
     assert ev.credit == "device-wide"
-    assert not ev.exporter.trusted
+    assert (ev.exporter.trusted, ev.exporter.verdict) == (False, "shared-device")
     assert "4 tenants share this GPU" in ev.summary
     assert "8%" in ev.summary
     assert flags == ()
@@ -88,14 +90,14 @@ def test_per_pod_copies_are_recognised_not_added() -> None:
     ev, _ = attribute(sample(util_pct=30.0, exporter_claims=claims), TENANTS, MPS)
     assert ev.usage.util_pct == 30.0
     assert "copies" in ev.exporter.reason
-    assert not ev.exporter.trusted
+    assert (ev.exporter.trusted, ev.exporter.verdict) == (False, "shared-device")
 
 
 def test_exporter_crediting_a_non_holder_is_flagged() -> None:
     ev, flags = attribute(
         sample(exporter_claims=(claim("ghost"),)), [A("ml", "p", "c", "nvidia.com/gpu", G)], EXCL
     )
-    assert not ev.exporter.trusted
+    assert (ev.exporter.trusted, ev.exporter.verdict) == (False, "stranger")
     assert [f.claimed.pod for f in flags] == ["ghost"]
 
 
@@ -167,8 +169,18 @@ def test_exporter_modes_are_recognised() -> None:
         MPS,
     )
     assert ev.exporter.mode == "per-process"
-    assert not ev.exporter.trusted
+    assert (ev.exporter.trusted, ev.exporter.verdict) == (False, "per-process")
     assert ev.usage.util_pct is None  # no device-wide figure: none is invented
     assert all(not hasattr(h, "util_pct") for h in ev.holders)
     ev, _ = attribute(sample(exporter_claims=(claim("mps-tenant-b", "mps"),)), TENANTS, MPS)
     assert ev.exporter.mode == "single"
+
+
+def test_exporter_verdicts_for_the_unchecked_and_the_uncredited() -> None:
+    held = [A("ml", "p", "c", "nvidia.com/gpu", G)]
+    ev, _ = attribute(sample(), held, EXCL)  # holders known, no pod label at all
+    assert (ev.exporter.trusted, ev.exporter.verdict) == (False, "uncredited")
+    unknown = replace(EXCL, holders_known=False)
+    ev, flags = attribute(sample(exporter_claims=(claim("ghost"),)), [], unknown)
+    # holders unknown: the exporter's claim is neither trusted nor called a lie
+    assert (ev.state, ev.exporter.verdict, flags) == ("unknown", "unchecked", ())

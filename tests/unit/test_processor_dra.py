@@ -261,7 +261,7 @@ def test_slices_leaving_the_node_unplace_its_devices() -> None:
     assert f"dra:{D}/{NODE}/gpu-1" in index.unresolved
 
 
-def exporter_view(uuid: str, *claims: tuple[str, str | None]) -> tuple[bool, str]:
+def exporter_view(uuid: str, *claims: tuple[str, str | None]) -> tuple[bool, str, str]:
     """The worker's judgment of the exporter's DRA labels on one device's row copies."""
     processor = Processor(Tables.in_memory())
     for record in SETUP:
@@ -272,23 +272,26 @@ def exporter_view(uuid: str, *claims: tuple[str, str | None]) -> tuple[bool, str
     )
     scrape = DcgmScrape(NODE, T + 5000, (replace(sample(uuid), exporter_claims=stamped),))
     (ev, *_) = (o for o in processor.handle(scrape) if isinstance(o, AttributionEvent))
-    return ev.exporter.trusted, ev.exporter.reason
+    return ev.exporter.trusted, ev.exporter.reason, ev.exporter.verdict
 
 
 def test_exporter_dra_labels_are_judged_like_its_pod_labels() -> None:
     assert exporter_view(GPU[3], ("train-0", "ml/train")) == (
         True,
         "exporter's pod is the only holder",
+        "trusted",
     )
     assert exporter_view(GPU[3], ("train-0", "ml/other")) == (
         False,
         "exporter names DRA claim ml/other for ml/train-0, which holds this device through "
         "ml/train",
+        "wrong-claim",
     )
     # a shared claim: one full-value copy per pod, as dcgm-exporter's DRA mode prints it
     assert exporter_view(GPU[1], ("infer-a", "ml/infer"), ("infer-b", "ml/infer")) == (
         False,
         "shared device: identical per-pod copies of one device-wide row",
+        "shared-device",
     )
 
 

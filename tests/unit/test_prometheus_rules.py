@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -21,16 +22,26 @@ def promtool(*args: str, cwd: Path) -> str:
     return done.stdout
 
 
-def rules_file(folder: Path) -> Path:
+def rule_groups() -> list[dict[str, Any]]:
     (rule,) = [d for d in base_docs() if d["kind"] == "PrometheusRule"]
+    groups: list[dict[str, Any]] = rule["spec"]["groups"]
+    return groups
+
+
+def rules_file(folder: Path, *, every_evaluation: bool = False) -> Path:
+    """The shipped groups as a Prometheus rule file. ``every_evaluation`` drops the groups' own
+    intervals (so a test's short global one applies): no expression depends on them."""
+    groups = rule_groups()
+    if every_evaluation:
+        groups = [{k: v for k, v in g.items() if k != "interval"} for g in groups]
     path = folder / "rules.yaml"
-    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    path.write_text(yaml.safe_dump({"groups": groups}))
     return path
 
 
 def test_rules_are_valid(tmp_path: Path) -> None:
     out = promtool("check", "rules", str(rules_file(tmp_path)), cwd=tmp_path)
-    assert "SUCCESS: 8 rules found" in out
+    assert "SUCCESS: 10 rules found" in out
 
 
 def test_rules_unit_tests_pass(tmp_path: Path) -> None:
@@ -55,3 +66,23 @@ def test_a_broken_expectation_fails(tmp_path: Path) -> None:
         text=True,
     )
     assert done.returncode != 0
+
+
+def test_the_handover_in_the_unit_tests_bites(tmp_path: Path) -> None:
+    """rules_test.yaml has a device served by two workers at once (a partition changing hands):
+    the GPUs-held rule without its per-identity ``max by`` counts that device twice, and fails."""
+    groups = rule_groups()
+    (held,) = [r for r in groups[0]["rules"] if r.get("record", "").endswith("gpus_held:sum")]
+    held["expr"] = (
+        "sum by (namespace, workload_kind, workload_name) (gpuattr_device_holder_info"
+        " / on (node, device_uuid, instance) group_left () gpuattr_device_tenants)"
+    )
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    shutil.copy(TESTS, tmp_path / "rules_test.yaml")
+    tool = shutil.which("promtool")
+    assert tool
+    done = subprocess.run(
+        [tool, "test", "rules", "rules_test.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    assert 'workload_name="web"} 2E+00' in done.stdout + done.stderr  # the device counted twice

@@ -64,3 +64,14 @@ def test_no_usage_series_names_a_pod() -> None:
 
 def test_no_devices_no_series() -> None:
     assert all(samples == [] for samples in parsed([]).values())
+
+
+def test_each_device_says_what_the_exporters_labels_amount_to() -> None:
+    verdicts = {
+        labels["device_uuid"]: (labels["verdict"], labels["mode"])
+        for labels, _ in SERIES["gpuattr_device_exporter_verdict"]
+    }
+    assert set(verdicts) == set(EVENTS)  # one series per device, never per sample or per pod
+    for uuid, ev in EVENTS.items():
+        assert verdicts[uuid] == (ev.exporter.verdict, ev.exporter.mode)
+    assert all(value == 1.0 for _, value in SERIES["gpuattr_device_exporter_verdict"])
