@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: demo test lint typecheck unit integration clean kube-binaries
+.PHONY: demo test lint typecheck unit integration clean kube-binaries dashboard
 
 $(BIN)/gpuattr: pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON)"; exit 1; }
@@ -32,6 +32,11 @@ lint: $(BIN)/gpuattr $(TOOLS)/check-jsonschema
 
 typecheck: $(BIN)/gpuattr
 	$(BIN)/mypy
+	$(BIN)/mypy deploy/grafana/dashboard.py
+
+# the Grafana dashboard is code: regenerate its committed JSON (tests fail when it is stale)
+dashboard: $(BIN)/gpuattr
+	$(BIN)/python deploy/grafana/dashboard.py > deploy/grafana/gpuattr.json
 
 # the real-API-server tier's binaries: built once from the Go module proxy (minutes), then cached
 kube-binaries: $(BIN)/gpuattr

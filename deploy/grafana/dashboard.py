@@ -1,0 +1,375 @@
+"""The gpu-attribution Grafana dashboard, as code (grafana-foundation-sdk, Grafana 11.6 schema).
+
+    .venv/bin/python deploy/grafana/dashboard.py > deploy/grafana/gpuattr.json   (make dashboard)
+
+The committed JSON is this module's output; tests/unit/test_dashboard.py fails when it is stale,
+re-reads it through the SDK's own models, and tests/integration/test_prometheus_handover.py runs
+every panel's query against a real Prometheus scraping two workers.
+
+Honesty on the wall: usage is only ever the device's (or MIG instance's) figure; the holders of a
+shared device are a separate table with no usage column; GPU-hours are *held* (each holder
+1/tenants of a device), never "used" by a pod. Queries read the recording rules in
+deploy/kustomize/base/monitoring.yaml or take ``max by`` a series' identity first, so a device
+whose partition is changing hands between workers is counted once.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from grafana_foundation_sdk.builders import bargauge, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders.common import ReduceDataOptions, VizLegendOptions
+from grafana_foundation_sdk.builders.dashboard import (
+    Dashboard,
+    DatasourceVariable,
+    QueryVariable,
+    Row,
+    ThresholdsConfig,
+)
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import (
+    BarGaugeDisplayMode,
+    BigValueColorMode,
+    BigValueGraphMode,
+    LegendDisplayMode,
+    LegendPlacement,
+    VizOrientation,
+)
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    DataTransformerConfig,
+    GridPos,
+    Threshold,
+    ThresholdsMode,
+    VariableRefresh,
+)
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+UID = "gpuattr-attribution"
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
+NODE = 'node=~"$node"'  # every device series carries its node; the variable narrows them
+
+#: a shared device, by identity (counted once while its partition changes hands)
+SHARED = f'max by (node, device_uuid) (gpuattr_device_info{{state="shared", {NODE}}})'
+HOLDER_ID = "node, device_uuid, namespace, pod, container, pod_uid, workload_kind, workload_name"
+
+
+def query(expr: str, ref: str, legend: str = "", *, instant: bool = False) -> prometheus.Dataquery:
+    q = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DS)
+    if legend:
+        q = q.legend_format(legend)
+    if instant:
+        q = q.instant().format(PromQueryFormat.TABLE)
+    return q
+
+
+def at(x: int, y: int, w: int, h: int) -> GridPos:
+    return GridPos(h=h, w=w, x=x, y=y)
+
+
+def merged(panel: table.Panel) -> table.Panel:
+    """Several instant queries of one table, joined on their shared labels."""
+    return panel.with_transformation(
+        DataTransformerConfig(id_val="merge", options={})
+    ).with_transformation(
+        DataTransformerConfig(
+            id_val="organize",
+            options={"excludeByName": {"Time": True}, "renameByName": {}},
+        )
+    )
+
+
+def funnel() -> list[Any]:
+    steps = [
+        ("GPUs and MIG instances", "gpuattr:devices:count", "blue"),
+        ("Allocated", "gpuattr:devices_allocated:count", "purple"),
+        ("Active (> 5 % busy)", "gpuattr:devices_active:count", "green"),
+        ("Allocated but idle", "gpuattr:devices_idle:count", "orange"),
+    ]
+    stats = [
+        stat.Panel()
+        .title(title)
+        .datasource(DS)
+        .with_target(query(expr, "A", title))
+        .grid_pos(at(6 * i, 1, 6, 4))
+        .color_mode(BigValueColorMode.BACKGROUND)
+        .graph_mode(BigValueGraphMode.AREA)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]))
+        .thresholds(
+            ThresholdsConfig()
+            .mode(ThresholdsMode.ABSOLUTE)
+            .steps([Threshold(color=color, value=None)])
+        )
+        for i, (title, expr, color) in enumerate(steps)
+    ]
+    over_time = (
+        timeseries.Panel()
+        .title("Fleet funnel over time")
+        .description(
+            "Whole fleet (the node filter does not apply): devices total, allocated to pods, "
+            "active, and allocated but idle. A MIG instance counts as a device of its own."
+        )
+        .datasource(DS)
+        .grid_pos(at(0, 5, 24, 7))
+        .legend(
+            VizLegendOptions()
+            .display_mode(LegendDisplayMode.LIST)
+            .placement(LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+    )
+    for ref, (title, expr, _) in zip("ABCD", steps, strict=True):
+        over_time = over_time.with_target(query(expr, ref, title))
+    return [*stats, over_time]
+
+
+def shared_devices() -> list[Any]:
+    devices = merged(
+        table.Panel()
+        .title("Shared GPUs: tenants and the device's own figures")
+        .description(
+            "One row per shared device (time-slicing, MPS, a shared DRA claim). Utilisation and "
+            "memory are the whole device's: the hardware does not measure a tenant's share, so "
+            "none is shown. Who holds each device is the table below."
+        )
+        .datasource(DS)
+        .grid_pos(at(0, 13, 24, 7))
+        .with_target(
+            query(
+                f"max by (node, device_uuid, model, sharing, allocation) "
+                f'(gpuattr_device_info{{state="shared", {NODE}}})',
+                "A",
+                instant=True,
+            )
+        )
+        .with_target(
+            query(
+                "max by (node, device_uuid) (gpuattr_device_tenants) "
+                f"and on (node, device_uuid) {SHARED}",
+                "B",
+                instant=True,
+            )
+        )
+        .with_target(
+            query(
+                "max by (node, device_uuid) (gpuattr_device_utilization_ratio) "
+                f"and on (node, device_uuid) {SHARED}",
+                "C",
+                instant=True,
+            )
+        )
+    )
+    holders = merged(
+        table.Panel()
+        .title("Who holds what on shared GPUs")
+        .description(
+            "Every holder of every shared device, from gpu-attribution's own join (the pod UID "
+            "is the API server's, never dcgm-exporter's). The allocation share is what the pod "
+            "was allocated (its slots or capacity), not what it used; it is absent where the "
+            "allocation has no per-pod split (a shared DRA claim)."
+        )
+        .datasource(DS)
+        .grid_pos(at(0, 20, 24, 9))
+        .with_target(
+            query(
+                f"max by ({HOLDER_ID}, claim) (gpuattr_device_holder_info{{{NODE}}}) "
+                f"and on (node, device_uuid) {SHARED}",
+                "A",
+                instant=True,
+            )
+        )
+        .with_target(
+            query(
+                "max by (node, device_uuid, namespace, pod, container) "
+                f"(gpuattr_device_holder_allocation_share{{{NODE}}}) "
+                f"and on (node, device_uuid) {SHARED}",
+                "B",
+                instant=True,
+            )
+        )
+    )
+    return [devices, holders]
+
+
+def gpu_hours() -> list[Any]:
+    held = (
+        timeseries.Panel()
+        .title("GPUs held by namespace")
+        .description(
+            "Each holder counts 1/tenants of a device (a whole GPU held alone counts 1). Held, "
+            "not used: on a shared device no per-pod usage exists."
+        )
+        .datasource(DS)
+        .grid_pos(at(0, 30, 12, 8))
+        .with_target(
+            query(
+                "sum by (namespace) "
+                '(namespace_workload:gpuattr_gpus_held:sum{namespace=~"$namespace"})',
+                "A",
+                "{{namespace}}",
+            )
+        )
+    )
+    hourly = (
+        timeseries.Panel()
+        .title("GPU-hours held in the trailing hour, by namespace")
+        .datasource(DS)
+        .grid_pos(at(12, 30, 12, 8))
+        .with_target(
+            query(
+                "sum by (namespace) "
+                '(namespace_workload:gpuattr_gpu_hours_held:1h{namespace=~"$namespace"})',
+                "A",
+                "{{namespace}}",
+            )
+        )
+    )
+    in_range = (
+        bargauge.Panel()
+        .title("GPU-hours held over the dashboard's time range, by workload")
+        .description(
+            "GPUs held integrated at a 15 s step over the selected range (240 steps per hour): "
+            "time Prometheus did not see counts as not held."
+        )
+        .datasource(DS)
+        .grid_pos(at(0, 38, 24, 9))
+        .orientation(VizOrientation.HORIZONTAL)
+        .display_mode(BarGaugeDisplayMode.BASIC)
+        .unit("none")
+        .decimals(2)
+        .with_target(
+            query(
+                "sum by (namespace, workload_kind, workload_name) (sum_over_time("
+                'namespace_workload:gpuattr_gpus_held:sum{namespace=~"$namespace"}[$__range:15s]'
+                ")) / 240",
+                "A",
+                "{{namespace}} {{workload_kind}}/{{workload_name}}",
+                instant=True,
+            )
+        )
+    )
+    return [held, hourly, in_range]
+
+
+def misattribution() -> list[Any]:
+    devices = (
+        timeseries.Panel()
+        .title("Devices whose dcgm-exporter pod labels misattribute, by verdict")
+        .description(
+            "Checked against gpu-attribution's join on each device's latest sample: "
+            "shared-device (a device-wide figure stamped on one tenant, or copied onto each), "
+            "stranger (a pod that holds no slot there), wrong-claim (DRA), per-process "
+            "(per-process rows, no device reading), uncredited (no pod although pods hold it)."
+        )
+        .datasource(DS)
+        .grid_pos(at(0, 48, 12, 8))
+        .with_target(
+            query("verdict:gpuattr_devices_exporter_misattributed:count", "A", "{{verdict}}")
+        )
+    )
+    rate = (
+        timeseries.Panel()
+        .title("Attributed samples per second, by what the exporter's labels amounted to")
+        .datasource(DS)
+        .grid_pos(at(12, 48, 12, 8))
+        .unit("ops")
+        .with_target(
+            query(
+                "sum by (verdict) (rate(gpuattr_exporter_samples_total[$__rate_interval]))",
+                "A",
+                "{{verdict}}",
+            )
+        )
+    )
+    return [devices, rate]
+
+
+def idle() -> list[Any]:
+    return [
+        merged(
+            table.Panel()
+            .title("Allocated GPUs idle now, and open alerts")
+            .description(
+                "Idle seconds of each held device in an idle episode (event time), and the "
+                "alerts open on it (idle, orphaned-memory, xid-N)."
+            )
+            .datasource(DS)
+            .grid_pos(at(0, 57, 24, 8))
+            .unit("s")
+            .with_target(
+                query(
+                    f"max by (node, device_uuid) (gpuattr_device_idle_seconds{{{NODE}}})",
+                    "A",
+                    instant=True,
+                )
+            )
+            .with_target(
+                query(
+                    f"max by (node, device_uuid, alert) (gpuattr_device_open_alerts{{{NODE}}})",
+                    "B",
+                    instant=True,
+                )
+            )
+        )
+    ]
+
+
+def build() -> dict[str, Any]:
+    dashboard = (
+        Dashboard("GPU attribution")
+        .uid(UID)
+        .description(
+            "Who holds which GPU, what each GPU does, which allocated GPUs sit idle, and where "
+            "dcgm-exporter's pod labels misattribute: from gpu-attribution's workers."
+        )
+        .tags(["gpu", "gpu-attribution", "kubernetes"])
+        .editable()
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("browser")
+        .with_variable(DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+        .with_variable(
+            QueryVariable("node")
+            .label("Node")
+            .datasource(DS)
+            .query("label_values(gpuattr_device_info, node)")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+        )
+        .with_variable(
+            QueryVariable("namespace")
+            .label("Namespace (holders)")
+            .datasource(DS)
+            .query("label_values(namespace_workload:gpuattr_gpus_held:sum, namespace)")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+        )
+    )
+    sections = [
+        ("Fleet funnel", funnel()),
+        ("Shared GPUs: who holds what", shared_devices()),
+        ("GPU-hours held (chargeback)", gpu_hours()),
+        ("dcgm-exporter misattribution over time", misattribution()),
+        ("Idle allocated GPUs", idle()),
+    ]
+    ids = iter(range(1, 1000))
+    for title, panels in sections:
+        dashboard = dashboard.with_row(Row(title).id(next(ids)))
+        for panel in panels:
+            dashboard = dashboard.with_panel(panel.id(next(ids)))
+    encoded: dict[str, Any] = json.loads(json.dumps(dashboard.build(), cls=JSONEncoder))
+    return encoded
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())
