@@ -34,7 +34,7 @@ async def wait_for_async(
     condition: Callable[[], Awaitable[T | bool | None]],
     timeout_s: float = 10.0,
     every_s: float = 0.05,
-    what: str = "condition",
+    what: str | Callable[[], str] = "condition",
 ) -> T:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -42,5 +42,6 @@ async def wait_for_async(
         if result:
             return result  # type: ignore[return-value]
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+            text = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {text}")
         await asyncio.sleep(every_s)

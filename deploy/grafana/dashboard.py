@@ -199,16 +199,17 @@ def gpu_hours() -> list[Any]:
         .title("GPUs held by namespace")
         .description(
             "Each holder counts 1/tenants of a device (a whole GPU held alone counts 1). Held, "
-            "not used: on a shared device no per-pod usage exists."
+            "not used: on a shared device no per-pod usage exists. MIG instances are counted "
+            "apart, under their profile: a 1g.10gb instance is not a GPU."
         )
         .datasource(DS)
         .grid_pos(at(0, 30, 12, 8))
         .with_target(
             query(
-                "sum by (namespace) "
+                "sum by (namespace, mig_profile) "
                 '(namespace_workload:gpuattr_gpus_held:sum{namespace=~"$namespace"})',
                 "A",
-                "{{namespace}}",
+                "{{namespace}} {{mig_profile}}",
             )
         )
     )
@@ -219,10 +220,10 @@ def gpu_hours() -> list[Any]:
         .grid_pos(at(12, 30, 12, 8))
         .with_target(
             query(
-                "sum by (namespace) "
+                "sum by (namespace, mig_profile) "
                 '(namespace_workload:gpuattr_gpu_hours_held:1h{namespace=~"$namespace"})',
                 "A",
-                "{{namespace}}",
+                "{{namespace}} {{mig_profile}}",
             )
         )
     )
@@ -231,7 +232,8 @@ def gpu_hours() -> list[Any]:
         .title("GPU-hours held over the dashboard's time range, by workload")
         .description(
             "GPUs held integrated at a 15 s step over the selected range (240 steps per hour): "
-            "time Prometheus did not see counts as not held."
+            "time Prometheus did not see counts as not held. MIG instance-hours are apart, "
+            "named by profile."
         )
         .datasource(DS)
         .grid_pos(at(0, 38, 24, 9))
@@ -241,11 +243,11 @@ def gpu_hours() -> list[Any]:
         .decimals(2)
         .with_target(
             query(
-                "sum by (namespace, workload_kind, workload_name) (sum_over_time("
+                "sum by (namespace, workload_kind, workload_name, mig_profile) (sum_over_time("
                 'namespace_workload:gpuattr_gpus_held:sum{namespace=~"$namespace"}[$__range:15s]'
                 ")) / 240",
                 "A",
-                "{{namespace}} {{workload_kind}}/{{workload_name}}",
+                "{{namespace}} {{workload_kind}}/{{workload_name}} {{mig_profile}}",
                 instant=True,
             )
         )

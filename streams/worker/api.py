@@ -26,7 +26,8 @@ from typing import Any
 import aiohttp
 import faust
 import orjson
-from faust.exceptions import SameNode
+from faust.exceptions import ConsumerNotStarted, SameNode
+from faust.types import TP
 
 from infra.observe import metrics_body
 from streams.core.processor import Tables
@@ -40,6 +41,15 @@ PEER_TIMEOUT = aiohttp.ClientTimeout(total=5)
 
 def rows_json(rows: list[DeviceRow]) -> Any:
     return orjson.loads(orjson.dumps(rows))
+
+
+def assignment(app: faust.App) -> set[TP]:
+    """The partitions assigned to this worker now: none while its consumer is still starting
+    (Faust raises then; /metrics and /readyz must answer all the same)."""
+    try:
+        return set(app.consumer.assignment())
+    except ConsumerNotStarted:
+        return set()
 
 
 class QueryApi:
@@ -62,9 +72,7 @@ class QueryApi:
         return str(self.app.conf.canonical_url).rstrip("/")
 
     def owned(self) -> list[int]:
-        return sorted(
-            tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.input_topic
-        )
+        return sorted(tp.partition for tp in assignment(self.app) if tp.topic == self.input_topic)
 
     def local_rows(self) -> list[DeviceRow]:
         return self.live.rows(set(self.owned()), self.tables.alert_state)
@@ -171,7 +179,8 @@ class QueryApi:
 
         async def readyz(view: Any, request: Any) -> Any:
             ok = api.ready()
-            return json(view, {"ready": ok, "checks": {"assigned": ok}}, 200 if ok else 503)
+            body = {"ready": ok, "checks": {"assigned": ok}, "partitions": api.owned()}
+            return json(view, body, 200 if ok else 503)
 
         pages: dict[str, Callable[..., Any]] = {
             "/api/v1/devices": devices,

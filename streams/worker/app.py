@@ -25,7 +25,7 @@ from infra.kafka import client_options
 from infra.settings import AlertSettings, KafkaSettings, WorkerSettings
 from streams.core.processor import Output, Processor, Tables
 from streams.worker import selfmetrics
-from streams.worker.api import QueryApi
+from streams.worker.api import QueryApi, assignment
 from streams.worker.faust_codecs import RecordTable, register
 from streams.worker.live import LiveDevices
 from streams.worker.loop import Event, RecordLoop
@@ -156,7 +156,7 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
     app.agent(inputs, name="node-events")(node_events)
     _gauges(app, tables, kafka.topic("node-events"))
     if worker.web_enabled:
-        ready = lambda: bool(app.consumer.assignment())  # noqa: E731
+        ready = lambda: bool(assignment(app))  # noqa: E731
         QueryApi(app, tables, live, kafka.topic("node-events"), ready).register()
     return app
 
@@ -168,7 +168,7 @@ def _gauges(app: faust.App, tables: Tables, input_topic: str) -> None:
         for name in TABLES:
             selfmetrics.TABLE_KEYS.labels(name).set(len(getattr(tables, name)))
         lags = {}
-        for tp in app.consumer.assignment():
+        for tp in assignment(app):
             if tp.topic != input_topic:
                 continue
             try:

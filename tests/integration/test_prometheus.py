@@ -29,11 +29,13 @@ SHARED = gpu_uuid(NODE, 0)
 
 
 @contextlib.contextmanager
-def prometheus(workdir: Path, target: str) -> Iterator[str]:
+def prometheus(workdir: Path, *targets: str) -> Iterator[str]:
+    """Debian's Prometheus scraping ``targets`` every second with the shipped rules, evaluated
+    every second too (the groups' own intervals dropped: no expression depends on them)."""
     binary = shutil.which("prometheus")
     assert binary, "prometheus is required (Debian's prometheus package; .ci/run installs it)"
     port = free_port()
-    rules = rules_file(workdir)
+    rules = rules_file(workdir, every_evaluation=True)
     config = workdir / "prometheus.yml"
     config.write_text(
         yaml.safe_dump(
@@ -41,7 +43,7 @@ def prometheus(workdir: Path, target: str) -> Iterator[str]:
                 "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                 "rule_files": [str(rules)],
                 "scrape_configs": [
-                    {"job_name": "gpuattr-worker", "static_configs": [{"targets": [target]}]}
+                    {"job_name": "gpuattr-worker", "static_configs": [{"targets": list(targets)}]}
                 ],
             }
         )
@@ -70,15 +72,30 @@ def prometheus(workdir: Path, target: str) -> Iterator[str]:
         log.close()
 
 
-async def query(session: aiohttp.ClientSession, base: str, promql: str) -> list[dict[str, Any]]:
+async def query(
+    session: aiohttp.ClientSession, base: str, promql: str, **params: str
+) -> list[dict[str, Any]]:
+    """An instant query (``time=`` in params to pin it); [] while Prometheus is not up yet."""
+    return await _api(session, f"{base}/api/v1/query", {"query": promql, **params})
+
+
+async def query_range(
+    session: aiohttp.ClientSession, base: str, promql: str, start: float, end: float
+) -> list[dict[str, Any]]:
+    params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": "1s"}
+    return await _api(session, f"{base}/api/v1/query_range", params)
+
+
+async def _api(session: aiohttp.ClientSession, url: str, params: dict[str, str]) -> list[Any]:
     try:
-        async with session.get(f"{base}/api/v1/query", params={"query": promql}) as resp:
-            if resp.status != 200:
-                return []
-            body = await resp.json()
+        async with session.get(url, params=params) as resp:
+            if resp.status == 503:
+                return []  # starting: not ready for queries yet
+            body = await resp.json(content_type=None)
     except aiohttp.ClientError:
-        return []
-    result: list[dict[str, Any]] = body["data"]["result"]
+        return []  # not listening yet
+    assert body["status"] == "success", body  # a bad query is a failure, not "no data"
+    result: list[Any] = body["data"]["result"] if "result" in body["data"] else body["data"]
     return result
 
 
@@ -130,3 +147,34 @@ async def test_promql_on_the_attribution_series(kafka_bootstrap: str, tmp_path: 
         }
         funnel = await query(session, base, "gpuattr:devices_allocated:count")
         assert [float(r["value"][1]) for r in funnel] == [1.0]
+
+        # GPU-hours held in the trailing hour: each workload's quarter GPU, integrated at 15 s
+        # steps. Pinned to the rule's own evaluation time, it equals the steps seen * 0.25 / 240
+        # (two steps at least, so the first GPUs-held sample was long written when it ran).
+        async def hours() -> list[tuple[float, float]]:
+            stamps = await query(
+                session, base, "timestamp(namespace_workload:gpuattr_gpu_hours_held:1h)"
+            )
+            got = []
+            for stamp in stamps:
+                workload = f'workload_name="{stamp["metric"]["workload_name"]}"'
+                at = stamp["value"][1]
+                (value,) = await query(
+                    session,
+                    base,
+                    f"namespace_workload:gpuattr_gpu_hours_held:1h{{{workload}}}",
+                    time=at,
+                )
+                (steps,) = await query(
+                    session,
+                    base,
+                    "count_over_time("
+                    f"namespace_workload:gpuattr_gpus_held:sum{{{workload}}}[1h:15s])",
+                    time=at,
+                )
+                got.append((float(value["value"][1]), float(steps["value"][1])))
+            return got if len(got) == len(uids) and all(n >= 2 for _, n in got) else []
+
+        integrated = await wait_for_async(hours, timeout_s=90, what="two steps of GPU-hours")
+        for held, steps in integrated:
+            assert held == pytest.approx(steps * 0.25 / 240, rel=1e-12)
