@@ -22,7 +22,7 @@ import pytest
 from gpuattr.localkube import LocalKube
 from tests.helpers import wait_for
 from tests.kube_fixture import Rest
-from tests.kustomize_render import base_docs, microk8s_docs
+from tests.kustomize_render import ROOT, base_docs, microk8s_docs
 from tests.realkube.cluster import create_node, gpu_pod, watching
 from tests.realkube.deploy import (
     KUSTOMIZATIONS,
@@ -33,6 +33,7 @@ from tests.realkube.deploy import (
     render,
     served,
 )
+from tests.unit.test_dashboard import COMMITTED
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
@@ -142,3 +143,15 @@ async def test_worker_and_sink_token_can_do_nothing(real_kube: LocalKube) -> Non
     for path in ("/api/v1/pods", "/api/v1/nodes", f"/api/v1/namespaces/{NAMESPACE}/secrets"):
         status, _ = await stream.call("GET", path)
         assert status == 403, path
+
+
+async def test_the_dashboard_configmap_carries_the_committed_json(real_kube: LocalKube) -> None:
+    """``kubectl apply -k deploy/grafana``: one ConfigMap for Grafana's sidecar, the committed
+    dashboard byte for byte, accepted by the server."""
+    (doc,) = render(real_kube, ROOT / "deploy" / "grafana")
+    assert (doc["kind"], doc["metadata"]["name"]) == ("ConfigMap", "gpuattr-grafana-dashboard")
+    assert doc["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert doc["data"] == {"gpuattr.json": COMMITTED.read_text()}
+    await ensure_namespace(Rest.admin(real_kube), NAMESPACE)
+    out = apply(real_kube, [doc], dry_run=True)
+    assert out.strip().endswith("serverside-applied (server dry run)"), out
