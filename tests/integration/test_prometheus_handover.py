@@ -156,7 +156,7 @@ async def test_series_move_cleanly_and_every_dashboard_query_returns_data(
     async with pipeline(
         kafka_bootstrap, SCENARIO, tmp_path, workers=2, web_ports=ports, worker_env=ALERTS
     ) as p:
-        p.clock.offset_s = 12.0  # every pod of the scenario placed; scenario time stays put
+        p.clock.offset_s = AT_S
         targets = [f"127.0.0.1:{port}" for port in ports]
         with prometheus(tmp_path, *targets) as base:
             async with aiohttp.ClientSession() as session:
