@@ -17,6 +17,7 @@ import jsonpatch
 import pytest
 from grafana_foundation_sdk.cog import plugins
 from grafana_foundation_sdk.cog import runtime as cogruntime
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import prometheus
 
@@ -72,15 +73,8 @@ def round_trip(data: dict[str, Any]) -> dict[str, Any]:
     """The JSON read into the SDK's models and written back: what the schema knows of it."""
     plugins.register_default_plugins()
     decoded = model.Dashboard.from_json(copy.deepcopy(data))
-    again: dict[str, Any] = json.loads(json.dumps(decoded.to_json(), cls=_Encoder))
+    again: dict[str, Any] = json.loads(json.dumps(decoded.to_json(), cls=JSONEncoder))
     return again
-
-
-class _Encoder(json.JSONEncoder):
-    def default(self, o: Any) -> Any:
-        from grafana_foundation_sdk.cog.encoder import JSONEncoder
-
-        return JSONEncoder().default(o)
 
 
 def test_the_committed_json_is_the_code_s_output() -> None:
