@@ -7,6 +7,7 @@ They travel through :mod:`contract.codec` with a ``schema`` name and version ``v
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 #: ``DeviceAssignment.resource`` of a device allocated through DRA: ``dra:<driver>``, with
 #: ``device_id`` ``<pool>/<device>``
@@ -120,6 +121,10 @@ class DcgmScrape:
     node: str
     ts_ms: int
     samples: tuple[DcgmSample, ...]
+    #: additive: where the agent scraped it (URL) and, when found through the pod watch, the
+    #: exporter pod (``namespace/name``): the worker checks the rows are this node's
+    exporter: str = ""
+    exporter_pod: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +293,43 @@ class ResourceClaimRecord:
     resource_version: str = ""
 
 
-#: Every record an agent publishes on the node-events topic
+SourceState = Literal["ok", "failing", "disabled", "starting"]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """How one of the agent's sources is doing: ``ok``; ``failing`` (since when, why);
+    ``disabled`` (nothing to read here, on purpose or because it is not deployed on this node);
+    ``starting`` (not tried yet)."""
+
+    source: str  # dcgm, podresources, apiserver
+    state: SourceState
+    since_ms: int | None = None
+    reason: str = ""  # one word: unreachable, timeout, http_503, no-exporter-pod, …
+    detail: str = ""  # one sentence
+    target: str = ""  # the URL, socket or pod it reads
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatus:
+    """The agent's own view of each boundary it reads, published every status interval and on
+    every change: the worker's heartbeat for the node, and the reason behind "usage unknown"."""
+
+    node: str
+    ts_ms: int
+    sources: tuple[SourceStatus, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClockTick:
+    """Event time for one partition of the input topic, published by the cluster role to every
+    partition: a node that falls silent ages by it (no node's own records say time passes)."""
+
+    partition: int
+    ts_ms: int
+
+
+#: Every record an agent publishes on the node-events topic (keyed by its node)
 InputRecord = (
     PodResourcesSnapshot
     | PodResourcesDiff
@@ -300,7 +341,10 @@ InputRecord = (
     | DeviceInventory
     | ResourceSliceRecord
     | ResourceClaimRecord
+    | AgentStatus
 )
+#: Records on the node-events topic that belong to a partition, not a node (the cluster role's)
+PartitionRecord = ClockTick
 
 #: Record kinds the agents publish, with their schema versions (see :mod:`contract.codec`) and
 #: the older versions this build still reads (v2 only removed fields: a v1 record reads as v2).
@@ -315,4 +359,6 @@ KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "inventory": (DeviceInventory, 2, (1,)),
     "k8s.resourceslice": (ResourceSliceRecord, 1),
     "k8s.resourceclaim": (ResourceClaimRecord, 1),
+    "agent.status": (AgentStatus, 1),
+    "clock.tick": (ClockTick, 1),
 }

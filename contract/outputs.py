@@ -28,6 +28,30 @@ ExporterMode = Literal["none", "single", "per-pod-copies", "per-process"]
 ExporterVerdict = Literal[
     "trusted", "unchecked", "stranger", "wrong-claim", "shared-device", "per-process", "uncredited"
 ]
+#: why an event was emitted: a DCGM ``sample`` joined with the holders; an ``allocation``
+#: change (PodResources); the allocation spine's ``heartbeat`` for a device no fresh sample
+#: speaks for; the node fell silent (``stale``); the device left (``gone``: its last event)
+Origin = Literal["sample", "allocation", "heartbeat", "stale", "gone"]
+#: whether the hardware's reading is in the event; when ``unknown``, ``Telemetry.cause`` says
+#: why in one word and ``reason`` in a sentence — never a 0, never idle
+TelemetryStatus = Literal["measured", "unknown"]
+TelemetryCause = Literal[
+    "exporter-unreachable",  # the agent cannot scrape its node's dcgm-exporter
+    "no-exporter",  # no dcgm-exporter found for this node (none deployed, or not on this node)
+    "scrape-refused",  # the exporter answered with another node's devices (refused)
+    "no-row",  # the exporter answers, but has no row for this device
+    "no-sample-yet",  # nothing scraped since the node's agent started
+    "samples-stopped",  # the last sample is older than the freshness window
+    "holders-changed",  # an allocation change: the new holders are not measured yet
+    "node-silent",  # no record from the node's agent: stale
+    "gone",  # the device or node left
+    "unplaced",  # held, but not placeable on a GPU the exporter reports on
+]
+#: how a pod's share of a device was decided (:mod:`streams.core.accounting`): the ``whole``
+#: device; slots held over the device's ``replicas``; consumed over the device's ``capacity``
+#: (DRA consumable capacity); or, where no share exists (a claim shared by several pods, an
+#: unknown replica count), an ``equal-split`` between the pods holding it — stated as such
+ShareBasis = Literal["whole", "replicas", "capacity", "equal-split"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +117,33 @@ class ExporterView:
 
 
 @dataclass(frozen=True, slots=True)
+class Telemetry:
+    """Whether the event carries what the hardware measured, and if not, why."""
+
+    status: TelemetryStatus = "measured"
+    cause: TelemetryCause | None = None
+    reason: str | None = None
+    since_ms: int | None = None  # since when the cause holds, where known
+    last_sample_ms: int | None = None  # the device's last trusted sample, where known
+
+
+@dataclass(frozen=True, slots=True)
+class PodShare:
+    """One pod's share of one device: the accounting figure every output uses (GPU-hours,
+    Prometheus, report, dashboard). At most 1 per device; an *allocation* share, never usage."""
+
+    namespace: str
+    pod: str
+    uid: str | None
+    uid_status: UidStatus
+    workload: Workload | None
+    share: float
+    basis: ShareBasis
+    containers: tuple[str, ...]
+    claims: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class AttributionEvent:
     """One device at one sample time: who held it and what the hardware did."""
 
@@ -114,6 +165,10 @@ class AttributionEvent:
     notes: tuple[str, ...]
     summary: str
     allocation: Allocation = "device-plugin"
+    #: additive (v1): why this event exists, the telemetry's status, each pod's share
+    origin: Origin = "sample"
+    telemetry: Telemetry = Telemetry()
+    pods: tuple[PodShare, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +186,34 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class ExporterMisattribution:
-    """dcgm-exporter credited a pod that holds no slot on that device at that time."""
+    """dcgm-exporter credited a pod that holds no slot on that device at that time. ``holders``
+    are the device's holders as attribution events name them (v2: with container, UID and
+    workload; v1 had namespace and pod only)."""
 
     node: str
     ts_ms: int
     device_uuid: str
     claimed: ClaimedPod
-    holders: tuple[ClaimedPod, ...]
+    holders: tuple[Holder, ...]
     reason: str
+
+
+RefusalCause = Literal["hostname", "foreign-devices", "unverifiable"]
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryRefused:
+    """A dcgm-exporter answer the worker refused as not provably this node's: its rows never
+    become devices, events or alerts. One record per refused scrape (counted and flagged)."""
+
+    node: str
+    ts_ms: int
+    cause: RefusalCause
+    reason: str
+    hostname: str  # the exporter's Hostname label, as it came
+    exporter: str  # where the agent scraped it (URL, and pod where discovered)
+    uuids: tuple[str, ...]  # the GPU UUIDs of the refused rows
+    rows: int  # how many rows (GPUs and MIG instances) were refused
 
 
 AlertKind = Literal["idle", "xid", "orphaned-memory"]
@@ -180,6 +255,7 @@ class Alert:
 KINDS: dict[str, tuple[type, int]] = {
     "attribution": (AttributionEvent, 1),
     "deadletter": (DeadLetter, 1),
-    "exporter.misattribution": (ExporterMisattribution, 1),
+    "exporter.misattribution": (ExporterMisattribution, 2),
+    "telemetry.refused": (TelemetryRefused, 1),
     "alert": (Alert, 1),
 }

@@ -20,6 +20,7 @@ OUTPUTS: dict[str, str] = {
     "attribution": "attribution",
     "alert": "alerts",
     "exporter.misattribution": "flags",
+    "telemetry.refused": "flags",
     "deadletter": "deadletter",
     "delivery.failure": "deadletter",
 }

@@ -61,4 +61,6 @@ TABLES: dict[str, str] = {
     "alert_state": "alert-state",
     "dra_slices": "dra-slices",
     "dra_claims": "dra-claims",
+    "node_state": "node-state",
+    "partition_nodes": "partition-nodes",
 }

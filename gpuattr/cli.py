@@ -23,6 +23,7 @@ from infra.settings import (
     LocalKafkaSettings,
     ObserveSettings,
     SinkSettings,
+    SpineSettings,
     WorkerSettings,
 )
 from sim.scenario import builtin_names
@@ -135,7 +136,9 @@ def until_signalled(main: Coroutine[Any, Any, T]) -> T | None:
         return None
 
 
-def _run_worker(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSettings) -> int:
+def _run_worker(
+    kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSettings, spine: SpineSettings
+) -> int:
     from infra.admin import wait_for_coordinator
     from infra.kafka import client_options
     from streams.worker.app import build_app
@@ -145,7 +148,7 @@ def _run_worker(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetti
         wait_for_coordinator(kafka.bootstrap, worker.app_id, **client_options(kafka))
     ):
         logging.getLogger(__name__).warning("no coordinator yet for %s; starting", worker.app_id)
-    app = build_app(kafka, worker, alerts)
+    app = build_app(kafka, worker, alerts, spine)
     Worker(app, loglevel=worker.loglevel, quiet=True).execute_from_commandline()
     return 0
 
@@ -268,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         until_signalled(run_agent(agent))
         return 0
     if args.command == "worker":
-        return _run_worker(kafka, WorkerSettings(), AlertSettings())
+        return _run_worker(kafka, WorkerSettings(), AlertSettings(), SpineSettings())
     if args.command == "sink":
         from sinks.runner import run_sink
 

@@ -129,6 +129,28 @@ class AlertSettings(BaseSettings):
     cooldown_s: float = Field(default=3600.0, ge=0)
     orphan_fb_mib: float = Field(default=1024.0, ge=0)
     orphan_window_s: float = Field(default=300.0, gt=0)
+    #: an XID alert resolves after this long without a new XID on the device
+    xid_quiet_s: float = Field(default=900.0, gt=0)
+
+
+class SpineSettings(BaseSettings):
+    """The allocation spine's clock (event time): every device of a node is reported at least
+    every heartbeat; a node silent for ``stale_after_s`` is stale, for ``node_ttl_s`` gone."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_SPINE_", frozen=True)
+
+    heartbeat_s: float = Field(default=60.0, gt=0)
+    stale_after_s: float = Field(default=180.0, gt=0)
+    node_ttl_s: float = Field(default=600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SpineSettings:
+        if not self.heartbeat_s <= self.stale_after_s < self.node_ttl_s:
+            raise ValueError(
+                "GPUATTR_SPINE_HEARTBEAT_S <= GPUATTR_SPINE_STALE_AFTER_S < "
+                "GPUATTR_SPINE_NODE_TTL_S is required"
+            )
+        return self
 
 
 class SinkSettings(BaseSettings):

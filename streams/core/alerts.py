@@ -4,6 +4,15 @@
 The state is one small record per device, assigned back to a changelog-backed table only when
 it changes, so a restarted worker neither forgets a pending window nor re-sends a fired alert.
 
+Episodes belong to the holders they started under. An idle episode is one holder set's: when the
+holders change, it ends (resolved if it had fired) and a new window starts for the new holders —
+nobody is alerted for the time a GPU sat idle under its previous owner. An XID alert fires when
+the exporter's last-XID value changes while the device is watched (a value already there at
+first sight is history: reported in events, never fired), resolves after a quiet period without
+a new XID, and is resolved — never inherited — when the holders change. A device that is gone
+resolves whatever is open. Events without a reading (``telemetry.status: unknown``) neither
+start nor end an idle window.
+
 No alert is lost at any crash point. A state change reaches its changelog and the alert it
 caused reaches the alerts topic through different partitions: a worker can die after the first
 and before the second. The input is then processed again (its offset was not committed), and
@@ -16,21 +25,41 @@ caused, with the same ids (receivers dedupe on ``<id>:<status>``).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, replace
 
-from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent
+from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Holder
 from infra.settings import AlertSettings
 
 ANNOTATION_THRESHOLD = "gpuattr.io/idle-threshold-pct"
 ANNOTATION_WINDOW = "gpuattr.io/idle-window-s"
 
 
+#: a pod holding the device, as episodes remember it: (namespace, pod, uid or "")
+HolderId = tuple[str, str, str]
+
+
 @dataclass(frozen=True, slots=True)
 class Episode:
-    """One pending-or-firing condition: when it began and whether it has fired."""
+    """One pending-or-firing condition: when it began, whether it has fired, and under whom."""
 
     since_ms: int
     firing: bool = False
+    holders: tuple[HolderId, ...] = ()
+    value: int | None = None  # XID: the code that fired
+
+
+def holder_ids(ev: AttributionEvent) -> tuple[HolderId, ...]:
+    return tuple(sorted({(h.namespace, h.pod, h.uid or "") for h in ev.holders}))
+
+
+def same_holders(a: tuple[HolderId, ...], b: tuple[HolderId, ...]) -> bool:
+    """The same pods: same names, and the same UID wherever both sides know it (a UID that
+    resolves after a pending one is the same pod; a name re-created with a new UID is not)."""
+    if {(ns, pod) for ns, pod, _ in a} != {(ns, pod) for ns, pod, _ in b}:
+        return False
+    uids = {(ns, pod): uid for ns, pod, uid in a}
+    return all(not uid or not uids[(ns, pod)] or uids[(ns, pod)] == uid for ns, pod, uid in b)
 
 
 #: emissions remembered per device: more than the alert transitions one device can have between
@@ -44,6 +73,7 @@ class Emission:
 
     ts_ms: int
     alerts: tuple[Alert, ...]
+    gone: bool = False  # caused by the device's last event
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +82,10 @@ class DeviceAlerts:
     idle_resolved_ms: int | None = None
     orphan: Episode | None = None
     orphan_resolved_ms: int | None = None
-    last_xid: int | None = None
+    last_xid: int | None = None  # the exporter's last-XID value as last seen (the baseline)
     seen_ms: int | None = None  # event time of the last event that changed this state
     emitted: tuple[Emission, ...] = ()  # newest first, at most EMITTED_MAX
+    xid: Episode | None = None  # an open XID alert (additive)
 
 
 def alert_id(kind: AlertKind, node: str, device: str, since_ms: int) -> str:
@@ -70,6 +101,7 @@ def _alert(
     figures: AlertFigures,
     window_s: float | None,
     summary: str,
+    holders: tuple[Holder, ...] | None = None,
 ) -> Alert:
     return Alert(
         id=alert_id(kind, ev.node, ev.device_uuid, since_ms),
@@ -81,7 +113,7 @@ def _alert(
         model=ev.model,
         mig=ev.mig,
         sharing=ev.sharing,
-        holders=ev.holders,
+        holders=ev.holders if holders is None else holders,
         figures=figures,
         window_s=window_s,
         started_ms=since_ms,
@@ -103,18 +135,29 @@ def _who(ev: AttributionEvent) -> str:
 def _step_idle(
     s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings
 ) -> tuple[DeviceAlerts, list[Alert]]:
-    util = ev.usage.util_pct
-    if ev.state == "unknown":
-        return s, []  # no PodResources view yet: neither start nor end an episode
+    util = ev.usage.util_pct if ev.telemetry.status == "measured" else None
+    if ev.state == "unknown" and ev.origin != "gone":
+        return s, []  # holders unknown: neither start nor end an episode
     held = bool(ev.holders) and ev.state != "mig-parent"
+    who = holder_ids(ev)
     ep = s.idle
     fig = AlertFigures(util_pct=util, util_threshold_pct=p.idle_threshold_pct)
-    if not held or (util is not None and util >= p.idle_threshold_pct + p.idle_hysteresis_pct):
-        if ep is None:
-            return s, []
-        out = []
+    out: list[Alert] = []
+    if ep is not None and (
+        ev.origin == "gone"
+        or not held
+        or not same_holders(ep.holders, who)
+        or (util is not None and util >= p.idle_threshold_pct + p.idle_hysteresis_pct)
+    ):
         if ep.firing:
-            why = "holders left" if not held else f"utilization recovered to {util:g}%"
+            if ev.origin == "gone":
+                why = f"the device is gone ({ev.telemetry.reason})"
+            elif not held:
+                why = "holders left"
+            elif not same_holders(ep.holders, who):
+                why = "holders changed: the idle time was the previous holders'"
+            else:
+                why = f"utilization recovered to {util:g}%"
             out.append(
                 _alert(
                     ev,
@@ -123,16 +166,16 @@ def _step_idle(
                     ep.since_ms,
                     fig,
                     p.idle_window_s,
-                    f"resolved: {_who(ev)}: {why}",
+                    f"resolved: {_who_of(ep, ev)}: {why}",
+                    holders=_episode_holders(ep, ev),
                 )
             )
-        return replace(
-            s, idle=None, idle_resolved_ms=ev.ts_ms if ep.firing else s.idle_resolved_ms
-        ), out
-    if util is None or util >= p.idle_threshold_pct:
-        return s, []  # no reading, or inside the hysteresis band: keep whatever we have
+        s = replace(s, idle=None, idle_resolved_ms=ev.ts_ms if ep.firing else s.idle_resolved_ms)
+        ep = None
+    if ev.origin == "gone" or not held or util is None or util >= p.idle_threshold_pct:
+        return s, out  # no reading, busy, or inside the hysteresis band: nothing to start
     if ep is None:
-        return replace(s, idle=Episode(ev.ts_ms)), []
+        return replace(s, idle=Episode(ev.ts_ms, holders=who)), out
     cooled = s.idle_resolved_ms is None or ev.ts_ms - s.idle_resolved_ms >= p.cooldown_s * 1000
     if not ep.firing and ev.ts_ms - ep.since_ms >= p.idle_window_s * 1000 and cooled:
         minutes = (ev.ts_ms - ep.since_ms) / 60000
@@ -140,25 +183,46 @@ def _step_idle(
             f"idle: {_who(ev)} below {p.idle_threshold_pct:g}% utilization for "
             f"{minutes:.1f} min (now {util:g}%)"
         )
-        return replace(s, idle=replace(ep, firing=True)), [
-            _alert(ev, "idle", True, ep.since_ms, fig, p.idle_window_s, summary)
+        return replace(s, idle=replace(ep, firing=True, holders=who)), [
+            *out,
+            _alert(ev, "idle", True, ep.since_ms, fig, p.idle_window_s, summary),
         ]
-    return s, []
+    return s, out
+
+
+def _episode_holders(ep: Episode, ev: AttributionEvent) -> tuple[Holder, ...]:
+    """The holders an episode's alert names: the event's, when they are the episode's."""
+    return ev.holders if same_holders(ep.holders, holder_ids(ev)) else ()
+
+
+def _who_of(ep: Episode, ev: AttributionEvent) -> str:
+    if same_holders(ep.holders, holder_ids(ev)):
+        return _who(ev)
+    pods = sorted({f"{ns}/{pod}" for ns, pod, _ in ep.holders})
+    if not pods:
+        return f"nobody on {ev.device_uuid}"
+    return f"{', '.join(pods)} on {ev.device_uuid}"
 
 
 def _step_orphan(
     s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings
 ) -> tuple[DeviceAlerts, list[Alert]]:
-    used = ev.usage.fb_used_mib
+    used = ev.usage.fb_used_mib if ev.telemetry.status == "measured" else None
     orphaned = ev.state == "unallocated" and used is not None and used >= p.orphan_fb_mib
     ep = s.orphan
     fig = AlertFigures(fb_used_mib=used, fb_threshold_mib=p.orphan_fb_mib)
     if not orphaned:
-        if ep is None or (used is None and not ev.holders):
+        gone = ev.origin == "gone"
+        if ep is None or (used is None and not ev.holders and not gone):
             return s, []
         out = []
         if ep.firing:
-            why = "a pod holds the device now" if ev.holders else f"memory freed ({used:g} MiB)"
+            if gone:
+                why = f"the device is gone ({ev.telemetry.reason})"
+            elif ev.holders:
+                why = "a pod holds the device now"
+            else:
+                why = f"memory freed ({used:g} MiB)"
             out.append(
                 _alert(
                     ev,
@@ -186,15 +250,44 @@ def _step_orphan(
     return s, []
 
 
-def _step_xid(s: DeviceAlerts, ev: AttributionEvent) -> tuple[DeviceAlerts, list[Alert]]:
-    xid = ev.usage.xid
+def _step_xid(
+    s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings
+) -> tuple[DeviceAlerts, list[Alert]]:
+    out: list[Alert] = []
+    who = holder_ids(ev)
+    ep = s.xid
+    xid = ev.usage.xid if ev.telemetry.status == "measured" else None
+    if ep is not None:
+        why = None
+        if ev.origin == "gone":
+            why = f"the device is gone ({ev.telemetry.reason})"
+        elif ev.state != "unknown" and not same_holders(ep.holders, who):
+            why = "holders changed: the XID was the previous holders'"
+        elif xid is not None and xid != s.last_xid and xid != 0:
+            why = f"superseded by XID {xid}"
+        elif ev.ts_ms - ep.since_ms >= p.xid_quiet_s * 1000:
+            why = f"no new XID for {p.xid_quiet_s / 60:g} min"
+        if why is not None:
+            fig = AlertFigures(xid=ep.value)
+            summary = (
+                f"resolved: XID {ep.value} on {ev.node} {ev.device_uuid} "
+                f"(owners: {_who_of(ep, ev)}): {why}"
+            )
+            out.append(
+                _alert(ev, "xid", False, ep.since_ms, fig, None, summary, _episode_holders(ep, ev))
+            )
+            s = replace(s, xid=None)
     if xid is None or xid == s.last_xid:
-        return s, []
-    new = replace(s, last_xid=xid)
-    if xid == 0:
-        return new, []  # the exporter restarted: the last-XID value reset
+        return s, out
+    first_sight = s.last_xid is None
+    s = replace(s, last_xid=xid)
+    if xid == 0 or first_sight or ev.origin == "gone":
+        # 0: the exporter restarted (the last-XID value reset); at first sight: history, the
+        # XID happened before we watched, under holders we cannot name
+        return s, out
     summary = f"XID {xid} on {ev.node} {ev.device_uuid}; owners: {_who(ev)}"
-    return new, [_alert(ev, "xid", True, ev.ts_ms, AlertFigures(xid=xid), None, summary)]
+    alert = _alert(ev, "xid", True, ev.ts_ms, AlertFigures(xid=xid), None, summary)
+    return replace(s, xid=Episode(ev.ts_ms, True, who, xid)), [*out, alert]
 
 
 def step(
@@ -205,17 +298,44 @@ def step(
     An event no later than the last change applied (a replay after a crash) changes nothing and
     returns the alerts it caused the first time, if any (see the module docstring)."""
     before = state or DeviceAlerts()
-    if before.seen_ms is not None and ev.ts_ms <= before.seen_ms:
-        return before, [a for e in before.emitted if e.ts_ms == ev.ts_ms for a in e.alerts]
+    gone = ev.origin == "gone"
+    replayed = [
+        a for e in before.emitted if e.ts_ms == ev.ts_ms and e.gone == gone for a in e.alerts
+    ]
+    applied = before.seen_ms is not None and ev.ts_ms <= before.seen_ms
+    if applied and (not gone or replayed):
+        # a gone event resolves what is open whatever its time (the partition's clock may be
+        # behind the node's), unless it was applied already
+        return before, replayed
     s, idle = _step_idle(before, ev, policy)
     s, orphan = _step_orphan(s, ev, policy)
-    s, xid = _step_xid(s, ev)
+    s, xid = _step_xid(s, ev, policy)
     alerts = [*idle, *orphan, *xid]
     if s == before:
         return before, alerts  # nothing changed (and so nothing fired): no table write
     if alerts:
-        s = replace(s, emitted=(Emission(ev.ts_ms, tuple(alerts)), *s.emitted)[:EMITTED_MAX])
-    return replace(s, seen_ms=ev.ts_ms), alerts
+        emission = Emission(ev.ts_ms, tuple(alerts), gone)
+        s = replace(s, emitted=(emission, *s.emitted)[:EMITTED_MAX])
+    return replace(s, seen_ms=max(ev.ts_ms, before.seen_ms or ev.ts_ms)), alerts
+
+
+#: what each override annotation may say: a finite number in this range (inclusive)
+ANNOTATION_RANGES = {ANNOTATION_THRESHOLD: (0.0, 100.0), ANNOTATION_WINDOW: (1.0, 7 * 86400.0)}
+
+
+def annotation_value(annotations: dict[str, str], name: str) -> float | None:
+    """An override annotation's value, or ``None`` when absent or not a finite number in its
+    range (``nan``, ``inf``, ``-3``, ``1e400``): a bad annotation never changes the policy. The
+    agent refuses such values where they enter (counted); this is the worker's own guard."""
+    text = annotations.get(name)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    low, high = ANNOTATION_RANGES[name]
+    return value if math.isfinite(value) and low <= value <= high else None
 
 
 def policy_for(base: AlertSettings, annotations: list[dict[str, str]]) -> AlertSettings:
@@ -224,13 +344,10 @@ def policy_for(base: AlertSettings, annotations: list[dict[str, str]]) -> AlertS
     alerted against the intent a tenant declared."""
     thresholds, windows = [], []
     for ann in annotations:
-        try:
-            if ANNOTATION_THRESHOLD in ann:
-                thresholds.append(float(ann[ANNOTATION_THRESHOLD]))
-            if ANNOTATION_WINDOW in ann:
-                windows.append(float(ann[ANNOTATION_WINDOW]))
-        except ValueError:
-            continue  # a malformed annotation does not change the policy
+        if (threshold := annotation_value(ann, ANNOTATION_THRESHOLD)) is not None:
+            thresholds.append(threshold)
+        if (window := annotation_value(ann, ANNOTATION_WINDOW)) is not None:
+            windows.append(window)
     if not thresholds and not windows:
         return base
     return base.model_copy(

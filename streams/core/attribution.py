@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, DraDevice, ResourceClaimRecord
 from contract.outputs import (
@@ -22,13 +23,17 @@ from contract.outputs import (
     ExporterView,
     Holder,
     MigInstance,
+    Origin,
     Sharing,
     State,
+    Telemetry,
     UidStatus,
     Usage,
     Workload,
 )
+from streams.core.accounting import Accounting, Held, account, claim_unit, device_id_unit
 from streams.core.dra import ClaimView, DeviceRef, claim_view, split_row
+from streams.core.identity import parse_device_id
 from streams.core.sharing import Advertised, NodeSharing, SharingDecision, decide
 
 
@@ -69,6 +74,7 @@ class DeviceContext:
     dra_devices: Mapping[DeviceRef, DraDevice] = field(default_factory=dict)
     dra_device: bool = False
     unplaced: tuple[str, ...] = ()
+    holders_note: str = "no PodResources snapshot from this node yet: holders unknown"
 
 
 def _usage(sample: DcgmSample) -> Usage:
@@ -96,25 +102,45 @@ def _usage(sample: DcgmSample) -> Usage:
     )
 
 
-def _holders(
+def _holds(
     rows: Sequence[DeviceAssignment],
     replicas: int | None,
-    shared: bool,
     ts_ms: int,
     ctx: DeviceContext,
     views: Mapping[DeviceAssignment, ClaimView | None],
+) -> list[Held]:
+    """Each row as a hold of one allocation unit (:mod:`streams.core.accounting`), with the
+    identity of its pod at ``ts_ms``."""
+    out = []
+    for a in rows:
+        who = ctx.resolve_pod(a.namespace, a.pod, ts_ms)
+        if a.resource.startswith(DRA_PREFIX):
+            view = views.get(a)
+            who = _reserved_identity(a.pod, who, view)
+            unit = claim_unit(
+                a.claim, a.share_id or a.device_id, view.allocation_share if view else None
+            )
+        else:
+            unit = device_id_unit(
+                a.device_id, parse_device_id(a.device_id).replica is not None, replicas
+            )
+        out.append(
+            Held(a.namespace, a.pod, a.container, unit, who.uid, who.status, who.workload, a.claim)
+        )
+    return out
+
+
+def _holders(
+    rows: Sequence[DeviceAssignment], held: Sequence[Held], shares: Accounting
 ) -> tuple[Holder, ...]:
     grouped: dict[tuple[str, str, str, str, str], list[DeviceAssignment]] = defaultdict(list)
     for a in rows:
         grouped[(a.namespace, a.pod, a.container, a.resource, a.claim)].append(a)
+    identity = {(h.namespace, h.pod, h.container, h.claim): h for h in held}
     out = []
-    for (ns, pod, container, resource, claim), held in sorted(grouped.items()):
-        ids = [a.device_id for a in held]
-        who = ctx.resolve_pod(ns, pod, ts_ms)
-        if resource.startswith(DRA_PREFIX):
-            share, who = _dra_holder(held, shared, who, views)
-        else:
-            share = (len(ids) / replicas if replicas else None) if shared else 1.0
+    for (ns, pod, container, resource, claim), rows_held in sorted(grouped.items()):
+        ids = [a.device_id for a in rows_held]
+        h = identity[(ns, pod, container, claim)]
         out.append(
             Holder(
                 ns,
@@ -123,39 +149,26 @@ def _holders(
                 resource,
                 tuple(sorted(ids)),
                 len(ids),
-                None if share is None else round(share, 4),
-                who.uid,
-                who.status,
-                who.workload,
+                shares.containers.get((ns, pod, container, claim)),
+                h.uid,
+                h.uid_status,
+                h.workload,
                 claim or None,
             )
         )
     return tuple(out)
 
 
-def _dra_holder(
-    held: Sequence[DeviceAssignment],
-    shared: bool,
-    who: PodIdentity,
-    views: Mapping[DeviceAssignment, ClaimView | None],
-) -> tuple[float | None, PodIdentity]:
-    """A DRA holder's allocation share and identity: consumed capacity when the claim holds a
-    share of the device, the whole device when not shared, else unknown (a claim shared by
-    several pods is one allocation: no per-pod split exists). The UID the claim's
-    ``reservedFor`` names for the pod wins over the pod watch's."""
-    view = next((v for a in held if (v := views.get(a)) is not None), None)
-    if view is not None and view.allocation_share is not None:
-        share: float | None = view.allocation_share
-    else:
-        share = None if shared else 1.0
-    if view is not None:
-        pod = held[0].pod
-        reserved = next((c for c in view.consumers if c.name == pod), None)
-        if reserved is not None and reserved.uid != who.uid:
-            # the pod watch knows another life of the name (or none yet): its workload is
-            # not this pod's
-            who = PodIdentity(reserved.uid, "resolved", None)
-    return share, who
+def _reserved_identity(pod: str, who: PodIdentity, view: ClaimView | None) -> PodIdentity:
+    """The UID the claim's ``reservedFor`` names for the pod wins over the pod watch's."""
+    if view is None:
+        return who
+    reserved = next((c for c in view.consumers if c.name == pod), None)
+    if reserved is not None and reserved.uid != who.uid:
+        # the pod watch knows another life of the name (or none yet): its workload is not
+        # this pod's
+        return PodIdentity(reserved.uid, "resolved", None)
+    return who
 
 
 def _dra_views(
@@ -305,29 +318,97 @@ def _mode(sample: DcgmSample, claims: Sequence[ClaimedPod]) -> ExporterMode:
 
 
 def _summary(
-    ev_state: State, sharing: str, holders: Sequence[Holder], usage: Usage, key: str
+    ev_state: State,
+    sharing: str,
+    holders: Sequence[Holder],
+    usage: Usage,
+    key: str,
+    telemetry: Telemetry,
 ) -> str:
-    util = "n/a" if usage.util_pct is None else f"{usage.util_pct:g}%"
+    if telemetry.status == "unknown":
+        util = f"usage unknown ({telemetry.reason})"
+    else:
+        util = "util n/a" if usage.util_pct is None else f"util {usage.util_pct:g}%"
     pods = sorted({f"{h.namespace}/{h.pod}" for h in holders})
     if ev_state == "unallocated":
-        return f"{key}: no holder, util {util}"
+        return f"{key}: no holder, {util}"
     if ev_state == "unknown":
-        return f"{key}: holders not known yet (no PodResources view of the node), util {util}"
+        return f"{key}: holders not known, {util}"
     if ev_state == "mig-parent":
-        return f"{key}: MIG parent GPU, instances are reported separately; util {util}"
+        return f"{key}: MIG parent GPU, instances are reported separately; {util}"
     if ev_state == "exclusive" or len(pods) == 1:
-        return f"{key}: held by {pods[0]} ({sharing}), util {util}"
-    return (
-        f"{key}: {len(pods)} tenants share this GPU ({sharing}), device-wide util {util}: "
-        + ", ".join(pods)
+        return f"{key}: held by {pods[0]} ({sharing}), {util}"
+    device_wide = "device-wide " + util if telemetry.status == "measured" else util
+    return f"{key}: {len(pods)} tenants share this GPU ({sharing}), {device_wide}: " + ", ".join(
+        pods
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFacts:
+    """What identifies a device in an event when no sample describes it (the allocation
+    spine): from the node's inventory, slices and labels (:mod:`streams.core.roster`)."""
+
+    node: str
+    gpu_uuid: str
+    gpu_index: int | None = None
+    model: str = ""
+    mig_instance_id: int | None = None
+    mig_profile: str | None = None
+    #: the event's device id when it is not the key's (a MIG UUID; a held ID we cannot place)
+    device_uuid: str | None = None
+
+
+UNKNOWN_USAGE_SCOPE: dict[bool, Literal["device", "mig-instance"]] = {
+    False: "device",
+    True: "mig-instance",
+}
+
+
+def _unknown_usage(is_mig: bool) -> Usage:
+    return Usage(UNKNOWN_USAGE_SCOPE[is_mig], None, None, None, None, None, None, None)
 
 
 def attribute(
     sample: DcgmSample, rows: Sequence[DeviceAssignment], ctx: DeviceContext
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
     """Join one sample with the holders of its device at the sample's time."""
-    is_mig = sample.mig_instance_id is not None
+    facts = DeviceFacts(
+        node=sample.node,
+        gpu_uuid=sample.uuid,
+        gpu_index=sample.gpu_index,
+        model=sample.model,
+        mig_instance_id=sample.mig_instance_id,
+        mig_profile=sample.mig_profile,
+        device_uuid=ctx.mig_uuid,
+    )
+    return _attribute(facts, sample.ts_ms, sample, rows, ctx, "sample", Telemetry())
+
+
+def describe(
+    facts: DeviceFacts,
+    ts_ms: int,
+    rows: Sequence[DeviceAssignment],
+    ctx: DeviceContext,
+    origin: Origin,
+    telemetry: Telemetry,
+) -> AttributionEvent:
+    """A device's state without a sample (the allocation spine): every holder, usage unknown
+    with its reason — never 0, never idle, never absent."""
+    event, _ = _attribute(facts, ts_ms, None, rows, ctx, origin, telemetry)
+    return event
+
+
+def _attribute(
+    facts: DeviceFacts,
+    ts_ms: int,
+    sample: DcgmSample | None,
+    rows: Sequence[DeviceAssignment],
+    ctx: DeviceContext,
+    origin: Origin,
+    telemetry: Telemetry,
+) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
+    is_mig = facts.mig_instance_id is not None or facts.mig_profile is not None
     dra = any(a.resource.startswith(DRA_PREFIX) for a in rows)
     allocation: Allocation = "dra" if dra or ctx.dra_device or ctx.unplaced else "device-plugin"
     observers: list[DeviceAssignment] = []
@@ -351,7 +432,7 @@ def attribute(
         notes = (*notes, f"observers through adminAccess claims, not holders: {', '.join(names)}")
     if not ctx.holders_known:
         state = "unknown"
-        notes = (*notes, "no PodResources snapshot from this node yet: holders unknown")
+        notes = (*notes, ctx.holders_note)
     elif ctx.mig_parent and not rows:
         state = "mig-parent"
     elif not rows and ctx.unplaced:
@@ -363,21 +444,28 @@ def attribute(
         state = "shared"
     else:
         state = "exclusive"
-    holders = _holders(rows, decision.replicas, state == "shared", sample.ts_ms, ctx, views)
+    held = _holds(rows, decision.replicas, ts_ms, ctx, views)
+    shares = account(held)
+    holders = _holders(rows, held, shares)
     credit: CreditScope = "none" if not rows else ("holder" if len(pods) == 1 else "device-wide")
-    usage = _usage(sample)
-    key = ctx.mig_uuid or (
-        sample.uuid if not is_mig else f"{sample.uuid}/gi{sample.mig_instance_id}"
+    usage = _usage(sample) if sample is not None else _unknown_usage(is_mig)
+    key = facts.device_uuid or (
+        f"{facts.gpu_uuid}/gi{facts.mig_instance_id}"
+        if facts.mig_instance_id is not None
+        else facts.gpu_uuid
     )
-    exporter, strangers = _exporter_view(sample, holders, state)
+    if sample is not None:
+        exporter, strangers = _exporter_view(sample, holders, state)
+    else:
+        exporter, strangers = NOT_SAMPLED, ()
     event = AttributionEvent(
-        node=sample.node,
-        ts_ms=sample.ts_ms,
+        node=facts.node,
+        ts_ms=ts_ms,
         device_uuid=key,
-        gpu_uuid=sample.uuid,
-        gpu_index=sample.gpu_index,
-        model=sample.model,
-        mig=MigInstance(sample.mig_instance_id, sample.mig_profile) if is_mig else None,
+        gpu_uuid=facts.gpu_uuid,
+        gpu_index=facts.gpu_index,
+        model=facts.model,
+        mig=MigInstance(facts.mig_instance_id, facts.mig_profile) if is_mig else None,
         state=state,
         sharing=decision.sharing,
         replicas=decision.replicas,
@@ -387,24 +475,25 @@ def attribute(
         credit=credit,
         exporter=exporter,
         notes=notes,
-        summary=_summary(state, decision.sharing, holders, usage, key),
+        summary=_summary(state, decision.sharing, holders, usage, key, telemetry),
         allocation=allocation,
-    )
-    holding = tuple(
-        sorted(
-            {ClaimedPod(h.namespace, h.pod, "") for h in holders},
-            key=lambda c: (c.namespace, c.pod),
-        )
+        origin=origin,
+        telemetry=telemetry,
+        pods=shares.pods,
     )
     flags = tuple(
         ExporterMisattribution(
-            sample.node,
-            sample.ts_ms,
+            facts.node,
+            ts_ms,
             key,
             c,
-            holding,
+            holders,
             "exporter credits a pod that holds no slot on this device",
         )
         for c in strangers
     )
     return event, flags
+
+
+#: the exporter's view of an event no sample made: nothing it said to judge
+NOT_SAMPLED = ExporterView((), False, "no sample: nothing from the exporter to judge")

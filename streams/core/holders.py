@@ -22,13 +22,11 @@ from contract.inputs import (
 )
 from streams.core.dra import DeviceRef, Placed, UnplacedMig, place
 from streams.core.identity import EMPTY_INVENTORY, Inventory, parse_device_id, resolve
+from streams.core.lifetimes import HISTORY_MAX, epoch_kept, holders_expired
 from streams.core.sharing import Advertised, advertised_by_key
 
 DraDevices = Mapping[DeviceRef, DraDevice]
 NO_DRA: DraDevices = {}
-
-HISTORY_MS = 10 * 60 * 1000
-HISTORY_MAX = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,16 +47,21 @@ class SlotHolders:
     assignments: tuple[DeviceAssignment, ...]
     since_ms: int
     history: tuple[Epoch, ...] = ()
+    #: from when the node's PodResources view covers this base: before the first holders (and
+    #: after this), nobody held it; before this, nobody knows (additive: ``None`` in old state)
+    known_from_ms: int | None = None
 
-    def at(self, ts_ms: int) -> tuple[DeviceAssignment, ...]:
-        """The holders as of ``ts_ms``: current ones unless the sample predates the last change."""
+    def at(self, ts_ms: int) -> tuple[DeviceAssignment, ...] | None:
+        """The holders as of ``ts_ms``: current ones unless the sample predates the last change;
+        ``None`` when nothing remembered covers that time — never the later holders' credit."""
         if ts_ms >= self.since_ms:
             return self.assignments
         for epoch in self.history:
             if epoch.from_ms <= ts_ms < epoch.until_ms:
                 return epoch.assignments
-        # Older than anything remembered: the oldest known holders are the best evidence.
-        return self.history[-1].assignments if self.history else self.assignments
+        if self.known_from_ms is not None and ts_ms >= self.known_from_ms:
+            return ()  # the view covered that time and nobody held the device then
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,8 @@ class NodeDevices:
     #: DRA MIG devices held but not placeable on a GPU instance (dynamic MIG: no UUID yet),
     #: by parent GPU UUID: (base, "MIG instance of <parent>, profile <p>, UUID unknown")
     unplaced_mig: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    #: the first snapshot's time: from then on the node's holders are known (additive)
+    since_ms: int | None = None
 
 
 def unplaced_dra(index: NodeDevices) -> tuple[str, ...]:
@@ -156,18 +161,27 @@ def _group(assignments: Iterable[DeviceAssignment]) -> dict[str, list[DeviceAssi
 
 
 def _advance(
-    node: str, base: str, old: SlotHolders | None, new: tuple[DeviceAssignment, ...], ts_ms: int
+    node: str,
+    base: str,
+    old: SlotHolders | None,
+    new: tuple[DeviceAssignment, ...],
+    ts_ms: int,
+    view_since_ms: int | None,
 ) -> SlotHolders | None:
     """The next holders value for a base device, or ``None`` when nothing changed."""
     if old is None:
-        return SlotHolders(node, base, new, ts_ms) if new else None
+        if not new:
+            return None
+        start = view_since_ms if view_since_ms is not None and view_since_ms <= ts_ms else ts_ms
+        return SlotHolders(node, base, new, ts_ms, (), start)
     if old.assignments == new:
         return None
-    epoch = Epoch(old.since_ms, ts_ms, old.assignments)
-    history = tuple(e for e in (epoch, *old.history) if ts_ms - e.until_ms <= HISTORY_MS)[
-        :HISTORY_MAX
-    ]
-    return SlotHolders(node, base, new, ts_ms, history)
+    epochs = (Epoch(old.since_ms, ts_ms, old.assignments), *old.history)
+    history = tuple(e for e in epochs if epoch_kept(e.until_ms, ts_ms))[:HISTORY_MAX]
+    known = old.known_from_ms
+    if len(history) < len(epochs):  # forgotten: the view no longer covers their time
+        known = history[-1].from_ms if history else ts_ms
+    return SlotHolders(node, base, new, ts_ms, history, known)
 
 
 def apply_podresources(
@@ -182,6 +196,8 @@ def apply_podresources(
     ``current`` holds the present :class:`SlotHolders` for the base IDs in ``index.bases``.
     """
     index = index or empty_index(record.node)
+    if isinstance(record, PodResourcesSnapshot) and index.since_ms is None:
+        index = replace(index, since_ms=record.ts_ms)
     if isinstance(record, PodResourcesSnapshot):
         grouped = _group(record.assignments)
         touched = set(index.bases) | set(grouped)
@@ -197,7 +213,7 @@ def apply_podresources(
     changed: dict[str, SlotHolders] = {}
     for base in touched:
         new = tuple(sorted(set(grouped.get(base, ()))))
-        nxt = _advance(record.node, base, current.get(base), new, record.ts_ms)
+        nxt = _advance(record.node, base, current.get(base), new, record.ts_ms, index.since_ms)
         if nxt is not None:
             changed[base] = nxt
     live = {**current, **changed}
@@ -205,7 +221,7 @@ def apply_podresources(
         sorted(
             b
             for b, h in live.items()
-            if h.assignments or (h.history and record.ts_ms - h.since_ms <= HISTORY_MS)
+            if not holders_expired(bool(h.assignments), h.since_ms, record.ts_ms)
         )
     )
     keys, unresolved, unplaced = index_keys(bases, inventory, dra)
@@ -215,7 +231,15 @@ def apply_podresources(
         else advertised_by_key(allocatable, inventory)
     )
     new_index = NodeDevices(
-        record.node, bases, keys, unresolved, allocatable, record.ts_ms, advertised, unplaced
+        record.node,
+        bases,
+        keys,
+        unresolved,
+        allocatable,
+        record.ts_ms,
+        advertised,
+        unplaced,
+        index.since_ms,
     )
     return new_index, changed
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Family = Literal["gpu", "mig", "mig-legacy", "gke", "other"]
@@ -63,6 +63,7 @@ class Inventory:
 
     gpus: Mapping[int, str]
     migs: Mapping[str, MigDevice]
+    models: Mapping[str, str] = field(default_factory=dict)  # GPU UUID → model (additive)
 
 
 EMPTY_INVENTORY = Inventory(gpus={}, migs={})

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from contract.inputs import OwnerRef, PodListSnapshot, PodRecord
 from contract.outputs import Workload
 from streams.core.attribution import PodIdentity
-from streams.core.holders import HISTORY_MS
+from streams.core.lifetimes import HISTORY_MS, life_forgotten
 
 LIVES_MAX = 8
 #: How long a gone life is remembered: as long as the slot holders keep their as-of history, so
@@ -61,7 +61,7 @@ class NodePods:
 
     def due(self, now_ms: int) -> tuple[str, ...]:
         """Names with a life gone longer than :data:`FORGET_AFTER_MS` at ``now_ms``."""
-        return tuple(name for name, gone_ms in self.gone if now_ms - gone_ms > FORGET_AFTER_MS)
+        return tuple(name for name, gone_ms in self.gone if life_forgotten(gone_ms, now_ms))
 
 
 def name_key(node: str, namespace: str, name: str) -> str:
@@ -118,11 +118,7 @@ def apply_pod_list(current: PodNames, listing: PodListSnapshot) -> PodNames | No
 
 def forget_gone(names: PodNames, now_ms: int) -> PodNames | None:
     """The lives still remembered at ``now_ms``; ``None`` when none is (the key can go)."""
-    kept = tuple(
-        life
-        for life in names.lives
-        if life.gone_ms is None or now_ms - life.gone_ms <= FORGET_AFTER_MS
-    )
+    kept = tuple(life for life in names.lives if not life_forgotten(life.gone_ms, now_ms))
     if len(kept) == len(names.lives):
         return names
     return PodNames(kept) if kept else None

@@ -11,6 +11,7 @@ from streams.core.alerts import DeviceAlerts
 from streams.core.dra import NodeSlices
 from streams.core.holders import NodeDevices, SlotHolders
 from streams.core.identity import Inventory
+from streams.core.nodestate import NodeState, PartitionNodes
 from streams.core.pods import NodePods, PodNames
 
 #: State kinds kept in changelog-backed tables.
@@ -22,6 +23,8 @@ KINDS: dict[str, tuple[type, int]] = {
     "state.node_pods": (NodePods, 1),
     "state.device_alerts": (DeviceAlerts, 1),
     "state.node_slices": (NodeSlices, 1),
+    "state.node_state": (NodeState, 1),
+    "state.partition_nodes": (PartitionNodes, 1),
 }
 
 #: What the tables hold: these state kinds and the input records kept as they came (nodes)

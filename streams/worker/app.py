@@ -19,10 +19,17 @@ import faust
 from aiokafka.errors import IllegalStateError
 
 from contract import codec
-from contract.outputs import Alert, AttributionEvent, DeadLetter, ExporterMisattribution
+from contract.outputs import (
+    Alert,
+    AttributionEvent,
+    DeadLetter,
+    ExporterMisattribution,
+    TelemetryRefused,
+)
 from contract.topics import TABLES, TopicRole
 from infra.kafka import client_options
-from infra.settings import AlertSettings, KafkaSettings, WorkerSettings
+from infra.settings import AlertSettings, KafkaSettings, SpineSettings, WorkerSettings
+from streams.core.lifetimes import Lifetimes
 from streams.core.processor import Output, Processor, Tables
 from streams.worker import selfmetrics
 from streams.worker.api import QueryApi, assignment
@@ -51,11 +58,27 @@ def broker_credentials(kafka: KafkaSettings) -> Any:
     return faust.SSLCredentials(context) if context is not None else None
 
 
-def output_key(record: AttributionEvent | ExporterMisattribution) -> bytes:
+def output_key(record: AttributionEvent | ExporterMisattribution | TelemetryRefused) -> bytes:
+    """Per device (``node/device-uuid``); a refused scrape is the node's (``node``)."""
+    if isinstance(record, TelemetryRefused):
+        return record.node.encode()
     return f"{record.node}/{record.device_uuid}".encode()
 
 
-def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSettings) -> faust.App:
+def lifetimes_of(spine: SpineSettings) -> Lifetimes:
+    return Lifetimes(
+        heartbeat_ms=int(spine.heartbeat_s * 1000),
+        stale_after_ms=int(spine.stale_after_s * 1000),
+        node_ttl_ms=int(spine.node_ttl_s * 1000),
+    )
+
+
+def build_app(
+    kafka: KafkaSettings,
+    worker: WorkerSettings,
+    alerts: AlertSettings,
+    spine: SpineSettings | None = None,
+) -> faust.App:
     """Create the worker's Faust app from explicit settings."""
     if not kafka.bootstrap:
         raise ValueError("the worker needs a Kafka bootstrap address")
@@ -99,7 +122,7 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
         )
 
     tables = Tables(**{field: table(name) for field, name in TABLES.items()})
-    processor = Processor(tables, alerts)
+    processor = Processor(tables, alerts, lifetimes_of(spine or SpineSettings()))
     live = LiveDevices()
 
     async def dead_letter(event: Event, error: str) -> None:
@@ -121,6 +144,7 @@ def build_app(kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSetting
         Alert: alert_topic.get_topic_name(),
         AttributionEvent: attribution.get_topic_name(),
         ExporterMisattribution: flags.get_topic_name(),
+        TelemetryRefused: flags.get_topic_name(),
     }
 
     def delivered(kind: str, fut: asyncio.Future[Any]) -> None:

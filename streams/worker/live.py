@@ -21,7 +21,11 @@ class LiveDevices:
         self._latest: dict[str, tuple[int, AttributionEvent]] = {}
 
     def update(self, partition: int, event: AttributionEvent) -> None:
+        """Keep the device's newest event; a device's last event (``gone``) removes it."""
         key = f"{event.node}/{event.device_uuid}"
+        if event.origin == "gone":
+            self._latest.pop(key, None)
+            return
         current = self._latest.get(key)
         if current is None or event.ts_ms >= current[1].ts_ms:
             self._latest[key] = (partition, event)

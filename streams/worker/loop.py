@@ -96,7 +96,7 @@ class RecordLoop:
             await self.dead_letter(event, f"undecodable: {exc}")
             return
         try:
-            outputs = self.processor.handle(record)
+            outputs = self.processor.handle(record, event.message.partition)
         except UnusableRecord as exc:
             selfmetrics.ERRORS.labels("unusable").inc()
             await self.dead_letter(event, f"unusable: {exc}")

@@ -93,8 +93,9 @@ def test_every_crash_point_delivers_every_alert_exactly_by_key() -> None:
     reference, after = run(records, empty)
     expected = set().union(*(keys(outs) for outs in reference))
     kinds = {key.split("-")[0] for key in expected}
-    # idle fired, resolved, fired again; XID 13 and 31; orphaned memory fired and resolved
-    assert len(expected) == 7
+    # idle fired, resolved, fired again; XID 13 fired, resolved when 31 superseded it, 31 fired
+    # and resolved when its holder left; orphaned memory fired and resolved
+    assert len(expected) == 9
     assert kinds == {"idle", "xid", "orphaned"}
     persisted = [empty, *after]  # persisted[s]: the tables once the inputs before s are written
     crash_points = 0

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from contract.outputs import Alert, AttributionEvent, ExporterView, Holder, Usage
+from contract.outputs import Alert, AttributionEvent, ExporterView, Holder, Telemetry, Usage
 from infra.settings import AlertSettings
 from streams.core.alerts import DeviceAlerts, policy_for, step
 
@@ -137,14 +137,114 @@ def test_xid_fires_on_each_new_nonzero_value() -> None:
         ev(0, 50, xid=0),
         ev(10, 50, xid=79),
         ev(20, 50, xid=79),
-        ev(30, 50, xid=0),
+        ev(30, 50, xid=0),  # the exporter restarted: its last-XID value reset, nothing new
         ev(40, 50, xid=79),
         ev(50, 50, xid=48),
     ]
     alerts = run(events)
-    assert kinds(alerts) == [("xid", "firing", 10), ("xid", "firing", 40), ("xid", "firing", 50)]
-    assert [a.figures.xid for a in alerts] == [79, 79, 48]
+    assert kinds(alerts) == [
+        ("xid", "firing", 10),
+        ("xid", "resolved", 40),  # superseded by the new XID
+        ("xid", "firing", 40),
+        ("xid", "resolved", 50),
+        ("xid", "firing", 50),
+    ]
+    assert [a.figures.xid for a in alerts] == [79, 79, 79, 79, 48]
     assert "ml/a" in alerts[0].summary
+    assert "superseded by XID 79" in alerts[1].summary
+
+
+def test_an_xid_already_there_at_first_sight_is_history_not_an_alert() -> None:
+    """DCGM_FI_DEV_XID_ERRORS keeps the last XID until the exporter restarts: seen for the first
+    time, it happened before we watched, under holders nobody can name."""
+    assert run([ev(0, 50, xid=79), ev(10, 50, xid=79), ev(20, 50, xid=79)]) == []
+    # a new one while watched does fire
+    assert kinds(run([ev(0, 50, xid=79), ev(10, 50, xid=48)])) == [("xid", "firing", 10)]
+
+
+def test_an_xid_resolves_after_a_quiet_period() -> None:
+    quiet = POLICY.model_copy(update={"xid_quiet_s": 60})
+    alerts = run(
+        [ev(0, 50, xid=0), ev(10, 50, xid=31), ev(40, 50, xid=31), ev(70, 50, xid=31)], quiet
+    )
+    assert kinds(alerts) == [("xid", "firing", 10), ("xid", "resolved", 70)]
+    assert alerts[0].id == alerts[1].id
+    assert "no new XID for 1 min" in alerts[1].summary
+
+
+def test_an_xid_is_never_inherited_by_the_next_holder() -> None:
+    """The last XID stays in the exporter's gauge: an hour later, whoever holds the GPU then is
+    neither alerted nor left with the previous holder's open alert."""
+    events = [ev(0, 50, xid=0), ev(10, 50, xid=79), ev(20, 50, xid=79)]
+    events += [ev(3600, 50, holders=(H2,), xid=79), ev(3610, 50, holders=(H2,), xid=79)]
+    alerts = run(events)
+    assert kinds(alerts) == [("xid", "firing", 10), ("xid", "resolved", 3600)]
+    firing, resolved = alerts
+    assert [h.pod for h in firing.holders] == ["a"]
+    assert resolved.holders == ()  # it names nobody of the new holders
+    assert "ml/a" in resolved.summary
+    assert "holders changed" in resolved.summary
+    assert "ml/b" not in resolved.summary
+
+
+def test_idle_time_of_the_previous_holder_is_not_the_next_ones() -> None:
+    """Team a idle 29 minutes, its pod ends, team b gets the GPU two seconds later: 65 s after
+    that, team b is not "idle for 30.1 min"; its own window starts when it got the GPU."""
+    policy = POLICY.model_copy(update={"idle_window_s": 1800})
+    a = [ev(t, 1.0) for t in range(0, 29 * 60, 30)]
+    b = [ev(29 * 60 + 2 + t, 1.0, holders=(H2,)) for t in range(0, 66, 5)]
+    assert run([*a, *b], policy) == []
+    # team b alone idle for its own full window: fired, naming b only
+    later = [ev(29 * 60 + 2 + t, 1.0, holders=(H2,)) for t in range(0, 1801, 30)]
+    [fired] = run([*a, *later], policy)
+    assert (fired.kind, fired.started_ms) == ("idle", (29 * 60 + 2) * 1000)
+    assert [h.pod for h in fired.holders] == ["b"]
+
+
+def test_a_firing_idle_episode_resolves_when_holders_change() -> None:
+    events = [*series([1] * 8), ev(80, 1, holders=(H2,))]
+    alerts = run(events)
+    assert kinds(alerts) == [("idle", "firing", 60), ("idle", "resolved", 80)]
+    assert "holders changed" in alerts[1].summary
+    assert [h.pod for h in alerts[1].holders] == []  # not b's alert
+
+
+def test_a_uid_resolving_later_is_the_same_holder() -> None:
+    pending = replace(H1, uid=None, uid_status="pending")
+    events = [ev(0, 1, holders=(pending,)), *[ev(t, 1) for t in range(10, 80, 10)]]
+    assert kinds(run(events)) == [("idle", "firing", 60)]
+
+
+def test_a_device_gone_resolves_what_is_open() -> None:
+    gone = replace(
+        ev(200, None, holders=(), xid=None),
+        state="unknown",
+        origin="gone",
+        telemetry=Telemetry("unknown", "gone", "the node was deleted from the API", 200_000),
+    )
+    events = [ev(0, 1, xid=0), *series([1] * 8, xid=13)[1:], replace(gone, ts_ms=75_000)]
+    alerts = run(events)
+    assert kinds(alerts) == [
+        ("xid", "firing", 10),
+        ("idle", "firing", 60),
+        ("idle", "resolved", 75),
+        ("xid", "resolved", 75),
+    ]
+    assert all("the device is gone" in a.summary for a in alerts[2:])
+    # a gone event at a time the device's state already passed (the partition's clock behind
+    # the node's) still resolves
+    late = run([*series([1] * 8), replace(gone, ts_ms=30_000)])
+    assert kinds(late) == [("idle", "firing", 60), ("idle", "resolved", 30)]
+
+
+def test_events_without_a_reading_neither_start_nor_end_an_idle_window() -> None:
+    unknown = Telemetry("unknown", "exporter-unreachable", "dcgm-exporter failing", 0)
+    blind = [replace(ev(t, None), telemetry=unknown) for t in range(0, 600, 60)]
+    assert run(blind) == []
+    # an idle episode under way is not ended by a gap in telemetry
+    mixed = [*series([1] * 4), *(replace(e, ts_ms=e.ts_ms + 40_000) for e in blind[:2])]
+    mixed += [ev(t, 1) for t in range(110, 140, 10)]
+    assert kinds(run(mixed)) == [("idle", "firing", 110)]
 
 
 def test_orphaned_memory_fires_and_resolves() -> None:
@@ -167,6 +267,10 @@ def test_annotation_overrides_most_lenient_wins() -> None:
             {"gpuattr.io/idle-window-s": "120"},
             {"gpuattr.io/idle-window-s": "600", "gpuattr.io/idle-threshold-pct": "1"},
             {"gpuattr.io/idle-threshold-pct": "oops"},
+            {"gpuattr.io/idle-threshold-pct": "nan"},
+            {"gpuattr.io/idle-threshold-pct": "-inf"},
+            {"gpuattr.io/idle-window-s": "inf"},
+            {"gpuattr.io/idle-window-s": "1e400"},
         ],
     )
     assert (p.idle_window_s, p.idle_threshold_pct) == (600, 1)

@@ -9,6 +9,10 @@ publishable and honest:
 * on a shared device nobody is credited with usage: ``credit`` is ``device-wide`` as soon as two
   pods hold it, ``allocation_share`` is slots / replicas (an allocation) and ``Holder`` has no
   usage field at all; the exporter's claim is never trusted on a multi-tenant device;
+* each pod's share (the one accounting figure) is in (0, 1], one per holding pod, and a device's
+  shares add up to at most 1;
+* an event no sample made says its usage is unknown and why, with no reading in it (never 0);
+* every GPU reading becomes an event or is refused (counted in a ``telemetry.refused`` record);
 * holder UIDs come from our own join — from pod records of that node — never from the
   exporter's ``pod_uid`` labels (those all carry :data:`EXPORTER_UID_PREFIX` here).
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -31,12 +36,20 @@ from contract.inputs import (
     DcgmSample,
     DcgmScrape,
     DeviceAssignment,
+    DeviceInventory,
+    GpuInfo,
     NodeRecord,
     PodRecord,
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
-from contract.outputs import Alert, AttributionEvent, ExporterMisattribution, Holder
+from contract.outputs import (
+    Alert,
+    AttributionEvent,
+    ExporterMisattribution,
+    Holder,
+    TelemetryRefused,
+)
 from streams.core.processor import Output, Processor, Tables, UnusableRecord
 from tests.fuzz_strategies import (
     EXPORTER_UID_PREFIX,
@@ -121,28 +134,45 @@ def check_event(ev: AttributionEvent, uids: dict[str, set[str]]) -> None:
         assert not ev.exporter.trusted, "a multi-tenant device's exporter label is trusted"
     if ev.credit == "holder":
         assert len(tenants) == 1
-    if ev.state == "shared":
+    held_slots = sum(h.slots for h in ev.holders)
+    if ev.state == "shared" and not any(h.claim for h in ev.holders):
         for h in ev.holders:  # an allocation (slots / replicas), never a usage figure
-            expected = round(h.slots / ev.replicas, 4) if ev.replicas else None
+            fits = ev.replicas and held_slots <= ev.replicas
+            expected = round(h.slots / ev.replicas, 4) if fits and ev.replicas else None
             assert h.allocation_share == expected, (h, ev.replicas)
+    # the one accounting figure: each holding pod once, in (0, 1], at most 1 per device
+    assert {(p.namespace, p.pod) for p in ev.pods} == tenants
+    assert all(0 < p.share <= 1 for p in ev.pods), ev.pods
+    assert sum(p.share for p in ev.pods) <= 1 + 1e-3, ev.pods
+    if ev.origin != "sample":
+        assert ev.telemetry.status == "unknown", ev.telemetry
+        assert ev.telemetry.reason, ev.telemetry
+        reading = dataclasses.asdict(ev.usage)
+        assert {k: v for k, v in reading.items() if k != "scope" and v is not None} == {}
     payload = orjson.loads(codec.encode(ev))
     for holder in payload["holders"]:
         assert set(holder) == HOLDER_FIELDS
     check_holder_uids(ev.node, ev.holders, uids)
 
 
-def check_outputs(outputs: list[Output], uids: dict[str, set[str]]) -> None:
+def check_outputs(outputs: Sequence[Output | _DeadLettered], uids: dict[str, set[str]]) -> None:
     for out in outputs:
+        if isinstance(out, _DeadLettered):
+            continue
         assert codec.decode(codec.encode(out)) is not None  # the worker can publish it
         if isinstance(out, AttributionEvent):
             check_event(out, uids)
         elif isinstance(out, Alert):
             assert out.device_wide == (len(pods_of(out.holders)) > 1)
             check_holder_uids(out.node, out.holders, uids)
+        elif isinstance(out, TelemetryRefused):
+            assert out.reason
+            assert out.uuids
         else:
             assert isinstance(out, ExporterMisattribution)
             held = {(c.namespace, c.pod) for c in out.holders}
             assert (out.claimed.namespace, out.claimed.pod) not in held
+            check_holder_uids(out.node, out.holders, uids)
 
 
 def test_holders_carry_no_usage_field() -> None:
@@ -162,24 +192,49 @@ def test_processor_never_raises_and_stays_honest(stream: list[AgentRecord]) -> N
         if isinstance(decoded, PodRecord):
             uids[decoded.node].add(decoded.uid)
         outputs = _handle(proc, decoded)
-        events += sum(isinstance(o, AttributionEvent) for o in outputs)
+        events += readings(outputs)
         check_outputs(outputs, uids)
-    # one event per GPU reading: single samples, and every sample of a usable scrape
+    # every GPU reading (single samples, and every sample of a usable scrape) is an event or
+    # refused as not provably its node's
     assert events == sum(isinstance(r, DcgmSample) for r in stream) + sum(
         len(r.samples) for r in stream if isinstance(r, DcgmScrape) and _one_node(r)
     )
 
 
-def _handle(proc: Processor, record: AgentRecord) -> list[Output]:
-    """The processor's outputs; a scrape carrying another node's sample must be refused whole
-    (bad input, dead-lettered) with nothing of it kept."""
-    if isinstance(record, DcgmScrape) and not _one_node(record):
-        before = _contents(proc)
-        with pytest.raises(UnusableRecord):
-            proc.handle(record)
+def readings(outputs: Sequence[Output | _DeadLettered]) -> int:
+    """The GPU readings a record's outputs account for: sample events, and refused rows."""
+    sampled = sum(isinstance(o, AttributionEvent) and o.origin == "sample" for o in outputs)
+    refused = sum(o.rows for o in outputs if isinstance(o, TelemetryRefused | _DeadLettered))
+    return sampled + refused
+
+
+def _handle(proc: Processor, record: AgentRecord) -> list[Output | _DeadLettered]:
+    """The processor's outputs. A record it refuses as bad input (a scrape carrying another
+    node's sample; a record older than its node's leaving) is refused whole, with nothing of it
+    kept: the worker dead-letters it."""
+    before = _contents(proc)
+    try:
+        return list(proc.handle(record))
+    except UnusableRecord:
         assert _contents(proc) == before
-        return []
-    return proc.handle(record)
+        if isinstance(record, DcgmScrape) and not _one_node(record):
+            return []
+        assert proc.tables.node_state[record.node].gone is not None  # type: ignore[union-attr]
+        return [_DEAD_LETTERED(record)]
+
+
+class _DeadLettered:
+    """Stands for a dead-lettered record in the count of readings."""
+
+    def __init__(self, record: AgentRecord) -> None:
+        self.rows = (
+            len(record.samples)
+            if isinstance(record, DcgmScrape)
+            else int(isinstance(record, DcgmSample))
+        )
+
+
+_DEAD_LETTERED = _DeadLettered
 
 
 def _contents(proc: Processor) -> dict[str, dict[str, object]]:
@@ -214,7 +269,8 @@ def test_fleet_stream_is_attributed_honestly() -> None:
             uids[record.node].add(record.uid)
         outputs = proc.handle(wire(record))
         check_outputs(outputs, uids)
-        events += [o for o in outputs if isinstance(o, AttributionEvent)]
+        assert not [o for o in outputs if isinstance(o, TelemetryRefused)]
+        events += [o for o in outputs if isinstance(o, AttributionEvent) and o.origin == "sample"]
     assert len(events) == bench_fleet.sample_count(4, 3)
     assert {e.state for e in events} == {"exclusive", "shared"}
     assert {e.sharing for e in events} == {"none", "time-slicing", "mps", "mig"}
@@ -231,6 +287,10 @@ def _sample() -> DcgmSample:
     return DcgmSample(NODE, START_MS + 1, G, 0, "A100", NODE, util_pct=50.0)
 
 
+def _inventory() -> DeviceInventory:
+    return DeviceInventory(NODE, START_MS, "nvml", (GpuInfo(0, G, "A100"),))
+
+
 @pytest.mark.parametrize(
     "device_id",
     [f"{G}::²", f"{G}::" + "1" * 5000, "nvidia" + "7" * 5000, f"MIG-{G}/{'1' * 5000}/0"],
@@ -242,6 +302,7 @@ def test_odd_digits_in_a_device_id_do_not_crash_the_worker(device_id: str) -> No
     record = wire(PodResourcesSnapshot(NODE, START_MS, (row,)))  # valid on the wire
     proc.handle(record)  # raises today: the whole node snapshot is dead-lettered
     proc.handle(wire(PodResourcesDiff(NODE, START_MS + 1, (), (row,))))
+    proc.handle(wire(_inventory()))
     (event,) = [o for o in proc.handle(_sample()) if isinstance(o, AttributionEvent)]
     assert event.state in ("unallocated", "exclusive")
 
@@ -250,5 +311,6 @@ def test_odd_digits_in_a_device_id_do_not_crash_the_worker(device_id: str) -> No
 def test_odd_replica_label_does_not_crash_every_sample_of_the_node(replicas: str) -> None:
     proc = new_processor()
     proc.handle(wire(NodeRecord(NODE, START_MS, (("nvidia.com/gpu.replicas", replicas),))))
-    outputs = proc.handle(_sample())  # raises today, for every sample of the node
+    proc.handle(wire(_inventory()))
+    outputs = proc.handle(_sample())  # raised once, for every sample of the node
     assert [type(o) for o in outputs] == [AttributionEvent]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from contract.inputs import DeviceAssignment as A
 from contract.inputs import PodResourcesDiff, PodResourcesSnapshot
-from streams.core.holders import HISTORY_MS, apply_podresources
+from streams.core.holders import apply_podresources
 from streams.core.identity import Inventory, MigDevice
+from streams.core.lifetimes import HISTORY_MS
 
 G0, G1 = "GPU-aaaa", "GPU-bbbb"
 P1 = A("ml", "train-1", "c", "nvidia.com/gpu", G0)

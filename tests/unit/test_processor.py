@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contract.inputs import DcgmSample, ExporterClaim, PodResourcesDiff, PodResourcesSnapshot
 from contract.inputs import DeviceAssignment as A
-from contract.outputs import AttributionEvent
+from contract.outputs import AttributionEvent, TelemetryRefused
 from streams.core.identity import Inventory, MigDevice
 from streams.core.processor import Processor, Tables
 
@@ -38,7 +38,15 @@ def test_holders_follow_snapshots_and_diffs() -> None:
     p = proc()
     a = A("ml", "a", "c", "nvidia.com/gpu", G0)
     b = A("ml", "b", "c", "nvidia.com/gpu", G0)
-    assert p.handle(PodResourcesSnapshot("n1", 100, (a,))) == []
+    # the allocation is reported at once, before any sample: usage unknown, with the reason
+    first = only_event(p.handle(PodResourcesSnapshot("n1", 100, (a,))))
+    assert (first.origin, first.state, [h.pod for h in first.holders]) == (
+        "allocation",
+        "exclusive",
+        ["a"],
+    )
+    assert (first.telemetry.status, first.telemetry.cause) == ("unknown", "no-sample-yet")
+    assert first.usage.util_pct is None
     assert [h.pod for h in only_event(p.handle(sample(150))).holders] == ["a"]
     p.handle(PodResourcesDiff("n1", 200, added=(b,), removed=(a,)))
     assert [h.pod for h in only_event(p.handle(sample(250))).holders] == ["b"]
@@ -48,6 +56,7 @@ def test_holders_follow_snapshots_and_diffs() -> None:
 
 def test_sample_before_any_podresources_view_is_unknown_not_unallocated() -> None:
     p = proc()
+    p.set_inventory("n1", Inventory({0: G0, 1: G1}, {}))
     out = p.handle(sample(1, G1, exporter_claims=(ExporterClaim("ml", "x", "c"),)))
     ev = only_event(out)
     assert (ev.state, ev.credit, ev.holders) == ("unknown", "none", ())
@@ -55,6 +64,14 @@ def test_sample_before_any_podresources_view_is_unknown_not_unallocated() -> Non
     assert len(out) == 1  # no misattribution flag: the claim cannot be checked yet
     p.handle(PodResourcesSnapshot("n1", 2, ()))
     assert only_event(p.handle(sample(3, G1))).state == "unallocated"
+
+
+def test_a_scrape_nothing_can_check_is_refused_not_attributed() -> None:
+    p = proc()
+    out = p.handle(sample(1, G1))
+    [refused] = out
+    assert isinstance(refused, TelemetryRefused)
+    assert (refused.cause, refused.uuids) == ("unverifiable", (G1,))
 
 
 def test_mig_sample_joins_instance_holder_via_inventory() -> None:

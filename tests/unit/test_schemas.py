@@ -13,11 +13,11 @@ from contract import codec
 from contract.delivery import DeliveryFailure
 from contract.inputs import DcgmSample, ExporterClaim
 from contract.inputs import DeviceAssignment as A
-from contract.outputs import DeadLetter
+from contract.outputs import DeadLetter, Telemetry, TelemetryRefused
 from contract.schemas import OUTPUTS, file_name, json_schema
 from infra.settings import AlertSettings
 from streams.core.alerts import step
-from streams.core.attribution import DeviceContext, attribute
+from streams.core.attribution import DeviceContext, DeviceFacts, attribute, describe
 
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 
@@ -53,9 +53,22 @@ def test_real_payloads_validate_and_broken_ones_do_not() -> None:
         state, fired = step(state, replace(event, ts_ms=ts), AlertSettings(idle_window_s=10))
         alerts += fired
     assert alerts
+    spine = describe(
+        DeviceFacts("n", "GPU-2", 1, "A100"),
+        1,
+        [A("ns", "q", "c", "nvidia.com/gpu", "GPU-2")],
+        DeviceContext(),
+        "heartbeat",
+        Telemetry("unknown", "exporter-unreachable", "dcgm-exporter failing since …", 0),
+    )
+    refused = TelemetryRefused(
+        "n", 1, "hostname", "reports Hostname other", "other", "http://x", ("GPU-9",), 1
+    )
     records = [
         event,
+        spine,
         *flags,
+        refused,
         *alerts,
         DeadLetter("t", 0, 1, "k", "not JSON", "AA==", 1),
         DeliveryFailure("idle-1", "webhook", 8, "HTTP 500", "{}", 0, 3, 1),

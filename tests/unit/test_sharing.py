@@ -18,6 +18,8 @@ from contract.inputs import (
     AllocatableDevice,
     DcgmSample,
     DeviceAssignment,
+    DeviceInventory,
+    GpuInfo,
     NodeRecord,
     PodResourcesSnapshot,
 )
@@ -257,6 +259,8 @@ def test_an_unreplicated_device_is_never_reported_shared(
     proc = Processor(Tables.in_memory())
     records = [
         NodeRecord("n", 1, tuple(sorted(labels.items()))),
+        # the node's inventory (NVML): what its exporter's rows are checked against
+        DeviceInventory("n", 1, "nvml", tuple(GpuInfo(i, g.uuid) for i, g in enumerate(gpus))),
         PodResourcesSnapshot("n", 2, assignments, allocatable if with_allocatable else ()),
     ]
     events: dict[str, AttributionEvent] = {}

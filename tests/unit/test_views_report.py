@@ -216,7 +216,9 @@ def test_exclusive_gpu_on_a_sharing_node_counts_in_full() -> None:
     events: list[AttributionEvent] = []
     for t in range(0, 3601, 60):
         for gpu, util in ((0, 30.0), (1, 88.0)):
-            sample = DcgmSample("h100-mps", t * 1000, gpu_uuid("h100-mps", gpu), gpu, "H100", "h")
+            sample = DcgmSample(
+                "h100-mps", t * 1000, gpu_uuid("h100-mps", gpu), gpu, "H100", "h100-mps"
+            )
             events += [
                 o
                 for o in proc.handle(replace(sample, util_pct=util))

@@ -26,8 +26,10 @@ TOPIC = "gpuattr.node-events"
 GPU = "GPU-aaaa"
 HELD = PodResourcesSnapshot("n1", 100, (DeviceAssignment("ml", "a", "c", "nvidia.com/gpu", GPU),))
 ANOTHER = DeviceAssignment("ml", "b", "c", "nvidia.com/gpu", GPU)
-# dcgm-exporter credits a pod that holds nothing, and reports an XID: three outputs
+# dcgm-exporter credits a pod that holds nothing, and reports a new XID: three outputs
 NOISY = {"xid": 79, "exporter_claims": (ExporterClaim("ml", "ghost", "c"),)}
+#: the snapshot's own output: its allocation, reported before any sample
+HELD_OUT = ("AttributionEvent",)
 
 
 def sample(ts: int, **kw: Any) -> DcgmSample:
@@ -108,33 +110,48 @@ class Case:
 
 CASES = {
     "snapshot-then-sample-attributes": Case(
-        (event(HELD, 0), event(sample(150, util_pct=50.0), 1)), ("AttributionEvent",)
+        (event(HELD, 0), event(sample(150, util_pct=50.0), 1)), (*HELD_OUT, "AttributionEvent")
     ),
     "all-outputs-of-a-record-in-order": Case(
-        (event(HELD, 0), event(sample(150, **NOISY), 1), event(sample(160), 2)),
-        ("AttributionEvent", "ExporterMisattribution", "Alert", "AttributionEvent"),
+        (
+            event(HELD, 0),
+            event(sample(140, xid=0), 1),
+            event(sample(150, **NOISY), 2),
+            event(sample(160), 3),
+        ),
+        (
+            *HELD_OUT,
+            "AttributionEvent",
+            "AttributionEvent",
+            "ExporterMisattribution",
+            "Alert",
+            "AttributionEvent",
+        ),
+    ),
+    "a-scrape-nothing-can-check-is-refused-not-attributed": Case(
+        (event(sample(150), 0),), ("TelemetryRefused",)
     ),
     "not-json-is-dead-lettered-and-the-loop-goes-on": Case(
         (event(HELD, 0), event(b"{nope", 1), event(sample(150), 2)),
-        ("AttributionEvent",),
+        (*HELD_OUT, "AttributionEvent"),
         dead=((1, "undecodable: not JSON"),),
         errors=(("decode", 1),),
     ),
     "unknown-kind-is-dead-lettered": Case(
         (event(b'{"schema":"mystery","v":1}', 0), event(HELD, 1), event(sample(150), 2)),
-        ("AttributionEvent",),
+        (*HELD_OUT, "AttributionEvent"),
         dead=((0, "undecodable: unknown record kind 'mystery'"),),
         errors=(("decode", 1),),
     ),
     "wrong-fields-are-dead-lettered": Case(
-        (event(b'{"schema":"dcgm.sample","v":1,"node":"n1"}', 0), event(sample(150), 1)),
-        ("AttributionEvent",),
+        (event(b'{"schema":"dcgm.sample","v":1,"node":"n1"}', 0), event(HELD, 1)),
+        HELD_OUT,
         dead=((0, "undecodable: dcgm.sample v1: "),),
         errors=(("decode", 1),),
     ),
     "record-with-no-place-on-the-input-topic-is-dead-lettered": Case(
-        (event(DeadLetter(TOPIC, 0, 0, None, "x", "", 1), 0), event(sample(150), 1)),
-        ("AttributionEvent",),
+        (event(DeadLetter(TOPIC, 0, 0, None, "x", "", 1), 0), event(HELD, 1)),
+        HELD_OUT,
         dead=((0, "unusable: the worker does not handle DeadLetter"),),
         errors=(("unusable", 1),),
     ),
@@ -165,8 +182,11 @@ async def test_loop(case: Case) -> None:
 async def test_attribution_is_published_and_kept_live_for_its_partition() -> None:
     h = Harness()
     await h.run([event(HELD, 0, partition=3), event(sample(150, util_pct=50.0), 1, partition=3)])
-    [out] = h.published
+    allocation, out = h.published
+    assert isinstance(allocation, AttributionEvent)
+    assert allocation.origin == "allocation"
     assert isinstance(out, AttributionEvent)
+    assert out.origin == "sample"
     assert (out.node, out.device_uuid, out.state) == ("n1", GPU, "exclusive")
     assert [holder.pod for holder in out.holders] == ["a"]
     assert h.live.partitions() == {3}
@@ -176,8 +196,8 @@ async def test_attribution_is_published_and_kept_live_for_its_partition() -> Non
 
 async def test_only_attribution_events_are_kept_live() -> None:
     h = Harness()
-    await h.run([event(HELD, 0), event(sample(150, **NOISY), 1)])
-    assert len(h.published) == 3
+    await h.run([event(HELD, 0), event(sample(140, xid=0), 1), event(sample(150, **NOISY), 2)])
+    assert len(h.published) == 5
     assert len(h.live) == 1
 
 

@@ -1,0 +1,129 @@
+"""Lifetimes: how long each piece of the worker's state lives, and what a tombstone removes.
+
+Pure, and the one owner of these rules (the modules that keep state call them):
+
+* **Holders' as-of history** (:data:`HISTORY_MS`): a base device remembers who held it for ten
+  minutes of event time, so a late sample joins the holders of its own time; a base nobody holds
+  leaves the node's index, and its table key is deleted, once that history has run out.
+* **Pod lives**: a pod life that is gone is remembered as long as the holders' history (a late
+  sample that joins an old holder still resolves its UID), then forgotten.
+* **Nodes** (:class:`Lifetimes`): a node whose agent has sent nothing for ``stale_after_ms`` is
+  *stale* (its devices are reported once as such; nothing more is charged to their holders);
+  silent for ``node_ttl_ms``, or deleted in the API, it is *gone*: its devices' last events go
+  out and every key it has in every table is deleted (:func:`node_keys`). Silence is measured
+  against the partition's clock (``clock.tick``), never against a wall clock.
+* **Devices of a live node** leave when no source lists them any more (inventory, allocatable
+  list, slices, holders, the last accepted scrape): a MIG reconfiguration's old instance UUIDs
+  go, with their alert state.
+* **Records that change every sample** (a node's last-seen time, its last scrape) are kept at
+  :data:`QUANTUM_MS` resolution, so a steady node writes its state a few times a minute, not once
+  per record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+MINUTE_MS = 60_000
+#: how long the holders of a base device and a gone pod life are remembered (event time)
+HISTORY_MS = 10 * MINUTE_MS
+#: at most this many past holder sets per base device
+HISTORY_MAX = 16
+#: resolution of the per-node times that move with every record
+QUANTUM_MS = 15_000
+
+Phase = Literal["live", "stale", "gone"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lifetimes:
+    """The spine's clock settings (``GPUATTR_SPINE_*``), in event-time milliseconds."""
+
+    heartbeat_ms: int = MINUTE_MS
+    stale_after_ms: int = 3 * MINUTE_MS
+    node_ttl_ms: int = 10 * MINUTE_MS
+
+    @property
+    def fresh_ms(self) -> int:
+        """A device whose last accepted sample is at most this old is spoken for by its sample
+        events: the heartbeat leaves it out."""
+        return self.heartbeat_ms
+
+
+def epoch_kept(until_ms: int, now_ms: int) -> bool:
+    """A past holder set (ended at ``until_ms``) is still remembered at ``now_ms``."""
+    return now_ms - until_ms <= HISTORY_MS
+
+
+def holders_expired(held_now: bool, since_ms: int, now_ms: int) -> bool:
+    """A base device nobody holds since ``since_ms`` leaves the node's index (and the table) once
+    its history has run out."""
+    return not held_now and now_ms - since_ms > HISTORY_MS
+
+
+def life_forgotten(gone_ms: int | None, now_ms: int) -> bool:
+    """A pod life gone at ``gone_ms`` is forgotten at ``now_ms``."""
+    return gone_ms is not None and now_ms - gone_ms > HISTORY_MS
+
+
+def quantized(previous_ms: int | None, ts_ms: int) -> int:
+    """``previous_ms`` moved to ``ts_ms`` only when that is a quantum or more later."""
+    if previous_ms is None or ts_ms - previous_ms >= QUANTUM_MS or ts_ms < previous_ms - QUANTUM_MS:
+        return ts_ms
+    return previous_ms
+
+
+def phase(last_ms: int, now_ms: int, life: Lifetimes) -> Phase:
+    """What a node whose latest record is at ``last_ms`` is at ``now_ms`` (the partition clock)."""
+    silent = now_ms - last_ms
+    if silent >= life.node_ttl_ms:
+        return "gone"
+    if silent >= life.stale_after_ms:
+        return "stale"
+    return "live"
+
+
+def heartbeat_due(last_heartbeat_ms: int, now_ms: int, life: Lifetimes) -> bool:
+    return now_ms - last_heartbeat_ms >= life.heartbeat_ms
+
+
+@dataclass(frozen=True, slots=True)
+class NodeKeys:
+    """Every key a node has, table by table: what its tombstones remove."""
+
+    per_node: tuple[str, ...]  # tables keyed by the node itself
+    slot_holders: tuple[str, ...]
+    pods: tuple[str, ...]
+    alert_state: tuple[str, ...]
+    dra_claims: tuple[str, ...]
+
+
+#: the tables keyed by the node alone (streams.core.processor.Tables fields)
+PER_NODE_TABLES = (
+    "node_devices",
+    "inventories",
+    "node_pods",
+    "nodes",
+    "dra_slices",
+    "node_state",
+)
+
+
+def node_keys(
+    node: str,
+    bases: Iterable[str],
+    pod_names: Iterable[str],
+    device_ids: Iterable[str],
+    claims: Iterable[str],
+) -> NodeKeys:
+    """The keys a gone node leaves behind: its base devices' holders, its pod names, its
+    devices' alert state and its DRA claims, plus the per-node tables' (:data:`PER_NODE_TABLES`)."""
+    return NodeKeys(
+        per_node=(node,),
+        slot_holders=tuple(sorted(f"{node}/{b}" for b in set(bases))),
+        pods=tuple(sorted(f"{node}/{n}" for n in set(pod_names))),
+        alert_state=tuple(sorted(f"{node}/{d}" for d in set(device_ids))),
+        dra_claims=tuple(sorted(f"{node}/{c}" for c in set(claims))),
+    )

@@ -1,0 +1,214 @@
+"""What every event of one node reads, read once; and the events built from it. Pure glue.
+
+:func:`read_node` gathers a node's context from the tables (device index, inventory, labels,
+DRA slices and claims, pod resolver) once per record. :func:`sample_event` joins one accepted
+sample with its device's holders as of the sample's time; :func:`spine_event` describes a
+device without a sample (allocation change, heartbeat, stale, gone). Both go through the same
+decisions (:mod:`streams.core.attribution`), so a device reads the same with or without
+telemetry — only the usage differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from contract.inputs import DcgmSample, DeviceAssignment, ResourceClaimRecord
+from contract.outputs import AttributionEvent, ExporterMisattribution, Origin, Telemetry
+from streams.core.attribution import (
+    DeviceContext,
+    DeviceFacts,
+    PodIdentity,
+    attribute,
+    describe,
+)
+from streams.core.dra import device_map, place, placed_keys
+from streams.core.holders import DraDevices, NodeDevices, dra_ref, unplaced_dra
+from streams.core.identity import EMPTY_INVENTORY, Inventory, device_key, mig_uuid_for
+from streams.core.pods import name_key, resolve
+from streams.core.roster import devices, known_gpus
+from streams.core.sharing import LABEL_PRODUCT, NodeSharing, sharing_from_labels
+from streams.core.tables import Tables, claim_key, holder_key
+from streams.core.telemetry import LABEL_HOSTNAME
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    node: str
+    index: NodeDevices | None
+    mig_parents: frozenset[str]  # GPUs with MIG instances (index, inventory)
+    inventory: Inventory
+    node_sharing: NodeSharing | None
+    product: str | None
+    host_names: tuple[str, ...]  # names the node's exporter may report as its Hostname
+    resolve_pod: Callable[[str, str, int], PodIdentity]
+    claim: Callable[[str], ResourceClaimRecord | None]
+    dra_devices: DraDevices
+    dra_keys: frozenset[str]  # device keys (GPU UUIDs) a DRA driver publishes on this node
+    dra_lost: tuple[str, ...]  # held DRA devices no slice places (not MIG): any GPU may be one
+
+    def known_gpus(self) -> frozenset[str]:
+        unplaced = set()
+        for base in self.index.unresolved if self.index is not None else ():
+            ref = dra_ref(base)
+            device = self.dra_devices.get(ref) if ref is not None else None
+            if device is not None and device.parent_uuid:
+                unplaced.add(device.parent_uuid)
+        return known_gpus(self.inventory, self.index, self.dra_keys, unplaced)
+
+
+def read_node(t: Tables, node: str) -> NodeView:
+    node_rec = t.nodes.get(node)
+    labels = dict(node_rec.labels) if node_rec else {}
+    index = t.node_devices.get(node)
+    claims, pods = t.dra_claims, t.pods
+    watched = node in t.node_pods
+
+    def claim(ref: str) -> ResourceClaimRecord | None:
+        namespace, _, name = ref.partition("/")
+        return claims.get(claim_key(node, namespace, name))
+
+    def resolve_pod(namespace: str, name: str, ts_ms: int) -> PodIdentity:
+        return resolve(pods.get(name_key(node, namespace, name)), ts_ms, watched)
+
+    node_slices = t.dra_slices.get(node)
+    dra = device_map(node_slices.slices) if node_slices else {}
+    inventory = t.inventories.get(node, EMPTY_INVENTORY)
+    parents = {m.parent_uuid for m in inventory.migs.values()}
+    if index is not None:
+        parents |= {k.partition("/gi")[0] for k in index.keys if "/gi" in k}
+        parents |= set(index.unplaced_mig)
+    return NodeView(
+        node=node,
+        index=index,
+        mig_parents=frozenset(parents),
+        inventory=inventory,
+        node_sharing=sharing_from_labels(labels) if node_rec else None,
+        product=labels.get(LABEL_PRODUCT),
+        host_names=tuple(n for n in (node, labels.get(LABEL_HOSTNAME, "")) if n),
+        resolve_pod=resolve_pod,
+        claim=claim,
+        dra_devices=dra,
+        dra_keys=placed_keys(dra, inventory) if dra else frozenset(),
+        dra_lost=unplaced_dra(index) if index is not None else (),
+    )
+
+
+def roster(view: NodeView, scraped: tuple[str, ...]) -> dict[str, DeviceFacts]:
+    return devices(
+        view.node,
+        view.inventory,
+        view.index,
+        view.dra_devices,
+        view.dra_keys,
+        scraped,
+        view.product,
+    )
+
+
+def bases_of(view: NodeView, key: str) -> tuple[str, ...]:
+    """The base device IDs that occupy device ``key`` (a held ID we cannot place is its own)."""
+    if view.index is None:
+        return ()
+    if key in view.index.unresolved:
+        return (key,)
+    return view.index.keys.get(key, ())
+
+
+def holder_rows(
+    t: Tables, view: NodeView, key: str, ts_ms: int
+) -> tuple[DeviceAssignment, ...] | None:
+    """The device's holders as of ``ts_ms``; ``None`` when nothing remembered covers that time."""
+    rows: list[DeviceAssignment] = []
+    for base in bases_of(view, key):
+        holders = t.slot_holders.get(holder_key(view.node, base))
+        if holders is None:
+            continue
+        at = holders.at(ts_ms)
+        if at is None:
+            return None
+        rows.extend(at)
+    return tuple(rows)
+
+
+PREDATES = "the sample predates the holder history of this device: holders unknown at its time"
+
+
+def _context(
+    view: NodeView,
+    key: str,
+    gpu_uuid: str,
+    mig_gi: int | None,
+    rows: tuple[DeviceAssignment, ...] | None,
+) -> DeviceContext:
+    index = view.index
+    unplaced_key = index is not None and key in index.unresolved
+    mig_parent = (
+        index is not None and mig_gi is None and not unplaced_key and gpu_uuid in view.mig_parents
+    )
+    if unplaced_key:
+        unplaced: tuple[str, ...] = ()
+    elif index is not None and mig_gi is not None:
+        unplaced = tuple(text for _, text in index.unplaced_mig.get(gpu_uuid, ()))
+    else:
+        unplaced = view.dra_lost
+    return DeviceContext(
+        node_sharing=view.node_sharing,
+        advertised=index.advertised.get(key) if index is not None else None,
+        mig_uuid=mig_uuid_for(gpu_uuid, mig_gi, view.inventory) if mig_gi is not None else None,
+        mig_parent=mig_parent,
+        holders_known=index is not None and rows is not None,
+        resolve_pod=view.resolve_pod,
+        claim=view.claim,
+        dra_devices=view.dra_devices,
+        dra_device=key in view.dra_keys or key.startswith("dra:"),
+        unplaced=unplaced,
+        holders_note=(
+            PREDATES
+            if index is not None
+            else "no PodResources snapshot from this node yet: holders unknown"
+        ),
+    )
+
+
+def sample_event(
+    t: Tables, view: NodeView, sample: DcgmSample
+) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
+    """One accepted sample joined with its device's holders at the sample's time."""
+    key = device_key(sample.uuid, sample.mig_instance_id)
+    rows = holder_rows(t, view, key, sample.ts_ms)
+    ctx = _context(view, key, sample.uuid, sample.mig_instance_id, rows)
+    return attribute(sample, rows or (), ctx)
+
+
+def spine_event(
+    t: Tables,
+    view: NodeView,
+    key: str,
+    facts: DeviceFacts,
+    ts_ms: int,
+    origin: Origin,
+    telemetry: Telemetry,
+    *,
+    holders: bool = True,
+) -> AttributionEvent:
+    """A device's state without a sample; ``holders=False`` for a device that is gone."""
+    rows = holder_rows(t, view, key, ts_ms) if holders else ()
+    ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
+    if not holders:
+        ctx = DeviceContext(holders_known=False, holders_note=telemetry.reason or "gone")
+    return describe(facts, ts_ms, rows or (), ctx, origin, telemetry)
+
+
+def unplaced_reason(view: NodeView, key: str) -> str:
+    """Why a held device has no telemetry of its own: it is on no GPU the exporter reports on."""
+    ref = dra_ref(key)
+    if ref is not None:
+        placement = place(ref, view.dra_devices, view.inventory)
+        describe_ = getattr(placement, "describe", None)
+        text = describe_() if callable(describe_) else getattr(placement, "reason", "")
+        return f"held DRA device {key} is not placeable on a GPU instance: {text}"
+    return (
+        f"held device {key} is on no GPU the node's inventory lists: its usage cannot be "
+        "joined (no NVML inventory for this device)"
+    )

@@ -1,0 +1,57 @@
+"""The worker's tables: what each holds and how its keys are made.
+
+Tables are plain ``MutableMapping`` objects here — Faust tables in the worker, dicts in tests —
+and every new value is *assigned* back (Faust persists to the changelog only on assignment).
+Every key starts with the node, the key of the input topic, so all state for a node lives in the
+partition its records arrive on; ``partition-nodes`` is keyed by that partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from dataclasses import dataclass, fields
+
+from contract.inputs import NodeRecord, ResourceClaimRecord
+from streams.core.alerts import DeviceAlerts
+from streams.core.dra import NodeSlices
+from streams.core.holders import NodeDevices, SlotHolders
+from streams.core.identity import Inventory
+from streams.core.nodestate import NodeState, PartitionNodes
+from streams.core.pods import NodePods, PodNames
+
+
+@dataclass
+class Tables:
+    """The worker's state; every key starts with the node (see docs/ARCHITECTURE.md)."""
+
+    slot_holders: MutableMapping[str, SlotHolders]  # node/base-device-id
+    node_devices: MutableMapping[str, NodeDevices]  # node
+    inventories: MutableMapping[str, Inventory]  # node
+    pods: MutableMapping[str, PodNames]  # node/namespace/name
+    node_pods: MutableMapping[str, NodePods]  # node
+    nodes: MutableMapping[str, NodeRecord]  # node
+    alert_state: MutableMapping[str, DeviceAlerts]  # node/device-uuid
+    dra_slices: MutableMapping[str, NodeSlices]  # node
+    dra_claims: MutableMapping[str, ResourceClaimRecord]  # node/namespace/name
+    node_state: MutableMapping[str, NodeState]  # node
+    partition_nodes: MutableMapping[str, PartitionNodes]  # input partition number
+
+    @classmethod
+    def in_memory(cls) -> Tables:
+        """Plain dicts: the processor without Faust (tests, the soak benchmark, tools)."""
+        return cls(**{f.name: {} for f in fields(cls)})
+
+    def sizes(self) -> dict[str, int]:
+        return {f.name: len(getattr(self, f.name)) for f in fields(self)}
+
+
+def holder_key(node: str, base: str) -> str:
+    return f"{node}/{base}"
+
+
+def claim_key(node: str, namespace: str, name: str) -> str:
+    return f"{node}/{namespace}/{name}"
+
+
+def alert_key(node: str, device_uuid: str) -> str:
+    return f"{node}/{device_uuid}"

@@ -1,0 +1,184 @@
+"""Telemetry: whether an exporter's answer is provably this node's, and what a device's usage is
+when no fresh sample speaks for it. Pure.
+
+**Verified local.** The agent is told which exporter to scrape, but a URL can lead anywhere (a
+cluster-routed Service picks any node's exporter). An answer is accepted only when it is
+provably the node's own (:func:`verify`):
+
+* the exporter's ``Hostname`` label names this node: the node's name, its
+  ``kubernetes.io/hostname``, or the exporter pod the agent found on it (dcgm-exporter reports
+  ``NODE_NAME`` when set, as the GPU Operator does, else its pod's hostname) — another name
+  refuses the whole answer;
+* every row's GPU UUID is one the node itself lists: its inventory, its allocatable devices, its
+  held devices or its ResourceSlices. A row of another GPU is refused; with nothing to check
+  against, the answer cannot be proven and is refused whole.
+
+Refused rows never become devices, events or alerts; each refusal is a ``telemetry.refused``
+record (flags topic) and a counter.
+
+**Usage unknown, because …** (:func:`status`): the one rule every spine event follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from contract.inputs import DcgmSample, DcgmScrape
+from contract.outputs import RefusalCause, Telemetry
+from streams.core.lifetimes import Lifetimes
+from streams.core.nodestate import NodeState
+
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    accepted: tuple[DcgmSample, ...]
+    refused: tuple[DcgmSample, ...]
+    cause: RefusalCause | None = None
+    reason: str = ""
+
+
+def _names(names: Iterable[str]) -> set[str]:
+    out = set()
+    for name in names:
+        if name:
+            out.add(name.lower())
+            out.add(name.lower().split(".", 1)[0])  # a short host name for its FQDN
+    return out
+
+
+def verify(scrape: DcgmScrape, known_gpus: frozenset[str], host_names: Sequence[str]) -> Verdict:
+    """Which rows of one scrape are provably the node's (module docstring)."""
+    allowed = _names(host_names)
+    exporter_pod = scrape.exporter_pod.rpartition("/")[2]
+    if exporter_pod:
+        allowed |= _names([exporter_pod])
+    hosts = sorted({s.hostname for s in scrape.samples if s.hostname})
+    strangers = [h for h in hosts if h.lower() not in allowed]
+    if strangers:
+        return Verdict(
+            (),
+            scrape.samples,
+            "hostname",
+            f"the exporter at {scrape.exporter or 'its URL'} reports Hostname "
+            f"{', '.join(strangers)}, not this node ({scrape.node})",
+        )
+    if not known_gpus:
+        return Verdict(
+            (),
+            scrape.samples,
+            "unverifiable",
+            "no inventory, allocatable device list, held device or ResourceSlice from this node "
+            "yet: the exporter's GPUs cannot be checked against the node's",
+        )
+    ours = tuple(s for s in scrape.samples if s.uuid in known_gpus)
+    theirs = tuple(s for s in scrape.samples if s.uuid not in known_gpus)
+    if not theirs:
+        return Verdict(ours, ())
+    uuids = sorted({s.uuid for s in theirs})
+    more = ", …" if len(uuids) > 3 else ""
+    return Verdict(
+        ours,
+        theirs,
+        "foreign-devices",
+        f"the exporter at {scrape.exporter or 'its URL'} reports {len(uuids)} GPU(s) this node "
+        f"does not have ({', '.join(uuids[:3])}{more})",
+    )
+
+
+def when(ms: int | None) -> str:
+    """An event time as people read it (UTC)."""
+    if ms is None:
+        return "an unknown time"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):  # a clock far off: say the number as it came
+        return f"{ms} ms since the epoch"
+
+
+def unknown(state: NodeState, key: str, now_ms: int, life: Lifetimes) -> Telemetry | None:
+    """Why the node's telemetry does not speak for device ``key`` at ``now_ms``; ``None`` when a
+    fresh accepted sample does (its own event carries the reading)."""
+    refusal = state.refused
+    if refusal is not None:
+        return Telemetry(
+            "unknown",
+            "scrape-refused",
+            f"dcgm-exporter's answers refused since {when(refusal.since_ms)}: {refusal.reason}",
+            refusal.since_ms,
+            state.scrape_ms,
+        )
+    dcgm = state.source("dcgm")
+    if dcgm is not None and dcgm.state == "failing":
+        target = f" at {dcgm.target}" if dcgm.target else ""
+        return Telemetry(
+            "unknown",
+            "exporter-unreachable",
+            f"dcgm-exporter{target} failing since {when(dcgm.since_ms)} "
+            f"({dcgm.reason}): {dcgm.detail}".rstrip(": "),
+            dcgm.since_ms,
+            state.scrape_ms,
+        )
+    if dcgm is not None and dcgm.state == "disabled":
+        return Telemetry(
+            "unknown",
+            "no-exporter",
+            f"no dcgm-exporter for this node: {dcgm.detail or dcgm.reason}",
+            dcgm.since_ms,
+            state.scrape_ms,
+        )
+    if state.scrape_ms is None:
+        return Telemetry(
+            "unknown",
+            "no-sample-yet",
+            f"no sample from dcgm-exporter since the node's agent started ({when(state.first_ms)})",
+            state.first_ms,
+        )
+    if now_ms - state.scrape_ms > life.fresh_ms:
+        return Telemetry(
+            "unknown",
+            "samples-stopped",
+            f"no sample from dcgm-exporter since {when(state.scrape_ms)}",
+            state.scrape_ms,
+            state.scrape_ms,
+        )
+    if key not in state.scraped:
+        return Telemetry(
+            "unknown",
+            "no-row",
+            "dcgm-exporter answers, but has no row for this device",
+            None,
+            state.scrape_ms,
+        )
+    return None
+
+
+def holders_changed(at_ms: int, last_sample_ms: int | None) -> Telemetry:
+    """An allocation change between samples: the new holders are not measured yet."""
+    return Telemetry(
+        "unknown",
+        "holders-changed",
+        f"holders changed at {when(at_ms)}: not measured since (the next sample is)",
+        at_ms,
+        last_sample_ms,
+    )
+
+
+def silent(last_ms: int) -> Telemetry:
+    return Telemetry(
+        "unknown",
+        "node-silent",
+        f"no record from the node's agent since {when(last_ms)}: holders and usage unknown now",
+        last_ms,
+    )
+
+
+def gone(why: str, at_ms: int) -> Telemetry:
+    return Telemetry("unknown", "gone", why, at_ms)
+
+
+def unplaced(reason: str) -> Telemetry:
+    return Telemetry("unknown", "unplaced", reason)
