@@ -32,3 +32,8 @@ IGNORED_PODRESOURCES = Counter(
     "PodResources entries read but not usable (per reply), by reason",
     ["reason"],
 )
+REFUSED_VALUES = Counter(
+    "gpuattr_agent_refused_values_total",
+    "Values refused where they enter (not finite, out of range, oversized), by what they were",
+    ["what"],
+)

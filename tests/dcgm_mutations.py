@@ -20,7 +20,7 @@ from agents.dcgm.rows import (
     NO_FINAL_LINE_FEED,
     VALUE_OUT_OF_RANGE,
 )
-from agents.dcgm.translate import BAD_MIG_ID, NO_UUID, ParseResult, parse_exposition
+from agents.dcgm.translate import BAD_MIG_ID, NO_UUID, NOT_FINITE, ParseResult, parse_exposition
 
 FIXTURES = sorted((Path(__file__).resolve().parent / "fixtures" / "dcgm-exporter").glob("*.prom"))
 CAPTURES = {p.name: p.read_text() for p in FIXTURES}
@@ -32,6 +32,7 @@ REASONS = {
     NO_FINAL_LINE_FEED,
     NO_UUID,
     BAD_MIG_ID,
+    NOT_FINITE,
 }
 UUID_RE = re.compile(r'UUID="([^"]*)"')
 LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

@@ -71,6 +71,7 @@ NOT_DCGM = "not a DCGM field"
 NOT_USED = "a DCGM field gpuattr does not use"
 NO_UUID = "row without UUID label"
 BAD_MIG_ID = "GPU_I_ID is not an integer of at most 9 digits"
+NOT_FINITE = "value is not a finite number (NaN or infinity): no reading"
 
 DeviceKey = tuple[str, int | None]  # (UUID, GPU_I_ID)
 
@@ -106,6 +107,8 @@ def parse_exposition(text: str, *, node: str, ts_ms: int) -> ParseResult:
             continue
         if row.name not in FIELDS:
             ignored.setdefault(row.name, NOT_USED)  # its device still gets a sample
+        elif not math.isfinite(row.value):  # refused here, counted: the field reads as absent
+            rejected.append(RejectedLine.at(row.line_no, row.line, NOT_FINITE))
         key = _device_key(row, rejected)
         if key is not None:
             devices.setdefault(key, []).append(row)

@@ -1,6 +1,7 @@
 """Translate DRA objects (``resource.k8s.io/v1`` ResourceSlices and ResourceClaims, as the API
-server's JSON) into our records. Pure; never crashes on a partial object: what is missing is
-published as unknown (``None``), what cannot be read at all gives no record.
+server's JSON) into our records. Pure (a refused value is counted); never crashes on a partial
+object: what is missing is published as unknown (``None``), what cannot be read at all gives no
+record; a capacity that is not a Kubernetes quantity is dropped (counted).
 
 Attribute names: a device's attributes are keyed by qualified names (``gpu.nvidia.com/uuid``)
 or, for the driver's own domain, unqualified ones (``uuid``); both are read. Attribute values
@@ -14,9 +15,11 @@ elsewhere, or not allocated, give no record for this node.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
+from agents.selfmetrics import REFUSED_VALUES
 from contract.inputs import (
     ClaimConfig,
     ClaimConsumer,
@@ -25,6 +28,9 @@ from contract.inputs import (
     ResourceClaimRecord,
     ResourceSliceRecord,
 )
+from contract.quantity import valid as valid_quantity
+
+log = logging.getLogger(__name__)
 
 #: the NVIDIA driver's claim-config sharing strategies, as our sharing modes
 SHARING = {"TimeSlicing": "time-slicing", "MPS": "mps"}
@@ -67,14 +73,27 @@ def device(raw: Any, driver: str) -> DraDevice | None:
         profile=_attribute(attributes, driver, "profile"),
         product=_attribute(attributes, driver, "productName"),
         multiple_allocations=obj.get("allowMultipleAllocations") is True,
-        capacity=tuple(
-            sorted(
-                (str(k), str(_map(v).get("value")))
-                for k, v in _map(obj.get("capacity")).items()
-                if _map(v).get("value") is not None
-            )
+        capacity=_quantities(
+            {str(k): _map(v).get("value") for k, v in _map(obj.get("capacity")).items()},
+            f"device {name} capacity",
         ),
     )
+
+
+def _quantities(values: Mapping[str, Any], where: str) -> tuple[tuple[str, str], ...]:
+    """Name → quantity pairs that are Kubernetes quantities; any other value is refused here
+    (counted, logged), so a claim or slice never carries one to the worker."""
+    kept = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        text = str(value)
+        if not valid_quantity(text):
+            REFUSED_VALUES.labels("quantity").inc()
+            log.warning("%s: %s = %r is not a Kubernetes quantity: ignored", where, name, text[:40])
+            continue
+        kept.append((name, text))
+    return tuple(sorted(kept))
 
 
 def slice_record(
@@ -126,7 +145,7 @@ def _result(raw: Any) -> ClaimResult | None:
         device=dev,
         admin_access=r.get("adminAccess") is True,
         share_id=_str(r.get("shareID")),
-        consumed=tuple(sorted((str(k), str(v)) for k, v in consumed.items())),
+        consumed=_quantities({str(k): v for k, v in consumed.items()}, f"claim result {dev}"),
     )
 
 

@@ -8,15 +8,19 @@ else by the controllers' naming conventions (marked ``inferred``), else the dire
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from agents.selfmetrics import REFUSED_VALUES
+from contract import annotations as ours
 from contract.inputs import NodeRecord, OwnerRef, PodRecord
 
 GPU_PREFIX = "nvidia.com/"
-ANNOTATION_PREFIX = "gpuattr.io/"
+ANNOTATION_PREFIX = ours.PREFIX
+log = logging.getLogger(__name__)
 _CRONJOB_JOB = re.compile(r"^(?P<cronjob>.+)-\d{8,}$")
 
 OwnerLookup = Callable[[str, str, str], OwnerRef | None]
@@ -94,13 +98,23 @@ def pod_record(
 ) -> PodRecord:
     meta = pod.metadata
     labels = dict(getattr(meta, "labels", None) or {})
-    annotations = {
-        k: v
-        for k, v in (getattr(meta, "annotations", None) or {}).items()
-        if k.startswith(ANNOTATION_PREFIX)
-    }
-    owner = controller_of(getattr(meta, "owner_references", None))
     namespace = getattr(meta, "namespace", None) or ""
+    annotations = {}
+    for k, v in (getattr(meta, "annotations", None) or {}).items():
+        if not k.startswith(ANNOTATION_PREFIX):
+            continue
+        if ours.refused(k, v):
+            REFUSED_VALUES.labels("annotation").inc()
+            log.warning(
+                "pod %s/%s: annotation %s=%r is not a finite number in its range: ignored",
+                namespace,
+                getattr(meta, "name", None) or "",
+                k,
+                v[:40],
+            )
+            continue
+        annotations[k] = v
+    owner = controller_of(getattr(meta, "owner_references", None))
     return PodRecord(
         node=node,
         ts_ms=ts_ms,

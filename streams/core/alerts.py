@@ -25,14 +25,14 @@ caused, with the same ids (receivers dedupe on ``<id>:<status>``).
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, replace
 
+from contract.annotations import IDLE_THRESHOLD_PCT, IDLE_WINDOW_S, override
 from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Holder
 from infra.settings import AlertSettings
 
-ANNOTATION_THRESHOLD = "gpuattr.io/idle-threshold-pct"
-ANNOTATION_WINDOW = "gpuattr.io/idle-window-s"
+ANNOTATION_THRESHOLD = IDLE_THRESHOLD_PCT
+ANNOTATION_WINDOW = IDLE_WINDOW_S
 
 
 #: a pod holding the device, as episodes remember it: (namespace, pod, uid or "")
@@ -319,23 +319,12 @@ def step(
     return replace(s, seen_ms=max(ev.ts_ms, before.seen_ms or ev.ts_ms)), alerts
 
 
-#: what each override annotation may say: a finite number in this range (inclusive)
-ANNOTATION_RANGES = {ANNOTATION_THRESHOLD: (0.0, 100.0), ANNOTATION_WINDOW: (1.0, 7 * 86400.0)}
-
-
 def annotation_value(annotations: dict[str, str], name: str) -> float | None:
-    """An override annotation's value, or ``None`` when absent or not a finite number in its
-    range (``nan``, ``inf``, ``-3``, ``1e400``): a bad annotation never changes the policy. The
-    agent refuses such values where they enter (counted); this is the worker's own guard."""
+    """An override annotation's value, or ``None`` when absent or refused by the contract's rule
+    (:func:`contract.annotations.override`): a bad annotation never changes the policy. The
+    agent drops such values where they enter (counted); this is the worker's own guard."""
     text = annotations.get(name)
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    low, high = ANNOTATION_RANGES[name]
-    return value if math.isfinite(value) and low <= value <= high else None
+    return None if text is None else override(name, text)
 
 
 def policy_for(base: AlertSettings, annotations: list[dict[str, str]]) -> AlertSettings:

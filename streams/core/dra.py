@@ -20,12 +20,12 @@ share, not a usage figure.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from contract.inputs import ClaimConsumer, DraDevice, ResourceClaimRecord, ResourceSliceRecord
+from contract.quantity import parse as parse_quantity
 from streams.core.identity import Inventory, device_key
 
 DeviceRef = tuple[str, str, str]  # driver, pool, device name
@@ -141,31 +141,10 @@ class ClaimView:
     allocation_share: float | None  # consumed capacity / device capacity
 
 
-_QUANTITY = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<unit>Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
-_UNITS = {
-    None: 1,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-}
-
-
 def quantity(text: str) -> Decimal | None:
-    """A Kubernetes quantity (``80Gi``, ``500M``, ``2``) as a number; ``None`` if unreadable."""
-    m = _QUANTITY.match(text.strip())
-    if m is None:
-        return None
-    try:
-        return Decimal(m["num"]) * _UNITS[m["unit"]]
-    except InvalidOperation:
-        return None
+    """A Kubernetes quantity (``80Gi``, ``500M``, ``2``) as a number; ``None`` if unreadable or
+    out of bounds (:mod:`contract.quantity`)."""
+    return parse_quantity(text)
 
 
 def _share(consumed: tuple[tuple[str, str], ...], device: DraDevice | None) -> float | None:
@@ -178,8 +157,8 @@ def _share(consumed: tuple[tuple[str, str], ...], device: DraDevice | None) -> f
     for name in sorted(used, key=lambda n: (n != "memory", n)):
         if name in total:
             part, whole = quantity(used[name]), quantity(total[name])
-            if part is not None and whole:
-                return round(float(part / whole), 4)
+            if part is not None and whole and part >= 0 and whole > 0:
+                return round(min(1.0, float(part / whole)), 4)
     return None
 
 

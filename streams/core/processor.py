@@ -39,6 +39,7 @@ from contract.outputs import (
     Telemetry,
     TelemetryRefused,
 )
+from contract.quantity import valid as valid_quantity
 from infra.settings import AlertSettings
 from streams.core import lifetimes, nodestate, telemetry
 from streams.core.alerts import policy_for, step
@@ -125,6 +126,8 @@ class Processor:
             raise UnusableRecord(f"the worker does not handle {type(record).__name__}")
         if isinstance(record, DcgmScrape):
             self._check_scrape(record)  # before any state changes: all or nothing
+        if isinstance(record, ResourceClaimRecord | ResourceSliceRecord):
+            _check_quantities(record)
         if not self._heard(node, ts_ms, partition):
             gone = self._state(node)
             assert gone is not None
@@ -569,3 +572,18 @@ class Processor:
                 t.pods[key] = names
         if new_index != index or node not in t.node_pods:
             t.node_pods[node] = new_index
+
+
+def _check_quantities(record: ResourceClaimRecord | ResourceSliceRecord) -> None:
+    """Every quantity a DRA record carries is one Kubernetes could have written: a malformed or
+    oversized one makes the record bad input (dead-lettered), never a defect in the worker."""
+    if isinstance(record, ResourceClaimRecord):
+        pairs = [pair for r in record.results for pair in r.consumed]
+    else:
+        pairs = [pair for d in record.devices for pair in d.capacity]
+    for name, text in pairs:
+        if not valid_quantity(text):
+            raise UnusableRecord(
+                f"{type(record).__name__} {record.name!r} of {record.node!r}: {name} = "
+                f"{text[:40]!r}{'…' if len(text) > 40 else ''} is not a Kubernetes quantity"
+            )
