@@ -10,14 +10,17 @@ from dataclasses import dataclass, field
 
 from agents.dcgm.collect import DcgmCollector
 from agents.inventory import InventoryError, read_inventory
+from agents.locate import ExporterLocator
 from agents.podresources.collect import PodResourcesCollector
 from agents.publish import Publisher
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.startgate import StartGate
+from agents.status import StatusPublisher
 from agents.types import Emit, NowMs
 from contract.inputs import PodListSnapshot, PodResourcesSnapshot
 from infra.observe import ObservabilityServer
 from infra.settings import (
+    AgentStatusSettings,
     DcgmSettings,
     InventorySettings,
     KafkaSettings,
@@ -42,6 +45,14 @@ class AgentSettings:
     kube: KubeSettings
     inventory: InventorySettings
     observe: ObserveSettings = field(default_factory=ObserveSettings)
+    status: AgentStatusSettings = field(default_factory=AgentStatusSettings)
+
+    def __post_init__(self) -> None:
+        if self.dcgm.discover and not self.kube.enabled:
+            raise ValueError(
+                "GPUATTR_DCGM_DISCOVER finds the node's exporter pod through the API server: "
+                "it needs GPUATTR_KUBE_ENABLED=true (or give GPUATTR_DCGM_URL instead)"
+            )
 
 
 async def publish_inventory(
@@ -81,29 +92,39 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
             await server.start()
             stack.push_async_callback(server.stop)
         kubelet, dcgm = settings.kubelet, settings.dcgm
+        locator = (
+            ExporterLocator(dcgm.pod_selector, scheme=dcgm.scheme, path=dcgm.path)
+            if dcgm.discover
+            else None
+        )
+        podresources = PodResourcesCollector(
+            node=node,
+            socket_path=kubelet.socket_path,
+            poll_interval_s=kubelet.poll_interval_s,
+            snapshot_interval_s=kubelet.snapshot_interval_s,
+            rpc_timeout_s=kubelet.rpc_timeout_s,
+            emit=emit,
+            now_ms=now_ms,
+        )
+        exporter = DcgmCollector(
+            node=node,
+            url=dcgm.url,
+            interval_s=dcgm.scrape_interval_s,
+            timeout_s=dcgm.timeout_s,
+            emit=emit,
+            now_ms=now_ms,
+            before_first_scrape=gate.wait,
+            locate=locator.target if locator is not None else None,
+        )
+        healths = {"podresources": podresources.health, "dcgm": exporter.health}
         tasks = {
-            "podresources": PodResourcesCollector(
-                node=node,
-                socket_path=kubelet.socket_path,
-                poll_interval_s=kubelet.poll_interval_s,
-                snapshot_interval_s=kubelet.snapshot_interval_s,
-                rpc_timeout_s=kubelet.rpc_timeout_s,
-                emit=emit,
-                now_ms=now_ms,
-            ).run(),
-            "dcgm": DcgmCollector(
-                node=node,
-                url=dcgm.url,
-                interval_s=dcgm.scrape_interval_s,
-                timeout_s=dcgm.timeout_s,
-                emit=emit,
-                now_ms=now_ms,
-                before_first_scrape=gate.wait,
-            ).run(),
+            "podresources": podresources.run(),
+            "dcgm": exporter.run(),
             "inventory": publish_inventory(node, settings.inventory, emit, now_ms),
         }
         if settings.kube.enabled:
             from agents.kube.watch import (
+                ExporterWatcher,
                 NodeWatcher,
                 PodWatcher,
                 ResourceClaimWatcher,
@@ -119,9 +140,25 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
                 watchers += [("resourceslices", ResourceSliceWatcher)]
                 watchers += [("resourceclaims", ResourceClaimWatcher)]
             for name, watcher in watchers:
-                tasks[name] = watcher(
+                running = watcher(
                     node=node, api=api, emit=emit, now_ms=now_ms, settings=settings.kube
+                )
+                if name == "pods":
+                    healths["apiserver"] = running.health
+                tasks[name] = running.run()
+            if locator is not None:
+                tasks["exporter-pods"] = ExporterWatcher(
+                    node=node,
+                    api=api,
+                    emit=emit,
+                    now_ms=now_ms,
+                    settings=settings.kube,
+                    locator=locator,
+                    port_name=dcgm.port_name,
+                    default_port=dcgm.port,
                 ).run()
+        status = StatusPublisher(node, healths, emit, now_ms, settings.status.status_interval_s)
+        tasks["status"] = status.run()
         log.info("agent for node %s: %s", node, ", ".join(tasks))
         async with asyncio.TaskGroup() as group:
             for name, coro in tasks.items():

@@ -17,6 +17,7 @@ from aiokafka.errors import KafkaError
 from agents.selfmetrics import RECORDS_PUBLISHED, SOURCE_ERRORS
 from agents.types import AgentRecord
 from contract import codec
+from contract.inputs import ClockTick
 from contract.topics import TopicRole
 from infra.backoff import Backoff
 from infra.kafka import client_options
@@ -75,17 +76,30 @@ class Publisher:
     async def __aexit__(self, *exc: Any) -> None:
         await self.stop()
 
+    async def partitions(self) -> int:
+        """How many partitions the input topic has (each gets its own clock tick)."""
+        if self._producer is None:
+            raise RuntimeError("publisher not started")
+        found = await self._producer.partitions_for(self._kafka.topic(INPUT_ROLE))
+        return len(found)
+
     async def publish(self, record: AgentRecord) -> None:
         """Send one record and wait for the broker's acknowledgement, retrying while it is down."""
+        await self._send(record, record.node.encode(), None)
+
+    async def publish_tick(self, tick: ClockTick) -> None:
+        """A partition's clock tick: no key, into that very partition."""
+        await self._send(tick, None, tick.partition)
+
+    async def _send(self, record: object, key: bytes | None, partition: int | None) -> None:
         if self._producer is None:
             raise RuntimeError("publisher not started")
         topic = self._kafka.topic(INPUT_ROLE)
         value = codec.encode(record)
-        key = record.node.encode()
         backoff = Backoff(0.1, self._max_backoff_s)
         while True:
             try:
-                await self._producer.send_and_wait(topic, value=value, key=key)
+                await self._producer.send_and_wait(topic, value=value, key=key, partition=partition)
             except KafkaError as exc:
                 SOURCE_ERRORS.labels("kafka", type(exc).__name__).inc()
                 delay = backoff.next_delay()

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from infra.settings import (
     AlertSettings,
+    ClusterSettings,
     DcgmSettings,
     InventorySettings,
     KafkaSettings,
@@ -71,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--kubelet-socket", type=Path)
     a.add_argument("--dcgm-url")
 
+    sub.add_parser(
+        "cluster",
+        help="the cluster role: node deletions and every partition's clock (one leader, Lease)",
+    )
     sub.add_parser("worker", help="run a Faust worker (scale out by running more)")
     sub.add_parser("sink", help="deliver alerts to Slack and webhooks (scale out by running more)")
 
@@ -269,6 +274,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.node, kafka, kubelet, dcgm, KubeSettings(), InventorySettings(), ObserveSettings()
         )
         until_signalled(run_agent(agent))
+        return 0
+    if args.command == "cluster":
+        from agents.cluster.main import ClusterRoleSettings, run_cluster
+
+        until_signalled(run_cluster(ClusterRoleSettings(kafka, KubeSettings(), ClusterSettings())))
         return 0
     if args.command == "worker":
         return _run_worker(kafka, WorkerSettings(), AlertSettings(), SpineSettings())

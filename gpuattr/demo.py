@@ -35,6 +35,14 @@ DEMO_ALERTS = {  # seconds, not the production half hour: the demo shows alerts 
     "GPUATTR_ALERTS_COOLDOWN_S": "60",
     "GPUATTR_ALERTS_ORPHAN_WINDOW_S": "15",
 }
+#: the allocation spine on the demo's clock: a heartbeat every 10 s, a silent node stale after
+#: 30 s and gone after a minute (production: 1, 3 and 10 minutes)
+DEMO_SPINE = {
+    "GPUATTR_SPINE_HEARTBEAT_S": "10",
+    "GPUATTR_SPINE_STALE_AFTER_S": "30",
+    "GPUATTR_SPINE_NODE_TTL_S": "60",
+}
+DEMO_TICK_S = 2.0
 
 
 async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, title: str) -> int:
@@ -138,8 +146,15 @@ async def run_demo(
                             WORKER_WEB_PORT=api_port,
                         ),
                         **DEMO_ALERTS,
+                        **DEMO_SPINE,
                     },
                     root / "worker.log",
+                ),
+                Child(
+                    "cluster",
+                    ["cluster"],
+                    {**common, **sim.endpoints()[0].cluster_env(DEMO_TICK_S)},
+                    root / "cluster.log",
                 ),
             ]
             for ep in sim.endpoints():
@@ -150,6 +165,7 @@ async def run_demo(
                         {
                             **common,
                             **ep.agent_env(poll_interval_s=0.5, scrape_interval_s=2),
+                            "GPUATTR_AGENT_STATUS_INTERVAL_S": "5",
                         },
                         root / f"agent-{ep.node}.log",
                     )

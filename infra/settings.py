@@ -72,14 +72,33 @@ class KubeletSettings(BaseSettings):
 
 
 class DcgmSettings(BaseSettings):
+    """Which dcgm-exporter the agent scrapes: its own node's, found through the pod watch
+    (``discover``: pods on this node matching ``pod_selector``, scraped by pod IP on the container
+    port named ``port_name``, else ``port``), or the ``url`` given when discovery is off."""
+
     model_config = SettingsConfigDict(env_prefix="GPUATTR_DCGM_", frozen=True)
 
     url: str = "http://localhost:9400/metrics"
+    discover: bool = False
+    pod_selector: str = "app=nvidia-dcgm-exporter"
+    port_name: str = "metrics"
+    port: int = Field(default=9400, gt=0, lt=65536)
+    scheme: Literal["http", "https"] = "http"
+    path: str = "/metrics"
     scrape_interval_s: float = Field(default=5.0, gt=0)
     timeout_s: float = Field(default=4.0, gt=0)
     #: the first scrape of a run waits at most this long for the node's pod list and
     #: PodResources snapshot to be published, so no event names a holder without its identity
     first_sample_wait_s: float = Field(default=30.0, ge=0)
+
+
+class AgentStatusSettings(BaseSettings):
+    """How often the agent publishes its ``agent.status`` (besides at every change of a source):
+    the node's heartbeat. Keep it well under the worker's ``GPUATTR_SPINE_STALE_AFTER_S``."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_AGENT_", frozen=True)
+
+    status_interval_s: float = Field(default=15.0, gt=0)
 
 
 class ObserveSettings(BaseSettings):
@@ -90,6 +109,7 @@ class ObserveSettings(BaseSettings):
     host: str = "0.0.0.0"
     agent_port: int = 9101
     sink_port: int = 9102
+    cluster_port: int = 9103
 
 
 class KubeSettings(BaseSettings):
@@ -106,6 +126,34 @@ class KubeSettings(BaseSettings):
     #: also watch the node's ResourceSlices and the ResourceClaims allocated on it (DRA); on an
     #: API server that does not serve resource.k8s.io/v1 these watchers stop after one warning
     dra: bool = True
+
+
+class ClusterSettings(BaseSettings):
+    """The cluster role (``gpuattr cluster``): one leader among its replicas (a
+    ``coordination.k8s.io`` Lease) reads what no node agent can — Node deletions cluster-wide —
+    and gives every input partition its clock (``clock.tick`` every ``tick_interval_s``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_CLUSTER_", frozen=True)
+
+    tick_interval_s: float = Field(default=15.0, gt=0)
+    leader_election: bool = True
+    lease_name: str = "gpuattr-cluster"
+    lease_namespace: str = "gpuattr"
+    #: who this replica is in the Lease (default: the pod's hostname and a random suffix)
+    identity: str | None = None
+    #: whole seconds, as a Lease keeps them
+    lease_duration_s: int = Field(default=15, ge=3)
+    renew_deadline_s: int = Field(default=10, ge=2)
+    retry_period_s: int = Field(default=2, ge=1)
+
+    @model_validator(mode="after")
+    def _lease_timing(self) -> ClusterSettings:
+        if not self.lease_duration_s > self.renew_deadline_s > 1.2 * self.retry_period_s:
+            raise ValueError(
+                "GPUATTR_CLUSTER_LEASE_DURATION_S > GPUATTR_CLUSTER_RENEW_DEADLINE_S > "
+                "1.2 x GPUATTR_CLUSTER_RETRY_PERIOD_S is required"
+            )
+        return self
 
 
 class InventorySettings(BaseSettings):

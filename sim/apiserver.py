@@ -1,5 +1,9 @@
 """A protocol-faithful API-server double: list and watch for pods and nodes over real HTTP.
 
+Field selectors (``a.b=v``) and label selectors (``k=v``, comma-separated) as the real server
+reads them; ``coordination.k8s.io/v1`` Leases (get, create, replace with optimistic
+concurrency: a stale ``resourceVersion`` answers 409 Conflict) for the cluster role's election.
+
 Like the real one: every change gets a new ``resourceVersion``; ``?watch=1&resourceVersion=RV``
 streams newline-delimited JSON events (``ADDED|MODIFIED|DELETED|BOOKMARK|ERROR``) with chunked
 transfer encoding; a pod is marked for deletion (MODIFIED) before it is DELETED; bookmarks carry
@@ -34,6 +38,15 @@ GROUP_VERSION = {"resourceslices": "resource.k8s.io/v1", "resourceclaims": "reso
 
 
 @dataclass(frozen=True, slots=True)
+class _Selector:
+    fields: str
+    labels: str
+
+    def matches(self, obj: dict[str, Any]) -> bool:
+        return _matches(obj, self.fields) and _labels_match(obj, self.labels)
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     rv: int
     plural: str
@@ -60,6 +73,15 @@ def _matches(obj: dict[str, Any], selector: str) -> bool:
         for part in key.split("."):
             value = value.get(part, {}) if isinstance(value, dict) else {}
         if value != want:
+            return False
+    return True
+
+
+def _labels_match(obj: dict[str, Any], selector: str) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        key, _, want = term.partition("=")
+        if labels.get(key.rstrip("!")) != want.lstrip("="):
             return False
     return True
 
@@ -106,6 +128,7 @@ class ApiServerDouble:
         self.lists = 0
         self.watches = 0
         self._store: dict[tuple[str, str], dict[str, Any]] = {}
+        self._leases: dict[tuple[str, str], dict[str, Any]] = {}
         self._log: list[Event] = []
         self._expired_below = 0
         self._fail: list[int] = []
@@ -199,14 +222,16 @@ class ApiServerDouble:
                 _status(code, "InternalError", "injected failure"), status=code
             )
         plural = request.match_info["plural"]
-        selector = request.query.get("fieldSelector", "")
+        selector = _Selector(
+            request.query.get("fieldSelector", ""), request.query.get("labelSelector", "")
+        )
         if request.query.get("watch", "").lower() in ("1", "true"):
             return await self._watch(request, plural, selector)
         self.lists += 1
         if plural == "pods":
             await self._pod_lists_open.wait()
         items = [
-            o for (p, _), o in sorted(self._store.items()) if p == plural and _matches(o, selector)
+            o for (p, _), o in sorted(self._store.items()) if p == plural and selector.matches(o)
         ]
         return web.json_response(
             {
@@ -217,7 +242,9 @@ class ApiServerDouble:
             }
         )
 
-    async def _watch(self, request: web.Request, plural: str, selector: str) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, plural: str, selector: _Selector
+    ) -> web.StreamResponse:
         self.watches += 1
         since = int(request.query.get("resourceVersion") or self.rv)
         bookmarks = request.query.get("allowWatchBookmarks", "").lower() == "true"
@@ -242,7 +269,7 @@ class ApiServerDouble:
         resp: web.StreamResponse,
         request: web.Request,
         plural: str,
-        selector: str,
+        selector: _Selector,
         since: int,
         bookmarks: bool,
         deadline: float,
@@ -251,7 +278,7 @@ class ApiServerDouble:
         while True:
             for ev in [e for e in self._log if e.rv > since]:
                 since = ev.rv  # every event up to here is processed (sent or filtered out)
-                if ev.plural == plural and _matches(ev.obj, selector):
+                if ev.plural == plural and selector.matches(ev.obj):
                     line = json.dumps({"type": ev.type, "object": ev.obj}).encode() + b"\n"
                     await resp.write(line)
             if self._cut != generation:
@@ -278,9 +305,75 @@ class ApiServerDouble:
                 }
                 await resp.write(json.dumps(mark).encode() + b"\n")
 
+    # --- Leases (coordination.k8s.io/v1): the cluster role's leader election
+    def _lease_path(self, request: web.Request) -> tuple[str, str]:
+        return request.match_info["namespace"], request.match_info.get("name", "")
+
+    async def _get_lease(self, request: web.Request) -> web.Response:
+        key = self._lease_path(request)
+        lease = self._leases.get(key)
+        if lease is None:
+            return web.json_response(
+                _status(404, "NotFound", f'leases.coordination.k8s.io "{key[1]}" not found'),
+                status=404,
+            )
+        return web.json_response(lease)
+
+    async def _create_lease(self, request: web.Request) -> web.Response:
+        namespace, _ = self._lease_path(request)
+        body = await request.json()
+        name = body.get("metadata", {}).get("name", "")
+        if (namespace, name) in self._leases:
+            return web.json_response(
+                _status(
+                    409, "AlreadyExists", f'leases.coordination.k8s.io "{name}" already exists'
+                ),
+                status=409,
+            )
+        return web.json_response(self._store_lease(namespace, name, body), status=201)
+
+    async def _replace_lease(self, request: web.Request) -> web.Response:
+        key = self._lease_path(request)
+        body = await request.json()
+        current = self._leases.get(key)
+        if current is None:
+            return await self._get_lease(request)
+        given = body.get("metadata", {}).get("resourceVersion")
+        if given != current["metadata"]["resourceVersion"]:
+            message = (
+                f'Operation cannot be fulfilled on leases.coordination.k8s.io "{key[1]}": the '
+                "object has been modified; please apply your changes to the latest version and "
+                "try again"
+            )
+            return web.json_response(_status(409, "Conflict", message), status=409)
+        return web.json_response(self._store_lease(*key, body))
+
+    def _store_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        previous = self._leases.get((namespace, name), {}).get("metadata", {})
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": previous.get("uid") or f"lease-{namespace}-{name}",
+                "resourceVersion": str(self.rv),
+                "creationTimestamp": previous.get("creationTimestamp")
+                or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+            "spec": body.get("spec") or {},
+        }
+        self._leases[(namespace, name)] = lease
+        return lease
+
     async def start(self) -> None:
         self.sync()
         app = web.Application()
+        leases = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        app.router.add_get(leases + "/{name}", self._get_lease)
+        app.router.add_post(leases, self._create_lease)
+        app.router.add_put(leases + "/{name}", self._replace_lease)
         app.router.add_get("/api/v1/{plural:pods|nodes}", self._handle)
         app.router.add_get(
             "/apis/resource.k8s.io/v1/{plural:resourceslices|resourceclaims}", self._handle

@@ -92,9 +92,12 @@ def _allocatable(node: NodeSpec) -> dict[str, str]:
     return {k: str(v) for k, v in sorted(counts.items())}
 
 
-def node_objects(scenario: Scenario) -> list[dict[str, Any]]:
+def node_objects(scenario: Scenario, t: float = 0.0) -> list[dict[str, Any]]:
+    """The scenario's Node objects at ``t`` (a node deleted at ``deleted_s`` is gone)."""
     out = []
     for node in scenario.nodes:
+        if node.deleted_s is not None and t >= node.deleted_s:
+            continue
         alloc = {"cpu": "64", "memory": "512Gi", "pods": "110", **_allocatable(node)}
         out.append(
             {
@@ -106,6 +109,53 @@ def node_objects(scenario: Scenario) -> list[dict[str, Any]]:
                     "labels": {**dict(node.labels), "kubernetes.io/hostname": node.name},
                 },
                 "status": {"allocatable": alloc, "capacity": alloc},
+            }
+        )
+    return out
+
+
+EXPORTER_NAMESPACE = "gpu-operator"
+EXPORTER_LABELS = {"app": "nvidia-dcgm-exporter"}
+
+
+def exporter_pod_objects(
+    scenario: Scenario, ports: dict[str, int], epoch_s: float, host: str = "127.0.0.1"
+) -> list[dict[str, Any]]:
+    """Each node's dcgm-exporter pod, as the GPU Operator's DaemonSet makes it: labelled
+    ``app=nvidia-dcgm-exporter``, its container port named ``metrics``, reached by pod IP (here
+    every exporter double listens on ``host``, each on its own port). A node whose exporter is
+    not deployed (``exporter = "none"``) has none; a deleted node's pod is gone with it."""
+    out = []
+    for node in scenario.nodes:
+        if node.exporter == "none" or node.name not in ports:
+            continue
+        name = f"nvidia-dcgm-exporter-{node.name}"
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": EXPORTER_NAMESPACE,
+                    "uid": f"exporter-{node.name}",
+                    "creationTimestamp": rfc3339(epoch_s),
+                    "labels": dict(EXPORTER_LABELS),
+                },
+                "spec": {
+                    "nodeName": node.name,
+                    "containers": [
+                        {
+                            "name": "nvidia-dcgm-exporter",
+                            "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04",
+                            "ports": [{"name": "metrics", "containerPort": ports[node.name]}],
+                        }
+                    ],
+                },
+                "status": {
+                    "phase": "Running",
+                    "podIP": host,
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
             }
         )
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,9 +16,17 @@ from sim.apiserver import ApiServerDouble
 from sim.cluster import Cluster
 from sim.exporter_rows import ExporterRow
 from sim.exporter_server import ExporterDouble
-from sim.kube_objects import node_objects, pod_objects
+from sim.kube_objects import exporter_pod_objects, node_objects, pod_objects
 from sim.kubelet_server import KubeletDouble, State
 from sim.scenario import Scenario
+
+
+def closed_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on (bound, then released): connecting to it is refused."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+    return port
 
 
 class ScenarioClock:
@@ -59,7 +68,19 @@ class NodeEndpoints:
         }
         if self.api_url:
             env["GPUATTR_KUBE_API_URL"] = self.api_url
+            # as deployed: the node's own exporter pod, found through the pod watch
+            env["GPUATTR_DCGM_DISCOVER"] = "true"
         return env
+
+    def cluster_env(self, tick_interval_s: float) -> dict[str, str]:
+        """``GPUATTR_*`` settings that point the cluster role at this cluster's API server."""
+        assert self.api_url, "the cluster role reads the API server"
+        return {
+            "GPUATTR_KUBE_API_URL": self.api_url,
+            "GPUATTR_CLUSTER_TICK_INTERVAL_S": str(tick_interval_s),
+            "GPUATTR_CLUSTER_LEASE_NAMESPACE": "gpuattr",
+            "GPUATTR_OBSERVE_CLUSTER_PORT": "0",
+        }
 
 
 class SimulatedCluster:
@@ -87,6 +108,7 @@ class SimulatedCluster:
         self.kubelets: dict[str, KubeletDouble] = {}
         self.exporters: dict[str, ExporterDouble] = {}
         self.apiserver: ApiServerDouble | None = None
+        self.exporter_ports: dict[str, int] = {}
         self.epoch_s = time.time()
         self._stack = contextlib.AsyncExitStack()
 
@@ -99,7 +121,11 @@ class SimulatedCluster:
 
     def _objects(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         t = self.clock()
-        return pod_objects(self.scenario, t, self.epoch_s), node_objects(self.scenario)
+        gone = {n.name for n in self.scenario.nodes if n.deleted_s is not None and t >= n.deleted_s}
+        ports = {n: port for n, port in self.exporter_ports.items() if n not in gone}
+        exporters = exporter_pod_objects(self.scenario, ports, self.epoch_s, self.host)
+        pods = [*pod_objects(self.scenario, t, self.epoch_s), *exporters]
+        return pods, node_objects(self.scenario, t)
 
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -120,6 +146,8 @@ class SimulatedCluster:
             exporter = ExporterDouble(self._rows(node), host=self.host, port=port)
             self.kubelets[node] = await self._stack.enter_async_context(kubelet)
             self.exporters[node] = await self._stack.enter_async_context(exporter)
+            # the port its exporter pod names: a port nobody listens on for an exporter "down"
+            self.exporter_ports[node] = exporter.port if spec.exporter != "down" else closed_port()
             self.inventory_file(node).write_bytes(orjson.dumps(self.cluster.inventory(node)))
         self.clock.start()
 

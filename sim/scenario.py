@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 ExporterMode = Literal["arbitrary", "copies", "none"]
+#: how the node's dcgm-exporter is deployed: a pod on the node the agent finds (``pod``), no
+#: exporter on the node (``none``), or a pod whose exporter does not answer (``down``)
+ExporterDeploy = Literal["pod", "none", "down"]
 
 _NS = uuid.UUID("6f1c3e58-3c59-4a8e-9d7c-1b2a3c4d5e6f")
 
@@ -72,6 +75,9 @@ class NodeSpec:
     dra: bool = False
     #: DRA MIG devices are placements created at prepare time: no UUID in the slice
     dynamic_mig: bool = False
+    exporter: ExporterDeploy = "pod"
+    #: the Node object is deleted at this scenario second (the node left the cluster)
+    deleted_s: float | None = None
 
     def replicas_of(self, gpu: int) -> int:
         """How many replicas the device plugin advertises of GPU ``gpu`` (1: handed out whole)."""
@@ -171,6 +177,8 @@ def parse(doc: dict[str, Any]) -> Scenario:
                 labels=_pairs(n.get("labels")),
                 dra=bool(n.get("dra", False)),
                 dynamic_mig=bool(n.get("dynamic_mig", False)),
+                exporter=n.get("exporter", "pod"),
+                deleted_s=float(n["deleted_s"]) if "deleted_s" in n else None,
             )
         )
     pods = []

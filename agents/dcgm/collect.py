@@ -25,6 +25,7 @@ import aiohttp
 
 from agents.dcgm.translate import IgnoredFamily, RejectedLine, parse_exposition
 from agents.health import SourceHealth
+from agents.locate import NotFound, Target
 from agents.selfmetrics import IGNORED_FAMILIES, REJECTED_LINES, SOURCE_ERRORS
 from agents.types import Emit, NowMs
 from contract.inputs import DcgmScrape
@@ -52,9 +53,11 @@ class DcgmCollector:
         emit_attempts: int = 4,
         emit_backoff_s: float = 0.05,
         before_first_scrape: Callable[[], Awaitable[None]] | None = None,
+        locate: Callable[[], Target | NotFound] | None = None,
     ) -> None:
         self.node = node  # the agent's node name is authoritative, not the exporter's Hostname
         self.url = url
+        self._locate = locate  # the node's own exporter pod (pod watch), when discovering
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._emit = emit
@@ -63,7 +66,13 @@ class DcgmCollector:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._emit_attempts = max(1, emit_attempts)
         self._emit_backoff_s = emit_backoff_s
-        self.health = SourceHealth(SOURCE, f"dcgm-exporter at {url}", log)
+        self.health = SourceHealth(
+            SOURCE,
+            "dcgm-exporter on this node" if locate else f"dcgm-exporter at {url}",
+            log,
+            now_ms=now_ms,
+            target=url if locate is None else "",
+        )
         self._rejection_logged_ms: dict[str, int] = {}
         self._before_first_scrape = before_first_scrape
         self._ignored_logged: set[IgnoredFamily] = set()
@@ -80,10 +89,28 @@ class DcgmCollector:
                 next_at = max(next_at + self.interval_s, loop.time())  # late: no catch-up burst
                 await asyncio.sleep(next_at - loop.time())
 
+    def _target(self) -> Target | None:
+        """Where to scrape now: the settings' URL, or the node's exporter pod; ``None`` (said in
+        the agent's status) when the node has none to scrape."""
+        if self._locate is None:
+            return Target(self.url, "")
+        found = self._locate()
+        if isinstance(found, NotFound):
+            if found.reason != "discovering":  # the watch has not listed yet: still starting
+                self.health.disabled(found.reason, found.detail)
+            return None
+        if found.url != self.health.target:
+            log.info("scraping dcgm-exporter pod %s at %s", found.pod, found.url)
+            self.health.target = found.url
+        return found
+
     async def scrape_once(self, session: aiohttp.ClientSession) -> int:
         """One scrape: fetch, parse, publish. Returns how many samples were published."""
         ts_ms = self._now_ms()
-        text = await self._fetch(session)
+        target = self._target()
+        if target is None:
+            return 0
+        text = await self._fetch(session, target.url)
         if text is None:
             return 0
         result = parse_exposition(text, node=self.node, ts_ms=ts_ms)
@@ -94,11 +121,12 @@ class DcgmCollector:
             self._note_ignored(result.ignored)
         if not result.samples:
             return 0
-        return await self._publish(DcgmScrape(self.node, ts_ms, result.samples))
+        scrape = DcgmScrape(self.node, ts_ms, result.samples, target.url, target.pod)
+        return await self._publish(scrape)
 
-    async def _fetch(self, session: aiohttp.ClientSession) -> str | None:
+    async def _fetch(self, session: aiohttp.ClientSession, url: str) -> str | None:
         try:
-            async with session.get(self.url, timeout=self._timeout) as resp:
+            async with session.get(url, timeout=self._timeout) as resp:
                 if resp.status != 200:
                     self._failed(f"http_{resp.status}", f"HTTP {resp.status} {resp.reason or ''}")
                     return None
@@ -117,9 +145,7 @@ class DcgmCollector:
             return body.decode("utf-8")
         except UnicodeDecodeError as exc:
             SOURCE_ERRORS.labels(SOURCE, "encoding").inc()
-            log.warning(
-                "dcgm-exporter at %s sent invalid UTF-8 (%s); reading it anyway", self.url, exc
-            )
+            log.warning("dcgm-exporter at %s sent invalid UTF-8 (%s); reading it anyway", url, exc)
             return body.decode("utf-8", errors="replace")
 
     async def _publish(self, scrape: DcgmScrape) -> int:
@@ -155,7 +181,12 @@ class DcgmCollector:
         new = set(ignored) - self._ignored_logged
         for reason in sorted({f.reason for f in new}):
             names = sorted(f.name for f in new if f.reason == reason)
-            log.info("dcgm-exporter at %s: not used (%s): %s", self.url, reason, ", ".join(names))
+            log.info(
+                "dcgm-exporter at %s: not used (%s): %s",
+                self.health.target or self.url,
+                reason,
+                ", ".join(names),
+            )
         self._ignored_logged |= new
 
     def _log_rejected(self, rejected: tuple[RejectedLine, ...], now_ms: int) -> None:
@@ -172,7 +203,7 @@ class DcgmCollector:
                 "rejected dcgm-exporter line %d from %s: %s: %r (%d such line(s) in this scrape; "
                 "the other GPUs are still published)",
                 bad.line_no,
-                self.url,
+                self.health.target or self.url,
                 bad.reason,
                 bad.line,
                 per_reason[bad.reason],

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from agents.locate import ExporterPod
 from agents.selfmetrics import REFUSED_VALUES
 from contract import annotations as ours
 from contract.inputs import NodeRecord, OwnerRef, PodRecord
@@ -146,4 +147,31 @@ def node_record(node: Any, *, ts_ms: int, deleted: bool = False) -> NodeRecord:
         allocatable=tuple(sorted(allocatable.items())),
         deleted=deleted,
         resource_version=getattr(meta, "resource_version", None) or "",
+    )
+
+
+def _port(pod: Any, port_name: str, default: int) -> int:
+    for container in getattr(pod.spec, "containers", None) or []:
+        for port in getattr(container, "ports", None) or []:
+            if getattr(port, "name", None) == port_name and getattr(port, "container_port", None):
+                return int(port.container_port)
+    return default
+
+
+def exporter_pod(pod: Any, *, port_name: str, default_port: int) -> ExporterPod:
+    meta, status = pod.metadata, getattr(pod, "status", None)
+    conditions = getattr(status, "conditions", None) or []
+    ready = any(
+        getattr(c, "type", None) == "Ready" and getattr(c, "status", None) == "True"
+        for c in conditions
+    )
+    return ExporterPod(
+        namespace=getattr(meta, "namespace", None) or "",
+        name=getattr(meta, "name", None) or "",
+        ip=getattr(status, "pod_ip", None) or "",
+        port=_port(pod, port_name, default_port),
+        phase=getattr(status, "phase", None) or "Unknown",
+        ready=ready,
+        terminating=getattr(meta, "deletion_timestamp", None) is not None,
+        created_ms=_ms(getattr(meta, "creation_timestamp", None)),
     )

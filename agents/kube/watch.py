@@ -26,7 +26,8 @@ from kubernetes_asyncio.watch import Watch
 
 from agents.health import SourceHealth
 from agents.kube.dra import claim_record, slice_record
-from agents.kube.translate import can_hold_gpu, node_record, pod_record
+from agents.kube.translate import can_hold_gpu, exporter_pod, node_record, pod_record
+from agents.locate import ExporterLocator, ExporterPod
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import AgentRecord, Emit, NowMs
 from contract.inputs import PodListSnapshot, ResourceClaimRecord, ResourceSliceRecord
@@ -81,6 +82,13 @@ class _Watcher:
     def _selector(self) -> str:
         raise NotImplementedError
 
+    def _label_selector(self) -> str:
+        return ""
+
+    def _filters(self) -> dict[str, str]:
+        label = self._label_selector()
+        return {"field_selector": self._selector(), **({"label_selector": label} if label else {})}
+
     def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
         raise NotImplementedError
 
@@ -132,7 +140,7 @@ class _Watcher:
 
     async def relist(self) -> str:
         """List everything, publish it, and return the list's resourceVersion."""
-        listing = await self._list_call()(field_selector=self._selector())
+        listing = await self._list_call()(**self._filters())
         rv, items = self._listed(listing)
         for obj in items:
             for record in self._records(obj, deleted=False):
@@ -146,7 +154,7 @@ class _Watcher:
         """Follow the watch from ``rv`` until the server ends it; return the last version."""
         stream = Watch().stream(
             self._list_call(),
-            field_selector=self._selector(),
+            **self._filters(),
             resource_version=rv,
             allow_watch_bookmarks=True,
             timeout_seconds=self.settings.watch_timeout_s,
@@ -198,6 +206,49 @@ class PodWatcher(_Watcher):
         await self.emit(PodListSnapshot(self.node, self.now_ms(), uids, rv))
 
 
+class ExporterWatcher(_Watcher):
+    """The dcgm-exporter pods on this node (``spec.nodeName=<node>`` and a label selector): where
+    the agent scrapes (:class:`agents.dcgm.locate.ExporterLocator`). Publishes nothing."""
+
+    kind = "exporter pod"
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        api: Any,
+        emit: Emit,
+        now_ms: NowMs,
+        settings: KubeSettings,
+        locator: ExporterLocator,
+        port_name: str,
+        default_port: int,
+    ) -> None:
+        super().__init__(node=node, api=api, emit=emit, now_ms=now_ms, settings=settings)
+        self.locator = locator
+        self.port_name = port_name
+        self.default_port = default_port
+
+    def _list_call(self) -> Callable[..., Any]:
+        return self.core.list_pod_for_all_namespaces  # type: ignore[no-any-return]
+
+    def _selector(self) -> str:
+        return f"spec.nodeName={self.node}"
+
+    def _label_selector(self) -> str:
+        return self.locator.selector
+
+    def _pod(self, obj: Any) -> ExporterPod:
+        return exporter_pod(obj, port_name=self.port_name, default_port=self.default_port)
+
+    def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
+        self.locator.seen(self._pod(obj), deleted)
+        return []
+
+    async def _after_list(self, items: list[Any], rv: str) -> None:
+        self.locator.relisted(self._pod(obj) for obj in items)
+
+
 class NodeWatcher(_Watcher):
     kind = "node"
 
@@ -209,6 +260,23 @@ class NodeWatcher(_Watcher):
 
     def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
         return [node_record(obj, ts_ms=self.now_ms(), deleted=deleted)]
+
+
+class ClusterNodeWatcher(_Watcher):
+    """Every Node of the cluster (the cluster role's, not an agent's): publishes each deletion,
+    keyed by that node, so the worker lets the node's devices go at once instead of after its
+    TTL. A node's labels come from its own agent; nothing else is published."""
+
+    kind = "cluster node"
+
+    def _list_call(self) -> Callable[..., Any]:
+        return self.core.list_node  # type: ignore[no-any-return]
+
+    def _selector(self) -> str:
+        return ""
+
+    def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
+        return [node_record(obj, ts_ms=self.now_ms(), deleted=True)] if deleted else []
 
 
 DraRecord = ResourceSliceRecord | ResourceClaimRecord

@@ -16,8 +16,8 @@ Pure, and the one owner of these rules (the modules that keep state call them):
   list, slices, holders, the last accepted scrape): a MIG reconfiguration's old instance UUIDs
   go, with their alert state.
 * **Records that change every sample** (a node's last-seen time, its last scrape) are kept at
-  :data:`QUANTUM_MS` resolution, so a steady node writes its state a few times a minute, not once
-  per record.
+  :data:`QUANTUM_MS` resolution (at most a quarter of the heartbeat), so a steady node writes its
+  state a few times a minute, not once per record.
 """
 
 from __future__ import annotations
@@ -46,6 +46,11 @@ class Lifetimes:
     node_ttl_ms: int = 10 * MINUTE_MS
 
     @property
+    def quantum_ms(self) -> int:
+        """The resolution of the per-node times that move with every record."""
+        return min(QUANTUM_MS, self.heartbeat_ms // 4)
+
+    @property
     def fresh_ms(self) -> int:
         """A device whose last accepted sample is at most this old is spoken for by its sample
         events: the heartbeat leaves it out."""
@@ -68,9 +73,9 @@ def life_forgotten(gone_ms: int | None, now_ms: int) -> bool:
     return gone_ms is not None and now_ms - gone_ms > HISTORY_MS
 
 
-def quantized(previous_ms: int | None, ts_ms: int) -> int:
-    """``previous_ms`` moved to ``ts_ms`` only when that is a quantum or more later."""
-    if previous_ms is None or ts_ms - previous_ms >= QUANTUM_MS or ts_ms < previous_ms - QUANTUM_MS:
+def quantized(previous_ms: int | None, ts_ms: int, quantum_ms: int = QUANTUM_MS) -> int:
+    """``previous_ms`` moved to ``ts_ms`` only when that is a quantum or more away."""
+    if previous_ms is None or abs(ts_ms - previous_ms) >= quantum_ms:
         return ts_ms
     return previous_ms
 

@@ -67,17 +67,17 @@ def first_record(ts_ms: int, partition: int) -> NodeState:
     return NodeState(ts_ms, ts_ms, ts_ms, partition)
 
 
-def heard(state: NodeState, ts_ms: int) -> NodeState:
+def heard(state: NodeState, ts_ms: int, quantum_ms: int) -> NodeState:
     """A record of the node arrived: it is live (no longer stale) as of ``ts_ms``."""
-    last = quantized(state.last_ms, ts_ms)
+    last = quantized(state.last_ms, ts_ms, quantum_ms)
     if last == state.last_ms and state.stale_ms is None:
         return state
     return replace(state, last_ms=last, stale_ms=None)
 
 
-def accepted(state: NodeState, ts_ms: int, keys: tuple[str, ...]) -> NodeState:
+def accepted(state: NodeState, ts_ms: int, keys: tuple[str, ...], quantum_ms: int) -> NodeState:
     """An exporter answer was accepted with rows for ``keys``."""
-    scrape = quantized(state.scrape_ms, ts_ms)
+    scrape = quantized(state.scrape_ms, ts_ms, quantum_ms)
     if scrape == state.scrape_ms and keys == state.scraped and state.refused is None:
         return state
     return replace(state, scrape_ms=scrape, scraped=keys, refused=None)

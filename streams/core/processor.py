@@ -192,7 +192,7 @@ class Processor:
                 t.partition_nodes[key] = index.with_node(node)
             self._put_state(node, None, nodestate.first_record(ts_ms, partition))
             return True
-        self._put_state(node, state, nodestate.heard(state, ts_ms))
+        self._put_state(node, state, nodestate.heard(state, ts_ms, self.life.quantum_ms))
         return True
 
     def _beat(self, node: str, ts_ms: int, record: object) -> list[Output]:
@@ -218,7 +218,13 @@ class Processor:
     def _unknown(self, view: NodeView, state: NodeState, key: str, ts_ms: int) -> Telemetry | None:
         if view.index is not None and key in view.index.unresolved:
             return telemetry.unplaced(unplaced_reason(view, key))
-        return telemetry.unknown(state, key, ts_ms, self.life)
+        why = telemetry.unknown(state, key, ts_ms, self.life)
+        if why is not None and why.cause == "no-row" and key in view.mig_parents:
+            return replace(
+                why,
+                reason="a MIG-enabled GPU: dcgm-exporter reports its instances, not the GPU itself",
+            )
+        return why
 
     def _departures(
         self,
@@ -412,7 +418,11 @@ class Processor:
         if verdict.accepted:
             rows = {device_key(s.uuid, s.mig_instance_id) for s in verdict.accepted}
             keys = tuple(sorted(rows | set(state.scraped) if merge else rows))
-            self._put_state(scrape.node, state, nodestate.accepted(state, scrape.ts_ms, keys))
+            self._put_state(
+                scrape.node,
+                state,
+                nodestate.accepted(state, scrape.ts_ms, keys, self.life.quantum_ms),
+            )
         elif verdict.cause is not None:
             new = nodestate.refused(state, scrape.ts_ms, verdict.cause, verdict.reason)
             self._put_state(scrape.node, state, new)

@@ -75,7 +75,8 @@ async def test_collector_counts_and_logs_every_rejected_line(
     assert rejected_total() - before == len(expected.rejected)
     assert count == len(expected.samples)
     # one record per scrape, every device's sample in it; nothing published for no device
-    assert published == ([DcgmScrape(NODE, TS, expected.samples)] if expected.samples else [])
+    scrape = DcgmScrape(NODE, TS, expected.samples, URL)
+    assert published == ([scrape] if expected.samples else [])
     lines = [r for r in logs.records if "rejected dcgm-exporter line" in r.getMessage()]
     assert len(lines) == len(expected.rejected)  # every one, at WARNING or DEBUG
     warned = [r.getMessage() for r in lines if r.levelno == logging.WARNING]

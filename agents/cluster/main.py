@@ -1,0 +1,64 @@
+"""The cluster role (``gpuattr cluster``, a Deployment): what no node agent can read.
+
+Under one leader (:mod:`agents.cluster.lease`): Node deletions cluster-wide, published keyed by
+the node (:class:`agents.kube.watch.ClusterNodeWatcher`), and every input partition's clock
+(:mod:`agents.cluster.ticker`). Without leader election (one replica, a test) it simply runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+from agents.cluster.lease import lead_while_elected
+from agents.cluster.ticker import tick
+from agents.kube.watch import ClusterNodeWatcher, make_api_client
+from agents.publish import Publisher
+from agents.types import NowMs
+from infra.observe import ObservabilityServer
+from infra.settings import ClusterSettings, KafkaSettings, KubeSettings, ObserveSettings
+
+log = logging.getLogger(__name__)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class ClusterRoleSettings:
+    kafka: KafkaSettings
+    kube: KubeSettings
+    cluster: ClusterSettings
+    observe: ObserveSettings = field(default_factory=ObserveSettings)
+
+
+async def run_cluster(settings: ClusterRoleSettings, now_ms: NowMs = wall_clock_ms) -> None:
+    async with Publisher(settings.kafka) as publisher, contextlib.AsyncExitStack() as stack:
+        if settings.observe.cluster_port:
+            server = ObservabilityServer(
+                settings.observe.host, settings.observe.cluster_port, {"kafka": publisher.started}
+            )
+            await server.start()
+            stack.push_async_callback(server.stop)
+        api = await make_api_client(settings.kube)
+        stack.push_async_callback(api.close)
+
+        async def lead() -> None:
+            nodes = ClusterNodeWatcher(
+                node="", api=api, emit=publisher.publish, now_ms=now_ms, settings=settings.kube
+            )
+            async with asyncio.TaskGroup() as group:
+                group.create_task(nodes.run(), name="cluster-nodes")
+                group.create_task(
+                    tick(publisher, settings.cluster.tick_interval_s, now_ms), name="ticker"
+                )
+
+        if settings.cluster.leader_election:
+            await lead_while_elected(api, settings.cluster, lead)
+        else:
+            log.info("cluster role without leader election: one replica only")
+            await lead()
