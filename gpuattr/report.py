@@ -1,16 +1,22 @@
 """Allocation report: GPU-hours held, per namespace and workload, from attribution events.
 
 Pure accounting over the events of one time range. Each event stands for the time until the
-same device's next event, capped at ``max_gap_s`` (a gap longer than that — an exporter outage —
-is not counted as held). The last event of a device counts for nothing.
+same device's next event, capped at ``max_gap_s`` (longer than the heartbeat: a device is
+reported at least every heartbeat, telemetry or not, so a longer gap means its node's agent was
+silent). A device's last event, and its events as stale or gone, count for nothing: nothing is
+charged for a device nobody can vouch for.
 
-- ``held_gpu_hours``: time x allocation share. An exclusive holder of a whole GPU or MIG instance
-  counts 1 per hour; a tenant of a shared device counts its *allocation* share (slots held /
-  slots in use), labelled as such — it is not usage.
+- ``held_gpu_hours``: time x each pod's share of the device — the one accounting figure
+  (``pods[].share``, :mod:`streams.core.accounting`), the same the Prometheus GPUs-held rule
+  sums. An exclusive holder of a whole GPU counts 1 per hour; a tenant of a shared device its
+  *allocation* share — it is not usage. MIG instances are kept apart from whole GPUs
+  (``mig_profile``): an instance-hour is not a GPU-hour.
 - ``busy_gpu_hours``: time x measured utilization, only where the hardware measured this holder
   alone (exclusive devices and MIG instances). Shared devices have no per-pod figure: their held
   time is reported as ``shared_held_gpu_hours`` and kept out of busy and idle.
-- ``idle_share``: of the measurable held time, the part below the idle threshold.
+- ``unmeasured_held_gpu_hours``: held time no sample measured (exporter unreachable, refused,
+  no row): held, busy unknown — never counted as idle.
+- ``idle_share``: of the measured held time, the part below the idle threshold.
 """
 
 from __future__ import annotations
@@ -20,9 +26,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 
-from contract.outputs import AttributionEvent, Holder
+from contract.outputs import AttributionEvent, Holder, Workload
 
-GroupKey = tuple[str, str]  # (namespace, workload "Kind/name" or "pod/<name>")
+#: (namespace, workload "Kind/name" or "Pod/<name>", MIG profile or "" for whole GPUs)
+GroupKey = tuple[str, str, str]
+#: events that vouch for nothing after them
+NOT_CHARGED = ("stale", "gone")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +42,8 @@ class Line:
     shared_held_gpu_hours: float
     busy_gpu_hours: float | None
     idle_share: float | None
+    unmeasured_held_gpu_hours: float = 0.0
+    mig_profile: str = ""  # "" for whole GPUs; a MIG profile's instance-hours apart
 
 
 @dataclass
@@ -42,17 +53,22 @@ class _Acc:
     measured: float = 0.0
     busy: float = 0.0
     idle: float = 0.0
+    unmeasured: float = 0.0
 
 
-def group_of(h: Holder) -> GroupKey:
-    workload = f"{h.workload.kind}/{h.workload.name}" if h.workload else f"Pod/{h.pod}"
-    return h.namespace, workload
+def _workload(namespace: str, pod: str, workload: Workload | None) -> tuple[str, str]:
+    return namespace, f"{workload.kind}/{workload.name}" if workload else f"Pod/{pod}"
 
 
-def _share(ev: AttributionEvent, h: Holder) -> float:
-    if h.allocation_share is not None:
-        return h.allocation_share
-    return 1.0 / max(1, len(ev.holders))
+def group_of(h: Holder) -> tuple[str, str]:
+    return _workload(h.namespace, h.pod, h.workload)
+
+
+def _shares(ev: AttributionEvent) -> list[tuple[tuple[str, str], float]]:
+    """Each pod's share of the device (events before ``pods`` existed: their holders')."""
+    if ev.pods:
+        return [(_workload(p.namespace, p.pod, p.workload), p.share) for p in ev.pods]
+    return [(group_of(h), h.allocation_share or 1.0 / max(1, len(ev.holders))) for h in ev.holders]
 
 
 def accumulate(
@@ -66,19 +82,23 @@ def accumulate(
         series.sort(key=lambda e: e.ts_ms)
         for ev, nxt in pairwise(series):
             hours = min((nxt.ts_ms - ev.ts_ms) / 1000, max_gap_s) / 3600
-            if hours <= 0 or not ev.holders:
+            if hours <= 0 or not ev.holders or ev.origin in NOT_CHARGED:
                 continue
-            for h in ev.holders:
-                a = acc[group_of(h)]
-                held = hours * _share(ev, h)
+            profile = (ev.mig.profile or "unknown") if ev.mig is not None else ""
+            measured = ev.telemetry.status == "measured" and ev.usage.util_pct is not None
+            for (ns, wl), share in _shares(ev):
+                a = acc[(ns, wl, profile)]
+                held = hours * share
                 a.held += held
                 if ev.state == "shared":
                     a.shared += held
-                elif ev.usage.util_pct is not None:
+                elif measured and ev.usage.util_pct is not None:
                     a.measured += held
                     a.busy += held * ev.usage.util_pct / 100
                     if ev.usage.util_pct < idle_threshold_pct:
                         a.idle += held
+                if ev.telemetry.status != "measured":
+                    a.unmeasured += held
     return [
         Line(
             namespace=ns,
@@ -87,16 +107,20 @@ def accumulate(
             shared_held_gpu_hours=a.shared,
             busy_gpu_hours=a.busy if a.measured else None,
             idle_share=a.idle / a.measured if a.measured else None,
+            unmeasured_held_gpu_hours=a.unmeasured,
+            mig_profile=profile,
         )
-        for (ns, wl), a in sorted(acc.items())
+        for (ns, wl, profile), a in sorted(acc.items())
     ]
 
 
 CSV_HEADER = (
     "namespace",
     "workload",
+    "mig_profile",
     "held_gpu_hours",
     "shared_held_gpu_hours",
+    "unmeasured_held_gpu_hours",
     "busy_gpu_hours",
     "idle_share",
 )
@@ -110,8 +134,10 @@ def csv_rows(lines: Iterable[Line]) -> list[list[str]]:
         [
             line.namespace,
             line.workload,
+            line.mig_profile,
             num(line.held_gpu_hours),
             num(line.shared_held_gpu_hours),
+            num(line.unmeasured_held_gpu_hours),
             num(line.busy_gpu_hours),
             num(line.idle_share, 3),
         ]

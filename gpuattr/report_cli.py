@@ -77,19 +77,40 @@ async def read_events(
     return events
 
 
+def _busy(line: Line) -> str:
+    if line.busy_gpu_hours is not None:
+        return f"{line.busy_gpu_hours:.3f}"
+    if line.unmeasured_held_gpu_hours and not line.shared_held_gpu_hours:
+        return "unknown (no sample)"
+    return "n/a (shared)"
+
+
 def print_table(lines: list[Line], title: str) -> None:
     table = Table(title=title)
-    for name in ("namespace", "workload", "GPU-h held", "of which shared", "busy GPU-h", "idle"):
+    columns = (
+        "namespace",
+        "workload",
+        "MIG profile",
+        "GPU-h held",
+        "of which shared",
+        "of which unmeasured",
+        "busy GPU-h",
+        "idle",
+    )
+    for name in columns:
         table.add_column(
-            name, justify="left" if name in ("namespace", "workload") else "right", overflow="fold"
+            name,
+            justify="right" if name not in ("namespace", "workload", "MIG profile") else "left",
         )
     for line in lines:
         table.add_row(
             line.namespace,
             line.workload,
+            line.mig_profile or "whole GPUs",
             f"{line.held_gpu_hours:.3f}",
             f"{line.shared_held_gpu_hours:.3f}" if line.shared_held_gpu_hours else "",
-            f"{line.busy_gpu_hours:.3f}" if line.busy_gpu_hours is not None else "n/a (shared)",
+            f"{line.unmeasured_held_gpu_hours:.3f}" if line.unmeasured_held_gpu_hours else "",
+            _busy(line),
             f"{line.idle_share:.0%}" if line.idle_share is not None else "",
         )
     Console().print(table)

@@ -7,8 +7,10 @@ re-reads it through the SDK's own models, and tests/integration/test_prometheus_
 every panel's query against a real Prometheus scraping two workers.
 
 Honesty on the wall: usage is only ever the device's (or MIG instance's) figure; the holders of a
-shared device are a separate table with no usage column; GPU-hours are *held* (each holder
-1/tenants of a device), never "used" by a pod. Queries read the recording rules in
+shared device are a separate table with no usage column; GPU-hours are *held* (each pod's share
+of a device, the one accounting figure the report uses too), never "used" by a pod. A held GPU
+no sample speaks for is shown with why, never as idle. Every table names its columns (Grafana
+would otherwise show ``Value #A``). Queries read the recording rules in
 deploy/kustomize/base/monitoring.yaml or take ``max by`` a series' identity first, so a device
 whose partition is changing hands between workers is counted once.
 """
@@ -54,6 +56,9 @@ NODE = 'node=~"$node"'  # every device series carries its node; the variable nar
 #: a shared device, by identity (counted once while its partition changes hands)
 SHARED = f'max by (node, device_uuid) (gpuattr_device_info{{state="shared", {NODE}}})'
 HOLDER_ID = "node, device_uuid, namespace, pod, container, pod_uid, workload_kind, workload_name"
+POD_ID = "node, device_uuid, namespace, pod, pod_uid, workload_kind, workload_name, basis"
+#: a held device, by identity
+HELD = "(max by (node, device_uuid) (gpuattr_device_tenants) > 0)"
 
 
 def query(expr: str, ref: str, legend: str = "", *, instant: bool = False) -> prometheus.Dataquery:
@@ -69,14 +74,23 @@ def at(x: int, y: int, w: int, h: int) -> GridPos:
     return GridPos(h=h, w=w, x=x, y=y)
 
 
-def merged(panel: table.Panel) -> table.Panel:
-    """Several instant queries of one table, joined on their shared labels."""
+def merged(panel: table.Panel, values: dict[str, str | None]) -> table.Panel:
+    """Several instant queries of one table, joined on their shared labels, each query's value
+    column named (``values``: ref id → column name; ``None`` drops an info series' constant 1).
+    Without the names Grafana shows ``Value #A``, ``Value #B``…"""
+    exclude: dict[str, bool] = {"Time": True}
+    rename: dict[str, str] = {}
+    for ref, name in values.items():
+        if name is None:
+            exclude[f"Value #{ref}"] = True
+        else:
+            rename[f"Value #{ref}"] = name
     return panel.with_transformation(
         DataTransformerConfig(id_val="merge", options={})
     ).with_transformation(
         DataTransformerConfig(
             id_val="organize",
-            options={"excludeByName": {"Time": True}, "renameByName": {}},
+            options={"excludeByName": exclude, "renameByName": rename},
         )
     )
 
@@ -87,13 +101,14 @@ def funnel() -> list[Any]:
         ("Allocated", "gpuattr:devices_allocated:count", "purple"),
         ("Active (> 5 % busy)", "gpuattr:devices_active:count", "green"),
         ("Allocated but idle", "gpuattr:devices_idle:count", "orange"),
+        ("Allocated, no reading", "gpuattr:devices_unmeasured:count", "text"),
     ]
     stats = [
         stat.Panel()
         .title(title)
         .datasource(DS)
         .with_target(query(expr, "A", title))
-        .grid_pos(at(6 * i, 1, 6, 4))
+        .grid_pos(at(5 * i, 1, 5 if i < 4 else 4, 4))
         .color_mode(BigValueColorMode.BACKGROUND)
         .graph_mode(BigValueGraphMode.AREA)
         .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]))
@@ -109,7 +124,9 @@ def funnel() -> list[Any]:
         .title("Fleet funnel over time")
         .description(
             "Whole fleet (the node filter does not apply): devices total, allocated to pods, "
-            "active, and allocated but idle. A MIG instance counts as a device of its own."
+            "active, allocated but idle, and allocated with no reading (exporter unreachable, "
+            "refused or without a row: held, never counted idle). A MIG instance counts as a "
+            "device of its own."
         )
         .datasource(DS)
         .grid_pos(at(0, 5, 24, 7))
@@ -120,7 +137,7 @@ def funnel() -> list[Any]:
             .show_legend(True)
         )
     )
-    for ref, (title, expr, _) in zip("ABCD", steps, strict=True):
+    for ref, (title, expr, _) in zip("ABCDE", steps, strict=True):
         over_time = over_time.with_target(query(expr, ref, title))
     return [*stats, over_time]
 
@@ -159,7 +176,8 @@ def shared_devices() -> list[Any]:
                 "C",
                 instant=True,
             )
-        )
+        ),
+        {"A": None, "B": "tenants", "C": "utilisation (whole device)"},
     )
     holders = merged(
         table.Panel()
@@ -167,8 +185,8 @@ def shared_devices() -> list[Any]:
         .description(
             "Every holder of every shared device, from gpu-attribution's own join (the pod UID "
             "is the API server's, never dcgm-exporter's). The allocation share is what the pod "
-            "was allocated (its slots or capacity), not what it used; it is absent where the "
-            "allocation has no per-pod split (a shared DRA claim)."
+            "was allocated (its slots or capacity, or an equal split where the allocation has "
+            "none: a shared DRA claim; the basis says which), not what it used."
         )
         .datasource(DS)
         .grid_pos(at(0, 20, 24, 9))
@@ -182,15 +200,53 @@ def shared_devices() -> list[Any]:
         )
         .with_target(
             query(
-                "max by (node, device_uuid, namespace, pod, container) "
-                f"(gpuattr_device_holder_allocation_share{{{NODE}}}) "
+                f"max by ({POD_ID}) (gpuattr_pod_device_share{{{NODE}}}) "
                 f"and on (node, device_uuid) {SHARED}",
                 "B",
                 instant=True,
             )
-        )
+        ),
+        {"A": None, "B": "allocation share (not usage)"},
     )
     return [devices, holders]
+
+
+def blind() -> list[Any]:
+    """Held GPUs no sample speaks for: in every view all the same, with why."""
+    return [
+        merged(
+            table.Panel()
+            .title("Held GPUs without a reading, and why")
+            .description(
+                "Allocation is the spine: a GPU a pod holds is here whether or not its "
+                "dcgm-exporter answers. Cause: exporter-unreachable, no-exporter (none on the "
+                "node), scrape-refused (the answer was another node's), no-row, no-sample-yet, "
+                "samples-stopped, unplaced (a held device no GPU key places). Its usage is "
+                "unknown, never 0; the attribution events carry the full reason."
+            )
+            .datasource(DS)
+            .grid_pos(at(0, 30, 24, 8))
+            .with_target(
+                query(
+                    "max by (node, device_uuid, cause) "
+                    f"(gpuattr_device_telemetry_unknown{{{NODE}}}) and on (node, device_uuid) "
+                    f"{HELD}",
+                    "A",
+                    instant=True,
+                )
+            )
+            .with_target(
+                query(
+                    f"max by ({POD_ID}) (gpuattr_pod_device_share{{{NODE}}}) "
+                    "and on (node, device_uuid) "
+                    f"max by (node, device_uuid) (gpuattr_device_telemetry_unknown{{{NODE}}})",
+                    "B",
+                    instant=True,
+                )
+            ),
+            {"A": None, "B": "allocation share (not usage)"},
+        )
+    ]
 
 
 def gpu_hours() -> list[Any]:
@@ -198,12 +254,14 @@ def gpu_hours() -> list[Any]:
         timeseries.Panel()
         .title("GPUs held by namespace")
         .description(
-            "Each holder counts 1/tenants of a device (a whole GPU held alone counts 1). Held, "
-            "not used: on a shared device no per-pod usage exists. MIG instances are counted "
-            "apart, under their profile: a 1g.10gb instance is not a GPU."
+            "Each pod counts its share of each device it holds (a whole GPU held alone counts "
+            "1; replicas over the device's replicas; consumed capacity; an equal split where no "
+            "share exists), at most 1 per device, whatever its containers and claims. Held, not "
+            "used: on a shared device no per-pod usage exists. MIG instances are counted apart, "
+            "under their profile: a 1g.10gb instance is not a GPU."
         )
         .datasource(DS)
-        .grid_pos(at(0, 30, 12, 8))
+        .grid_pos(at(0, 39, 12, 8))
         .with_target(
             query(
                 "sum by (namespace, mig_profile) "
@@ -217,7 +275,7 @@ def gpu_hours() -> list[Any]:
         timeseries.Panel()
         .title("GPU-hours held in the trailing hour, by namespace")
         .datasource(DS)
-        .grid_pos(at(12, 30, 12, 8))
+        .grid_pos(at(12, 39, 12, 8))
         .with_target(
             query(
                 "sum by (namespace, mig_profile) "
@@ -236,7 +294,7 @@ def gpu_hours() -> list[Any]:
             "named by profile."
         )
         .datasource(DS)
-        .grid_pos(at(0, 38, 24, 9))
+        .grid_pos(at(0, 47, 24, 9))
         .orientation(VizOrientation.HORIZONTAL)
         .display_mode(BarGaugeDisplayMode.BASIC)
         .unit("none")
@@ -266,7 +324,7 @@ def misattribution() -> list[Any]:
             "(per-process rows, no device reading), uncredited (no pod although pods hold it)."
         )
         .datasource(DS)
-        .grid_pos(at(0, 48, 12, 8))
+        .grid_pos(at(0, 57, 12, 8))
         .with_target(
             query("verdict:gpuattr_devices_exporter_misattributed:count", "A", "{{verdict}}")
         )
@@ -275,7 +333,7 @@ def misattribution() -> list[Any]:
         timeseries.Panel()
         .title("Attributed samples per second, by what the exporter's labels amounted to")
         .datasource(DS)
-        .grid_pos(at(12, 48, 12, 8))
+        .grid_pos(at(12, 57, 12, 8))
         .unit("ops")
         .with_target(
             query(
@@ -298,7 +356,7 @@ def idle() -> list[Any]:
                 "alerts open on it (idle, orphaned-memory, xid-N)."
             )
             .datasource(DS)
-            .grid_pos(at(0, 57, 24, 8))
+            .grid_pos(at(0, 66, 24, 8))
             .unit("s")
             .with_target(
                 query(
@@ -313,7 +371,8 @@ def idle() -> list[Any]:
                     "B",
                     instant=True,
                 )
-            )
+            ),
+            {"A": "idle for", "B": None},
         )
     ]
 
@@ -356,6 +415,7 @@ def build() -> dict[str, Any]:
     sections = [
         ("Fleet funnel", funnel()),
         ("Shared GPUs: who holds what", shared_devices()),
+        ("Held GPUs without a reading", blind()),
         ("GPU-hours held (chargeback)", gpu_hours()),
         ("dcgm-exporter misattribution over time", misattribution()),
         ("Idle allocated GPUs", idle()),

@@ -6,10 +6,16 @@ devices and their holders — never by samples. Info series carry identity (valu
 units in their names.
 
 There is **no per-pod usage series**: utilisation and memory are the device's (``scope`` says
-``device`` or ``mig-instance``); who holds the device is a separate info series, and a holder's
-``allocation_share`` is what it was allocated, not what it used. Joining the two in PromQL to
-multiply a device-wide figure onto each tenant would recreate the exporter's lie; the honest
-joins (GPU-hours held per namespace, busy share where one holder exists) use ``tenants``.
+``device`` or ``mig-instance``); who holds the device is a separate info series. Each pod's share
+of a device (``gpuattr_pod_device_share``) is the one accounting figure
+(:mod:`streams.core.accounting`), an allocation with its ``basis``, never a usage figure: the
+GPUs-held and GPU-hours rules sum it. Joining a device-wide figure onto each tenant would
+recreate the exporter's lie.
+
+Allocation is the spine: a device no fresh sample speaks for is here all the same, its holders
+and shares with it, and ``gpuattr_device_telemetry_unknown{cause}`` says why there is no
+utilisation series. A stale device (its node fell silent) keeps only its info series, marked
+``stale="true"``: nothing is charged for it; a device that is gone leaves.
 """
 
 from __future__ import annotations
@@ -39,8 +45,13 @@ def families(rows: Iterable[DeviceRow]) -> list[Family]:
         "gpuattr_device_holder_info", "A pod holding a device, from our own join (value 1)"
     )
     share = Family(
-        "gpuattr_device_holder_allocation_share",
-        "The share of the device a holder was allocated (not a usage figure)",
+        "gpuattr_pod_device_share",
+        "Each pod's share of the device (allocation, not usage; basis: whole, replicas, capacity "
+        "or equal-split): what GPUs held and GPU-hours sum",
+    )
+    unknown = Family(
+        "gpuattr_device_telemetry_unknown",
+        "1 while no fresh sample speaks for the device, by cause (its reason is in the events)",
     )
     tenants = Family("gpuattr_device_tenants", "Pods holding the device")
     util = Family(
@@ -72,10 +83,15 @@ def families(rows: Iterable[DeviceRow]) -> list[Family]:
                     ("sharing", row.sharing),
                     ("state", row.state),
                     ("allocation", row.allocation),
+                    ("stale", "true" if row.stale else "false"),
                 ),
                 1.0,
             )
         )
+        if row.telemetry == "unknown":
+            unknown.samples.append(((*device, ("cause", row.telemetry_cause or "")), 1.0))
+        if row.stale:
+            continue  # its last known state: nothing held, measured or open is claimed for it
         tenants.samples.append((device, float(row.tenant_count)))
         for h in row.holders:
             kind, _, name = (h.workload or "").partition("/")
@@ -94,14 +110,19 @@ def families(rows: Iterable[DeviceRow]) -> list[Family]:
                     1.0,
                 )
             )
-            if h.allocation_share is not None:
-                who = (
-                    *device,
-                    ("namespace", h.namespace),
-                    ("pod", h.pod),
-                    ("container", h.container),
-                )
-                share.samples.append((who, h.allocation_share))
+
+        for p in row.pods:
+            kind, _, name = (p.workload or "").partition("/")
+            who = (
+                *device,
+                ("namespace", p.namespace),
+                ("pod", p.pod),
+                ("pod_uid", p.uid or ""),
+                ("workload_kind", kind),
+                ("workload_name", name),
+                ("basis", p.basis),
+            )
+            share.samples.append((who, p.share))
         scope = (*device, ("scope", row.usage_scope))
         if row.util_pct is not None:
             util.samples.append((scope, row.util_pct / 100.0))
@@ -113,4 +134,4 @@ def families(rows: Iterable[DeviceRow]) -> list[Family]:
             alerts.samples.append(((*device, ("alert", alert)), 1.0))
         verdict = (("verdict", row.exporter_verdict), ("mode", row.exporter_mode))
         exporter.samples.append(((*device, *verdict), 1.0))
-    return [info, holder, share, tenants, util, memory, idle, alerts, exporter]
+    return [info, holder, share, unknown, tenants, util, memory, idle, alerts, exporter]

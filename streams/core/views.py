@@ -16,7 +16,7 @@ from typing import Any
 
 import pydantic
 
-from contract.outputs import AttributionEvent, Holder
+from contract.outputs import AttributionEvent, Holder, PodShare
 from streams.core.alerts import DeviceAlerts
 
 SORT_KEYS = ("node", "util", "idle", "tenants", "namespace", "model")
@@ -33,6 +33,18 @@ class HolderRow:
     slots: int
     allocation_share: float | None  # share of the device's slots *allocated*, not usage
     claim: str | None = None  # DRA: the ResourceClaim it holds the device through
+
+
+@dataclass(frozen=True, slots=True)
+class PodShareRow:
+    """One pod's share of the device: the one accounting figure (an allocation, not usage)."""
+
+    namespace: str
+    pod: str
+    uid: str | None
+    workload: str | None  # "Kind/name"
+    share: float
+    basis: str  # whole, replicas, capacity, equal-split
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +72,16 @@ class DeviceRow:
     allocation: str = "device-plugin"  # or "dra"
     exporter_verdict: str = "unchecked"  # what dcgm-exporter's own pod labels amount to here
     exporter_mode: str = "none"
+    origin: str = "sample"  # sample, allocation, heartbeat, stale
+    telemetry: str = "measured"  # or "unknown": then why, in a word and in a sentence
+    telemetry_cause: str | None = None
+    telemetry_reason: str | None = None
+    pods: tuple[PodShareRow, ...] = ()
+
+    @property
+    def stale(self) -> bool:
+        """The node fell silent: its last known state, no longer charged to anyone."""
+        return self.origin == "stale"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +92,7 @@ class Filter:
     sharing: str | None = None
     idle: bool = False  # only devices in an idle episode
     alerts: bool = False  # only devices with an open alert
+    unknown: bool = False  # only devices whose usage is unknown (with the reason)
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> Filter:
@@ -83,6 +106,7 @@ class Filter:
             sharing=query.get("sharing") or None,
             idle=flag("idle"),
             alerts=flag("alerts"),
+            unknown=flag("unknown"),
         )
 
 
@@ -104,6 +128,11 @@ def _holder(h: Holder) -> HolderRow:
     )
 
 
+def _pod(p: PodShare) -> PodShareRow:
+    workload = f"{p.workload.kind}/{p.workload.name}" if p.workload else None
+    return PodShareRow(p.namespace, p.pod, p.uid, workload, p.share, p.basis)
+
+
 def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRow:
     idle = alerts.idle if alerts else None
     open_alerts = []
@@ -111,8 +140,8 @@ def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRo
         open_alerts.append("idle")
     if alerts and alerts.orphan is not None and alerts.orphan.firing:
         open_alerts.append("orphaned-memory")
-    if event.usage.xid:
-        open_alerts.append(f"xid-{event.usage.xid}")
+    if alerts and alerts.xid is not None and alerts.xid.firing:
+        open_alerts.append(f"xid-{alerts.xid.value}")
     return DeviceRow(
         node=event.node,
         device_uuid=event.device_uuid,
@@ -137,6 +166,11 @@ def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRo
         allocation=event.allocation,
         exporter_verdict=event.exporter.verdict,
         exporter_mode=event.exporter.mode,
+        origin=event.origin,
+        telemetry=event.telemetry.status,
+        telemetry_cause=event.telemetry.cause,
+        telemetry_reason=event.telemetry.reason,
+        pods=tuple(_pod(p) for p in event.pods),
     )
 
 
@@ -155,6 +189,7 @@ def matches(row: DeviceRow, f: Filter) -> bool:
         and (f.sharing is None or row.sharing == f.sharing)
         and (not f.idle or row.idle_since_ms is not None)
         and (not f.alerts or bool(row.open_alerts))
+        and (not f.unknown or row.telemetry == "unknown")
     )
 
 
@@ -180,8 +215,12 @@ def select(rows: Iterable[DeviceRow], f: Filter, sort: str = "node") -> list[Dev
 
 
 def usage_text(row: DeviceRow) -> str:
-    """The usage cell: a shared device shows the tenants and the device-wide figure only."""
-    figure = f"{row.util_pct:.0f}%" if row.util_pct is not None else "n/a"
+    """The usage cell: a shared device shows the tenants and the device-wide figure only; a
+    device no fresh sample speaks for says why its usage is unknown (never 0, never blank)."""
+    if row.telemetry == "unknown":
+        figure = f"unknown ({row.telemetry_cause or 'no sample'})"
+    else:
+        figure = f"{row.util_pct:.0f}%" if row.util_pct is not None else "n/a"
     if row.state == "shared":
         tenants = f"{row.tenant_count} tenant" + ("" if row.tenant_count == 1 else "s")
         return f"{tenants} · device-wide {figure}"

@@ -145,6 +145,52 @@ def test_the_asked_for_views_are_there() -> None:
         assert needed in exprs, needed
 
 
+def unnamed_columns(panel: dict[str, Any]) -> list[str]:
+    """The value columns a table would show as Grafana names them by default: ``Value`` for one
+    query, ``Value #<ref>`` for several merged — unless a transformation names or drops them."""
+    refs = [t["refId"] for t in panel.get("targets", [])]
+    columns = ["Value"] if len(refs) == 1 else [f"Value #{ref}" for ref in refs]
+    named: set[str] = set()
+    for step in panel.get("transformations", []):
+        if step["id"] == "organize":
+            named |= set(step["options"].get("renameByName", {}))
+            named |= {k for k, v in step["options"].get("excludeByName", {}).items() if v}
+    return [c for c in columns if c not in named]
+
+
+def tables(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in dashboard["panels"] if p["type"] == "table"]
+
+
+@pytest.mark.parametrize("panel", tables(committed()), ids=lambda p: p["title"])
+def test_every_table_names_its_columns(panel: dict[str, Any]) -> None:
+    assert unnamed_columns(panel) == [], f"{panel['title']}: columns Grafana would call Value #…"
+    renamed = [
+        name
+        for step in panel.get("transformations", [])
+        if step["id"] == "organize"
+        for name in step["options"].get("renameByName", {}).values()
+    ]
+    assert all(name and not name.startswith("Value") for name in renamed), renamed
+
+
+def test_a_table_without_column_names_is_caught() -> None:
+    """As rendered by a real Grafana before: "Value #A", "Value #B", "Value #C" headers."""
+    panel = copy.deepcopy(tables(committed())[0])
+    for step in panel["transformations"]:
+        if step["id"] == "organize":
+            step["options"]["renameByName"] = {}
+            step["options"]["excludeByName"] = {"Time": True}
+    assert unnamed_columns(panel) == ["Value #A", "Value #B", "Value #C"]
+
+
+def test_held_gpus_without_a_reading_are_shown_with_why() -> None:
+    exprs = " ".join(q.expr for q in queries(committed()))
+    assert "gpuattr_device_telemetry_unknown" in exprs
+    assert "gpuattr:devices_unmeasured:count" in exprs
+    assert "gpuattr_pod_device_share" in exprs
+
+
 @pytest.mark.parametrize("query", list(queries(committed())), ids=lambda q: f"{q.panel}/{q.ref}")
 def test_no_query_multiplies_a_device_figure_onto_a_holder(query: PanelQuery) -> None:
     """The lie PromQL could recreate: a device-wide usage series joined onto each holder."""

@@ -135,7 +135,8 @@ def check_event(ev: AttributionEvent, uids: dict[str, set[str]]) -> None:
     if ev.credit == "holder":
         assert len(tenants) == 1
     held_slots = sum(h.slots for h in ev.holders)
-    if ev.state == "shared" and not any(h.claim for h in ev.holders):
+    replicas_only = all("::" in d for h in ev.holders for d in h.device_ids)
+    if ev.state == "shared" and replicas_only and not any(h.claim for h in ev.holders):
         for h in ev.holders:  # an allocation (slots / replicas), never a usage figure
             fits = ev.replicas and held_slots <= ev.replicas
             expected = round(h.slots / ev.replicas, 4) if fits and ev.replicas else None

@@ -41,7 +41,7 @@ def rules_file(folder: Path, *, every_evaluation: bool = False) -> Path:
 
 def test_rules_are_valid(tmp_path: Path) -> None:
     out = promtool("check", "rules", str(rules_file(tmp_path)), cwd=tmp_path)
-    assert "SUCCESS: 10 rules found" in out
+    assert "SUCCESS: 12 rules found" in out
 
 
 def test_rules_unit_tests_pass(tmp_path: Path) -> None:
@@ -74,8 +74,8 @@ def test_the_handover_in_the_unit_tests_bites(tmp_path: Path) -> None:
     groups = rule_groups()
     (held,) = [r for r in groups[0]["rules"] if r.get("record", "").endswith("gpus_held:sum")]
     held["expr"] = (
-        "sum by (namespace, workload_kind, workload_name) (gpuattr_device_holder_info"
-        " / on (node, device_uuid, instance) group_left () gpuattr_device_tenants)"
+        "sum by (namespace, workload_kind, workload_name, mig_profile) (gpuattr_pod_device_share"
+        " * on (node, device_uuid, instance) group_left (mig_profile) gpuattr_device_info)"
     )
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
     shutil.copy(TESTS, tmp_path / "rules_test.yaml")
@@ -86,3 +86,30 @@ def test_the_handover_in_the_unit_tests_bites(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert 'workload_name="web"} 2E+00' in done.stdout + done.stderr  # the device counted twice
+
+
+def test_per_container_holder_series_would_count_twice(tmp_path: Path) -> None:
+    """The lab pods of rules_test.yaml hold one GPU each through two containers or two claims:
+    a rule over the per-container holder series (1 / tenants each, as before the per-pod share
+    series) counts them twice; the shipped rule, over one share series per pod, does not."""
+    groups = rule_groups()
+    (held,) = [r for r in groups[0]["rules"] if r.get("record", "").endswith("gpus_held:sum")]
+    held["expr"] = (
+        "sum by (namespace, workload_kind, workload_name, mig_profile) ("
+        "max by (node, device_uuid, namespace, pod, container, pod_uid, workload_kind, "
+        "workload_name, claim) (gpuattr_device_holder_info) / on (node, device_uuid) group_left "
+        "(mig_profile) (max by (node, device_uuid) (gpuattr_device_tenants) * on (node, "
+        "device_uuid) group_left (mig_profile) max by (node, device_uuid, mig_profile) "
+        "(gpuattr_device_info)))"
+    )
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    shutil.copy(TESTS, tmp_path / "rules_test.yaml")
+    tool = shutil.which("promtool")
+    assert tool
+    done = subprocess.run(
+        [tool, "test", "rules", "rules_test.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    out = done.stdout + done.stderr
+    for job in ("duo", "claimer", "twin"):
+        assert f'workload_name="{job}"}} 2E+00' in out, job

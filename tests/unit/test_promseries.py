@@ -45,11 +45,24 @@ def test_holders_are_info_series_with_uids_and_claims() -> None:
         ("infer-b", "uid-infer-b", "ml/infer"),
         ("infer-c", "uid-infer-c", "ml/infer"),
     ]
+
+
+def test_each_pod_has_one_share_series_per_device_with_its_basis() -> None:
     shares = {
-        labels["pod"]: value for labels, value in SERIES["gpuattr_device_holder_allocation_share"]
+        (labels["device_uuid"], labels["pod"]): (value, labels["basis"])
+        for labels, value in SERIES["gpuattr_pod_device_share"]
     }
-    assert "infer-a" not in shares  # a shared claim has no per-pod split, so no series
-    assert (shares["cc-a"], shares["cc-b"], shares["train-0"]) == (0.25, 0.5, 1.0)
+    assert len(shares) == len(SERIES["gpuattr_pod_device_share"])  # unique label sets
+    # a claim shared by three pods: no finer split exists, so each is a third, said as such
+    for pod in ("infer-a", "infer-b", "infer-c"):
+        value, basis = shares[(GPU[1], pod)]
+        assert (round(value, 4), basis) == (0.3333, "equal-split")
+    named = {k[1]: shares[k][0] for k in shares if k[1] in ("cc-a", "cc-b", "train-0")}
+    assert named == {"cc-a": 0.25, "cc-b": 0.5, "train-0": 1.0}
+    per_device: dict[str, float] = {}
+    for (device, _), (value, _) in shares.items():
+        per_device[device] = per_device.get(device, 0.0) + value
+    assert all(total <= 1.0 + 1e-6 for total in per_device.values())
 
 
 def test_no_usage_series_names_a_pod() -> None:

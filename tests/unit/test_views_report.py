@@ -13,6 +13,7 @@ from contract.outputs import (
     ExporterView,
     Holder,
     MigInstance,
+    Telemetry,
     Usage,
     Workload,
 )
@@ -177,17 +178,47 @@ def test_report_counts_known_holding_times() -> None:
     assert alice.busy_gpu_hours is None  # no per-pod figure on a shared device
     assert alice.idle_share is None
     assert bob.held_gpu_hours == pytest.approx(30 * 0.5 / 3600)
-    assert csv_rows([alice])[0][:4] == ["dev", "StatefulSet/alice", "0.0083", "0.0083"]
-    assert csv_rows([alice])[0][4:] == ["", ""]
+    assert csv_rows([alice])[0][:5] == ["dev", "StatefulSet/alice", "", "0.0083", "0.0083"]
+    assert csv_rows([alice])[0][5:] == ["0.0000", "", ""]
 
 
-def test_mig_instances_count_as_whole_devices() -> None:
+def test_mig_instances_count_as_whole_devices_of_their_profile() -> None:
+    """A MIG instance is a device of its own, held whole: its instance-hours are kept apart
+    from GPU-hours, under its profile."""
     mig = MigInstance(7, "1g.10gb")
     holder = replace(TRAIN, allocation_share=None)
     events = [ev("MIG-7", t, 50, (holder,), sharing="mig", mig=mig) for t in (0, 10, 20)]
-    (line,) = accumulate(events, max_gap_s=30, idle_threshold_pct=5)
-    assert line.held_gpu_hours == pytest.approx(20 / 3600)
-    assert line.busy_gpu_hours == pytest.approx(10 / 3600)
+    events += [ev("GPU-A", t, 50, (TRAIN,)) for t in (0, 10, 20)]
+    lines = {x.mig_profile: x for x in accumulate(events, max_gap_s=30, idle_threshold_pct=5)}
+    assert set(lines) == {"", "1g.10gb"}
+    assert lines["1g.10gb"].held_gpu_hours == pytest.approx(20 / 3600)
+    assert lines["1g.10gb"].busy_gpu_hours == pytest.approx(10 / 3600)
+    assert lines[""].held_gpu_hours == pytest.approx(20 / 3600)
+
+
+def test_held_without_telemetry_is_held_and_unmeasured_never_idle() -> None:
+    """The allocation spine: heartbeats with usage unknown still carry who holds the GPU, so
+    its hours are held; busy is unknown, never 0, and nothing counts as idle."""
+    blind = Telemetry("unknown", "exporter-unreachable", "dcgm-exporter failing", 0)
+    events = [
+        replace(ev("GPU-A", t, None, (TRAIN,)), origin="heartbeat", telemetry=blind)
+        for t in range(0, 3601, 60)
+    ]
+    (line,) = accumulate(events, max_gap_s=90, idle_threshold_pct=5)
+    assert line.held_gpu_hours == pytest.approx(1.0)
+    assert line.unmeasured_held_gpu_hours == pytest.approx(1.0)
+    assert (line.busy_gpu_hours, line.idle_share) == (None, None)
+
+
+def test_nothing_is_charged_once_a_device_is_stale_or_gone() -> None:
+    events = [ev("GPU-A", t, 50, (TRAIN,)) for t in (0, 30)]
+    stale = Telemetry("unknown", "node-silent", "no record", 30_000)
+    events += [
+        replace(ev("GPU-A", t, None, (TRAIN,)), origin="stale", telemetry=stale) for t in (60, 90)
+    ]
+    events.append(replace(ev("GPU-A", 120, None, ()), origin="gone", state="unknown"))
+    (line,) = accumulate(events, max_gap_s=90, idle_threshold_pct=5)
+    assert line.held_gpu_hours == pytest.approx(60 / 3600)  # 0-60 s, not the stale minute
 
 
 @pytest.mark.parametrize(
