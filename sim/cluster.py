@@ -60,17 +60,18 @@ class Cluster:
             ), ()
         rows = []
         for pod in self.holders(node):
-            for text in pod.slots:
-                slot = parse_slot(text)
-                rows.append(
-                    DeviceAssignment(
-                        pod.namespace,
-                        pod.name,
-                        pod.container,
-                        resource_name(spec, slot),
-                        device_id(spec, slot),
+            for container, slots in pod.held_by_container:
+                for text in slots:
+                    slot = parse_slot(text)
+                    rows.append(
+                        DeviceAssignment(
+                            pod.namespace,
+                            pod.name,
+                            container,
+                            resource_name(spec, slot),
+                            device_id(spec, slot),
+                        )
                     )
-                )
         return tuple(sorted(set(rows))), self.allocatable(spec)
 
     def dra_objects(self, epoch_s: float) -> list[dict[str, object]]:

@@ -45,19 +45,21 @@ def podresources_rows(
     """What the kubelet lists for the DRA node's pods: each claimed device, per container."""
     rows = []
     for pod in pods:
-        claim = scenario.claim(pod.namespace, pod.claim)
-        for gpu, gi in _slots(pod):
-            rows.append(
-                DeviceAssignment(
-                    pod.namespace,
-                    pod.name,
-                    pod.container,
-                    f"{DRA_PREFIX}{DRIVER}",
-                    f"{node.name}/{device_name(node, gpu, gi)}",
-                    f"{claim.namespace}/{claim.name}",
-                    share_id(claim),
-                )
-            )
+        for name in pod.claims:
+            claim = scenario.claim(pod.namespace, name)
+            for container, _ in pod.held_by_container:  # the whole claim, for each container
+                for gpu, gi in _slots(pod):
+                    rows.append(
+                        DeviceAssignment(
+                            pod.namespace,
+                            pod.name,
+                            container,
+                            f"{DRA_PREFIX}{DRIVER}",
+                            f"{node.name}/{device_name(node, gpu, gi)}",
+                            f"{claim.namespace}/{claim.name}",
+                            share_id(claim),
+                        )
+                    )
     return rows
 
 
@@ -147,8 +149,9 @@ def claim_objects(
     """Every claim some pod holds now, allocated on its node, reserved by those pods."""
     by_claim: dict[tuple[str, str], list[PodSpec]] = defaultdict(list)
     for pod in holding:
-        if pod.claim and scenario.node(pod.node).dra:
-            by_claim[pod.namespace, pod.claim].append(pod)
+        if scenario.node(pod.node).dra:
+            for name in pod.claims:
+                by_claim[pod.namespace, name].append(pod)
     out = []
     for (ns, name), pods in sorted(by_claim.items()):
         claim = scenario.claim(ns, name)

@@ -46,8 +46,6 @@ def _owner(pod: PodSpec) -> tuple[dict[str, Any] | None, dict[str, str]]:
 def pod_object(scenario: Scenario, pod: PodSpec, t: float, epoch_s: float) -> dict[str, Any]:
     node = scenario.node(pod.node)
     owner, extra = _owner(pod)
-    counts = Counter(resource_name(node, parse_slot(s)) for s in pod.slots)
-    resources = {k: str(v) for k, v in sorted(counts.items())} if not node.dra else {}
     meta: dict[str, Any] = {
         "name": pod.name,
         "namespace": pod.namespace,
@@ -61,17 +59,28 @@ def pod_object(scenario: Scenario, pod: PodSpec, t: float, epoch_s: float) -> di
     if pod.stop_s is not None and t >= pod.stop_s:
         meta["deletionTimestamp"] = rfc3339(epoch_s + pod.stop_s + pod.grace_s)
         meta["deletionGracePeriodSeconds"] = int(pod.grace_s)
-    container: dict[str, Any] = {
-        "name": pod.container,
-        "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-        "resources": {"limits": resources, "requests": resources},
-    }
-    spec: dict[str, Any] = {"nodeName": pod.node, "containers": [container]}
+    containers = []
+    for name, slots in pod.held_by_container:
+        counts = Counter(resource_name(node, parse_slot(s)) for s in slots)
+        resources = {k: str(v) for k, v in sorted(counts.items())} if not node.dra else {}
+        container: dict[str, Any] = {
+            "name": name,
+            "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+            "resources": {"limits": resources, "requests": resources},
+        }
+        if node.dra and pod.claims:  # the GPU comes through ResourceClaims, not a limit
+            refs = [{"name": f"gpu{i}" if i else "gpu"} for i in range(len(pod.claims))]
+            container["resources"] = {"claims": refs}
+        containers.append(container)
+    spec: dict[str, Any] = {"nodeName": pod.node, "containers": containers}
     status: dict[str, Any] = {"phase": "Running"}
-    if node.dra and pod.claim:  # the GPU comes through a ResourceClaim, not a resource limit
-        container["resources"] = {"claims": [{"name": "gpu"}]}
-        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": pod.claim}]
-        status["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": pod.claim}]
+    if node.dra and pod.claims:
+        named = [
+            {"name": f"gpu{i}" if i else "gpu", "resourceClaimName": claim}
+            for i, claim in enumerate(pod.claims)
+        ]
+        spec["resourceClaims"] = named
+        status["resourceClaimStatuses"] = named
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 

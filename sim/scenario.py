@@ -104,6 +104,19 @@ class PodSpec:
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     claim: str = ""  # on a DRA node: the ResourceClaim (same namespace) its slots come through
+    #: further claims its slots come through too (one device held through several claims)
+    extra_claims: tuple[str, ...] = ()
+    #: per-container slots, when the pod's containers hold different ones (else all slots are
+    #: ``container``'s); on a DRA node every container listed references the pod's claims
+    containers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def held_by_container(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        return self.containers or ((self.container, self.slots),)
+
+    @property
+    def claims(self) -> tuple[str, ...]:
+        return (self.claim, *self.extra_claims) if self.claim else ()
 
     @property
     def uid(self) -> str:
@@ -184,16 +197,23 @@ def parse(doc: dict[str, Any]) -> Scenario:
     pods = []
     for p in doc.get("pods", []):
         wl = str(p.get("workload", "")).partition("/")
+        containers = tuple(
+            (str(c["name"]), tuple(str(s) for s in c["slots"])) for c in p.get("containers", [])
+        )
+        slots = p.get("slots") or sorted({s for _, held in containers for s in held})
+        pod_claims = [str(c) for c in p.get("claims", [])]
+        if not pod_claims and "claim" in p:
+            pod_claims = [str(p["claim"])]
         pods.append(
             PodSpec(
                 namespace=p["namespace"],
                 name=p["name"],
                 node=p["node"],
-                slots=tuple(str(s) for s in p["slots"]),
+                slots=tuple(str(s) for s in slots),
                 start_s=float(p.get("start_s", 0)),
                 stop_s=float(p["stop_s"]) if "stop_s" in p else None,
                 grace_s=float(p.get("grace_s", 0)),
-                container=p.get("container", "main"),
+                container=containers[0][0] if containers else p.get("container", "main"),
                 util_pct=float(p.get("util_pct", 0)),
                 util_steps=tuple((float(a), float(b)) for a, b in p.get("util_steps", [])),
                 memory_mib=float(p.get("memory_mib", 0)),
@@ -201,7 +221,9 @@ def parse(doc: dict[str, Any]) -> Scenario:
                 workload_name=wl[2] or p["name"],
                 labels=_pairs(p.get("labels")),
                 annotations=_pairs(p.get("annotations")),
-                claim=str(p.get("claim", "")),
+                claim=pod_claims[0] if pod_claims else "",
+                extra_claims=tuple(pod_claims[1:]),
+                containers=containers,
             )
         )
     claims = tuple(

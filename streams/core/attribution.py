@@ -379,7 +379,8 @@ def attribute(
         gpu_index=sample.gpu_index,
         model=sample.model,
         mig_instance_id=sample.mig_instance_id,
-        mig_profile=sample.mig_profile,
+        # a profile without an instance is not a MIG row (GPU_I_PROFILE needs GPU_I_ID)
+        mig_profile=sample.mig_profile if sample.mig_instance_id is not None else None,
         device_uuid=ctx.mig_uuid,
     )
     return _attribute(facts, sample.ts_ms, sample, rows, ctx, "sample", Telemetry())

@@ -4,6 +4,16 @@ devices it has, and the keys it owns elsewhere. Pure; a table value keyed by nod
 Times that move with every record (``last_ms``, ``scrape_ms``) are kept at
 :data:`streams.core.lifetimes.QUANTUM_MS` resolution, so a steady node writes this value a few
 times a minute rather than once per record (:func:`streams.core.lifetimes.quantized`).
+
+**No output lost at any crash point.** A worker's state writes (changelogs) and its outputs are
+flushed through different partitions, and an input is committed only after both: after a crash
+the state may already hold the writes of inputs whose outputs never went out, and those inputs
+are processed again. So every transition that emits something remembers it: the beats by their
+record (``beats``), the devices that left with what their leaving emitted (``departures``), a
+node's going stale by its time (``stale_ms``), a node gone with all it emitted (in its
+partition's :class:`PartitionNodes`, since its own keys are deleted). Processing a remembered
+input again emits the same outputs again; the memory keeps the last few transitions — more
+than can happen between two commits of a partition (seconds apart).
 """
 
 from __future__ import annotations
@@ -11,8 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from contract.inputs import SourceStatus
-from contract.outputs import RefusalCause
+from contract.outputs import Alert, AttributionEvent, RefusalCause
 from streams.core.lifetimes import quantized
+
+#: transitions remembered per node (beats, departures) and gone nodes per partition
+REMEMBERED = 4
+GONE_REMEMBERED = 16
+
+Emitted = tuple[AttributionEvent | Alert, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,54 +41,67 @@ class Refusal:
 
 
 @dataclass(frozen=True, slots=True)
-class Gone:
-    """The node left at ``ts_ms`` (deleted, or silent past its TTL): its devices' last events
-    went out then; its keys are deleted at the next tick or record of its partition."""
+class Beat:
+    """A heartbeat: when, and the fingerprint of the record that made it."""
 
     ts_ms: int
-    why: str
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class Departure:
+    """Devices that left a live node at ``ts_ms`` (no source lists them), and what went out."""
+
+    ts_ms: int
+    devices: tuple[tuple[str, str], ...]
+    outputs: Emitted
 
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
-    """Every transition that emits outputs records its event time here (``heartbeat_ms``,
-    ``stale_ms``, ``gone``, ``departed_ms``): a record processed again after a crash, at that
-    same time, emits those outputs again instead of finding nothing left to do."""
-
     first_ms: int  # the first record of this life of the node
     last_ms: int  # its latest record (quantized)
-    heartbeat_ms: int  # the last heartbeat (or the first record: the first is a beat later)
     partition: int = 0  # the input partition the node's records arrive on
-    beat_by: str = ""  # the fingerprint of the record that made the last beat
-    stale_ms: int | None = None  # its devices were reported stale then; None while it speaks
-    gone: Gone | None = None
+    beats: tuple[Beat, ...] = ()  # newest first
+    stale: bool = False  # reported stale: nothing more is charged until it speaks again
+    stale_ms: int | None = None  # when it last went stale
     scrape_ms: int | None = None  # the latest accepted scrape (quantized)
     scraped: tuple[str, ...] = ()  # device keys that scrape had rows for
     refused: Refusal | None = None  # the exporter's answers refused since the latest accepted
     sources: tuple[SourceStatus, ...] = ()  # the agent's word on its sources
-    #: the devices last reported, as (device key, device id in events): a device that leaves
-    #: gets its last event and its alert state is deleted
+    #: the devices it has, as (device key, device id in events), as of the last change
     devices: tuple[tuple[str, str], ...] = ()
-    #: devices that left at ``departed_ms`` (their last events went out then); their alert
-    #: state is deleted at the next heartbeat
-    departed: tuple[tuple[str, str], ...] = ()
-    departed_ms: int | None = None
+    departures: tuple[Departure, ...] = ()  # newest first
     claims: tuple[str, ...] = ()  # namespace/name of the node's claims kept in dra-claims
 
     def source(self, name: str) -> SourceStatus | None:
         return next((s for s in self.sources if s.source == name), None)
 
+    @property
+    def heartbeat_ms(self) -> int:
+        """The last beat; the first record before any (the first beat is one interval later)."""
+        return self.beats[0].ts_ms if self.beats else self.first_ms
+
 
 def first_record(ts_ms: int, partition: int) -> NodeState:
-    return NodeState(ts_ms, ts_ms, ts_ms, partition)
+    return NodeState(ts_ms, ts_ms, partition)
 
 
 def heard(state: NodeState, ts_ms: int, quantum_ms: int) -> NodeState:
     """A record of the node arrived: it is live (no longer stale) as of ``ts_ms``."""
     last = quantized(state.last_ms, ts_ms, quantum_ms)
-    if last == state.last_ms and state.stale_ms is None:
+    if last == state.last_ms and not state.stale:
         return state
-    return replace(state, last_ms=last, stale_ms=None)
+    return replace(state, last_ms=last, stale=False)
+
+
+def beaten(state: NodeState, ts_ms: int, by: str) -> NodeState:
+    return replace(state, beats=(Beat(ts_ms, by), *state.beats)[:REMEMBERED])
+
+
+def departed(state: NodeState, departure: Departure, now: tuple[tuple[str, str], ...]) -> NodeState:
+    departures = (departure, *state.departures)[:REMEMBERED]
+    return replace(state, devices=now, departures=departures)
 
 
 def accepted(state: NodeState, ts_ms: int, keys: tuple[str, ...], quantum_ms: int) -> NodeState:
@@ -98,13 +127,37 @@ def with_sources(state: NodeState, sources: tuple[SourceStatus, ...]) -> NodeSta
 
 
 @dataclass(frozen=True, slots=True)
+class GoneNode:
+    """A node that left at ``ts_ms`` (deleted, or silent past its TTL) and what went out then:
+    its keys are gone, so its partition remembers the outputs for a record processed again."""
+
+    node: str
+    ts_ms: int
+    why: str
+    outputs: Emitted
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionNodes:
-    """The nodes whose records arrive on one input partition: what its clock ticks age."""
+    """The nodes whose records arrive on one input partition (what its clock ticks age), and
+    the last nodes that left it."""
 
     nodes: tuple[str, ...] = ()
+    gone: tuple[GoneNode, ...] = ()  # newest first
 
     def with_node(self, node: str) -> PartitionNodes:
-        return self if node in self.nodes else PartitionNodes(tuple(sorted({*self.nodes, node})))
+        if node in self.nodes:
+            return self
+        return replace(self, nodes=tuple(sorted({*self.nodes, node})))
 
-    def without(self, node: str) -> PartitionNodes:
-        return PartitionNodes(tuple(n for n in self.nodes if n != node))
+    def left(self, gone: GoneNode) -> PartitionNodes:
+        return PartitionNodes(
+            tuple(n for n in self.nodes if n != gone.node), (gone, *self.gone)[:GONE_REMEMBERED]
+        )
+
+    def gone_at(self, node: str, ts_ms: int) -> GoneNode | None:
+        return next((g for g in self.gone if (g.node, g.ts_ms) == (node, ts_ms)), None)
+
+    def left_after(self, node: str, ts_ms: int) -> GoneNode | None:
+        """The node's leaving at or after ``ts_ms``, remembered: a record that old is late."""
+        return next((g for g in self.gone if g.node == node and g.ts_ms >= ts_ms), None)

@@ -13,7 +13,6 @@ time in the node's state, so a record processed again after a crash re-emits wha
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -41,7 +40,7 @@ from contract.outputs import (
 )
 from contract.quantity import valid as valid_quantity
 from infra.settings import AlertSettings
-from streams.core import lifetimes, nodestate, telemetry
+from streams.core import nodestate, telemetry
 from streams.core.alerts import policy_for, step
 from streams.core.attribution import DeviceFacts
 from streams.core.dra import NodeSlices, device_map
@@ -53,15 +52,12 @@ from streams.core.identity import (
     device_key,
 )
 from streams.core.lifetimes import Lifetimes
-from streams.core.nodestate import Gone, NodeState, PartitionNodes
+from streams.core.nodestate import NodeState
 from streams.core.nodeview import (
     NodeView,
-    bases_of,
     read_node,
-    roster,
     sample_event,
     spine_event,
-    unplaced_reason,
 )
 from streams.core.pods import (
     NodePods,
@@ -71,7 +67,7 @@ from streams.core.pods import (
     name_key,
     settle,
 )
-from streams.core.roster import device_ids
+from streams.core.spine import Spine
 from streams.core.tables import Tables, alert_key, claim_key, holder_key
 
 __all__ = ["Output", "Processor", "Tables", "UnusableRecord", "inventory_of"]
@@ -79,10 +75,15 @@ __all__ = ["Output", "Processor", "Tables", "UnusableRecord", "inventory_of"]
 Output = AttributionEvent | ExporterMisattribution | Alert | TelemetryRefused
 
 
-def fingerprint(record: object) -> str:
-    """A record's identity (its content): what tells a record processed again after a crash
-    from another record of the same node at the same millisecond."""
-    return hashlib.sha256(repr(record).encode()).hexdigest()[:16]
+#: records that can change the devices a node has (its roster)
+CHANGES_DEVICES = (
+    DeviceInventory,
+    PodResourcesSnapshot,
+    PodResourcesDiff,
+    ResourceSliceRecord,
+    DcgmScrape,
+    DcgmSample,
+)
 
 
 class UnusableRecord(ValueError):
@@ -111,15 +112,17 @@ class Processor:
         self.tables = tables
         self.policy = policy or AlertSettings.model_construct()  # defaults, no environment read
         self.life = life or Lifetimes()
+        self.spine = Spine(tables, self.life, self._describe)
 
     # --- dispatch
 
     def handle(self, record: object, partition: int = 0) -> list[Output]:
         """Apply one record read from input partition ``partition``; return its outputs."""
         if isinstance(record, ClockTick):
-            return self._on_tick(record)
+            return list(self.spine.tick(record.partition, record.ts_ms))
         if isinstance(record, NodeRecord) and record.deleted:
-            return self._leave(record.node, record.ts_ms, "the node was deleted from the API")
+            why = "the node was deleted from the API"
+            return list(self.spine.leave(record.node, record.ts_ms, why, partition))
         node = getattr(record, "node", None)
         ts_ms = getattr(record, "ts_ms", None)
         if not isinstance(node, str) or not isinstance(ts_ms, int):
@@ -128,16 +131,16 @@ class Processor:
             self._check_scrape(record)  # before any state changes: all or nothing
         if isinstance(record, ResourceClaimRecord | ResourceSliceRecord):
             _check_quantities(record)
-        if not self._heard(node, ts_ms, partition):
-            gone = self._state(node)
-            assert gone is not None
-            assert gone.gone is not None
+        if (gone := self.spine.late(node, ts_ms, partition)) is not None:
             raise UnusableRecord(  # bad input, dead-lettered: it predates the node's leaving
                 f"{type(record).__name__} of {node!r} at {ts_ms} predates the node leaving at "
-                f"{gone.gone.ts_ms} ({gone.gone.why})"
+                f"{gone.ts_ms} ({gone.why})"
             )
+        self.spine.heard(node, ts_ms, partition)
         outputs = self._apply(record)
-        outputs += self._beat(node, ts_ms, record)
+        if isinstance(record, CHANGES_DEVICES):
+            outputs += self.spine.sync(node, ts_ms)
+        outputs += self.spine.beat(node, ts_ms, record)
         return outputs
 
     def _apply(self, record: object) -> list[Output]:
@@ -166,205 +169,15 @@ class Processor:
             raise UnusableRecord(f"the worker does not handle {type(record).__name__}")
         return []
 
-    # --- the node's life
+    # --- the node's life: streams.core.spine
 
     def _state(self, node: str) -> NodeState | None:
-        return self.tables.node_state.get(node)
+        return self.spine.state(node)
 
     def _put_state(self, node: str, old: NodeState | None, new: NodeState) -> None:
-        if new != old:
-            self.tables.node_state[node] = new
+        self.spine.put(node, old, new)
 
-    def _heard(self, node: str, ts_ms: int, partition: int) -> bool:
-        """A record of the node: it is live. A node seen for the first time (or again, later
-        than it left) joins its partition's index; ``False``: a late record of a gone node."""
-        t = self.tables
-        state = self._state(node)
-        if state is not None and state.gone is not None:
-            if ts_ms <= state.gone.ts_ms:
-                return False
-            self._forget(node, state)  # a new life: nothing of the old one carries over
-            state = None
-        if state is None:
-            key = str(partition)
-            index = t.partition_nodes.get(key, PartitionNodes())
-            if node not in index.nodes:
-                t.partition_nodes[key] = index.with_node(node)
-            self._put_state(node, None, nodestate.first_record(ts_ms, partition))
-            return True
-        self._put_state(node, state, nodestate.heard(state, ts_ms, self.life.quantum_ms))
-        return True
-
-    def _beat(self, node: str, ts_ms: int, record: object) -> list[Output]:
-        """The heartbeat: every device no fresh sample speaks for, with its holders and why its
-        usage is unknown; devices that left get their last event."""
-        state = self._state(node)
-        if state is None or state.gone is not None:
-            return []
-        # the record that made the last beat, processed again after a crash, beats again
-        again = ts_ms == state.heartbeat_ms and state.beat_by == fingerprint(record)
-        if not again and not lifetimes.heartbeat_due(state.heartbeat_ms, ts_ms, self.life):
-            return []
-        view = read_node(self.tables, node)
-        facts = roster(view, state.scraped)
-        outputs: list[Output] = []
-        for key, f in facts.items():
-            reason = self._unknown(view, state, key, ts_ms)
-            if reason is not None:
-                outputs += self._event(view, key, f, ts_ms, "heartbeat", reason)
-        outputs += self._departures(node, state, view, facts, ts_ms, fingerprint(record))
-        return outputs
-
-    def _unknown(self, view: NodeView, state: NodeState, key: str, ts_ms: int) -> Telemetry | None:
-        if view.index is not None and key in view.index.unresolved:
-            return telemetry.unplaced(unplaced_reason(view, key))
-        why = telemetry.unknown(state, key, ts_ms, self.life)
-        if why is not None and why.cause == "no-row" and key in view.mig_parents:
-            return replace(
-                why,
-                reason="a MIG-enabled GPU: dcgm-exporter reports its instances, not the GPU itself",
-            )
-        return why
-
-    def _departures(
-        self,
-        node: str,
-        state: NodeState,
-        view: NodeView,
-        facts: dict[str, DeviceFacts],
-        ts_ms: int,
-        beat_by: str,
-    ) -> list[Output]:
-        """Devices in the last roster but in no source now: their last events; their alert
-        state goes at the next heartbeat (a crash in between re-emits these, at this time)."""
-        now = device_ids(facts)
-        outputs: list[Output] = []
-        departed = state.departed
-        if state.departed_ms == ts_ms:  # processed again: the same devices leave again
-            left = state.departed
-        else:
-            for _, device_id in state.departed:
-                if alert_key(node, device_id) in self.tables.alert_state:
-                    del self.tables.alert_state[alert_key(node, device_id)]
-            left = tuple(d for d in state.devices if d not in set(now))
-            departed = left
-        for key, device_id in left:
-            gone_facts = DeviceFacts(node, key.partition("/gi")[0], device_uuid=device_id)
-            why = telemetry.gone("no source of the node lists this device any more", ts_ms)
-            outputs += self._event(view, key, gone_facts, ts_ms, "gone", why, holders=False)
-        new = state
-        if (now, departed) != (state.devices, state.departed) or state.heartbeat_ms != ts_ms:
-            new = replace(
-                state,
-                devices=now,
-                departed=departed,
-                departed_ms=ts_ms if left else state.departed_ms,
-                heartbeat_ms=ts_ms,
-                beat_by=beat_by,
-            )
-        self._put_state(node, state, new)
-        return outputs
-
-    def _on_tick(self, tick: ClockTick) -> list[Output]:
-        """The partition's clock: nodes silent too long go stale, then leave; nodes that left
-        at an earlier tick have their keys deleted now."""
-        t = self.tables
-        index = t.partition_nodes.get(str(tick.partition))
-        outputs: list[Output] = []
-        for node in index.nodes if index is not None else ():
-            state = self._state(node)
-            if state is None:
-                continue
-            if state.gone is not None:
-                if tick.ts_ms == state.gone.ts_ms:
-                    outputs += self._gone_events(node, state)
-                elif tick.ts_ms > state.gone.ts_ms:
-                    self._forget(node, state)
-                continue
-            phase = lifetimes.phase(state.last_ms, tick.ts_ms, self.life)
-            if phase == "gone":
-                silent = (tick.ts_ms - state.last_ms) / 1000
-                why = f"no record from the node's agent for {silent:.0f}s (its TTL)"
-                outputs += self._leave(node, tick.ts_ms, why)
-            elif phase == "stale" and (state.stale_ms is None or state.stale_ms == tick.ts_ms):
-                outputs += self._stale(node, state, tick.ts_ms)
-        return outputs
-
-    def _stale(self, node: str, state: NodeState, ts_ms: int) -> list[Output]:
-        view = read_node(self.tables, node)
-        facts = roster(view, state.scraped)
-        why = telemetry.silent(state.last_ms)
-        outputs: list[Output] = []
-        for key, f in facts.items():
-            outputs += self._event(view, key, f, ts_ms, "stale", why)
-        self._put_state(node, state, replace(state, stale_ms=ts_ms))
-        return outputs
-
-    def _leave(self, node: str, ts_ms: int, why: str) -> list[Output]:
-        """The node is gone: its devices' last events now; its keys at the next tick."""
-        state = self._state(node)
-        if state is None:
-            return []
-        if state.gone is None:
-            view = read_node(self.tables, node)
-            devices = device_ids(roster(view, state.scraped))
-            known = dict(state.devices)
-            known.update(dict(devices))
-            state_gone = replace(state, gone=Gone(ts_ms, why), devices=tuple(sorted(known.items())))
-            self._put_state(node, state, state_gone)
-            state = state_gone
-        elif state.gone.ts_ms != ts_ms:
-            return []  # already gone: its keys go at the next tick
-        return self._gone_events(node, state)
-
-    def _gone_events(self, node: str, state: NodeState) -> list[Output]:
-        assert state.gone is not None
-        view = read_node(self.tables, node)
-        why = telemetry.gone(state.gone.why, state.gone.ts_ms)
-        outputs: list[Output] = []
-        for key, device_id in state.devices:
-            facts = DeviceFacts(node, key.partition("/gi")[0], device_uuid=device_id)
-            outputs += self._event(view, key, facts, state.gone.ts_ms, "gone", why, holders=False)
-        return outputs
-
-    def _forget(self, node: str, state: NodeState) -> None:
-        """Delete every key the node has (:func:`streams.core.lifetimes.node_keys`)."""
-        t = self.tables
-        index = t.node_devices.get(node)
-        node_pods = t.node_pods.get(node)
-        keys = lifetimes.node_keys(
-            node,
-            bases=index.bases if index is not None else (),
-            pod_names=node_pods.names if node_pods is not None else (),
-            device_ids=[d for _, d in (*state.devices, *state.departed)],
-            claims=state.claims,
-        )
-        for table in lifetimes.PER_NODE_TABLES:
-            mapping = getattr(t, table)
-            for key in keys.per_node:
-                if key in mapping:
-                    del mapping[key]
-        for mapping, table_keys in (
-            (t.slot_holders, keys.slot_holders),
-            (t.pods, keys.pods),
-            (t.alert_state, keys.alert_state),
-            (t.dra_claims, keys.dra_claims),
-        ):
-            for key in table_keys:
-                if key in mapping:
-                    del mapping[key]
-        part = str(state.partition)
-        index_p = t.partition_nodes.get(part)
-        if index_p is not None and node in index_p.nodes:
-            rest = index_p.without(node)
-            if rest.nodes:
-                t.partition_nodes[part] = rest
-            else:
-                del t.partition_nodes[part]
-
-    # --- events
-
-    def _event(
+    def _describe(
         self,
         view: NodeView,
         key: str,
@@ -372,19 +185,10 @@ class Processor:
         ts_ms: int,
         origin: Origin,
         why: Telemetry,
-        *,
-        holders: bool = True,
-    ) -> list[Output]:
-        event = spine_event(
-            self.tables,
-            view,
-            key,
-            facts,
-            ts_ms,
-            origin,
-            why,
-            holders=holders,
-        )
+        holders: bool,
+    ) -> list[AttributionEvent | Alert]:
+        """One spine event, and what it does to its device's alerts."""
+        event = spine_event(self.tables, view, key, facts, ts_ms, origin, why, holders=holders)
         return [event, *self._alerts(event)]
 
     def _check_scrape(self, scrape: DcgmScrape) -> None:
@@ -431,7 +235,7 @@ class Processor:
             outputs += [event, *flags, *self._alerts(event)]
         return outputs
 
-    def _alerts(self, event: AttributionEvent) -> list[Output]:
+    def _alerts(self, event: AttributionEvent) -> list[Alert]:
         t = self.tables
         key = alert_key(event.node, event.device_uuid)
         annotations = []
@@ -444,7 +248,7 @@ class Processor:
         new, alerts = step(old, event, policy_for(self.policy, annotations))
         if new != old:
             t.alert_state[key] = new
-        return list(alerts)
+        return alerts
 
     # --- inputs
 
@@ -510,27 +314,14 @@ class Processor:
                 del t.slot_holders[holder_key(node, base)]
         if new_index != index:
             t.node_devices[node] = new_index
-        # a change at this time (or one already applied, when processed again after a crash)
-        moved = set(changed) | {b for b, h in current.items() if h.since_ms == record.ts_ms}
-        return self._allocation_events(node, moved, record.ts_ms)
-
-    def _allocation_events(self, node: str, bases: set[str], ts_ms: int) -> list[Output]:
-        """Every device whose holders changed: its holders now; usage not measured since."""
-        if not bases:
-            return []
-        state = self._state(node)
-        assert state is not None
-        view = read_node(self.tables, node)
-        facts = roster(view, state.scraped)
-        outputs: list[Output] = []
-        for key, f in facts.items():
-            if not bases & set(bases_of(view, key)):
-                continue
-            why = self._unknown(view, state, key, ts_ms)
-            if why is None:
-                why = telemetry.holders_changed(ts_ms, state.scrape_ms)
-            outputs += self._event(view, key, f, ts_ms, "allocation", why)
-        return outputs
+        # a change at this time, or one already applied (processed again after a crash: the
+        # holders changed then, whatever changed since)
+        moved = set(changed) | {
+            b
+            for b, h in current.items()
+            if h.since_ms == record.ts_ms or any(e.from_ms == record.ts_ms for e in h.history)
+        }
+        return list(self.spine.allocation(node, moved, record.ts_ms))
 
     def _dra_devices(self, node: str) -> DraDevices:
         node_slices = self.tables.dra_slices.get(node)

@@ -220,7 +220,7 @@ def _handle(proc: Processor, record: AgentRecord) -> list[Output | _DeadLettered
         assert _contents(proc) == before
         if isinstance(record, DcgmScrape) and not _one_node(record):
             return []
-        assert proc.tables.node_state[record.node].gone is not None  # type: ignore[union-attr]
+        assert record.node not in proc.tables.node_state  # type: ignore[union-attr]
         return [_DEAD_LETTERED(record)]
 
 

@@ -1,0 +1,251 @@
+"""The allocation spine's glue: a node's life in the tables, and the events it owes.
+
+Every device a node has is reported on every allocation change (:meth:`Spine.allocation`), at a
+heartbeat when no fresh sample speaks for it (:meth:`Spine.beat`), once as stale when the node
+falls silent and a last time when it leaves — deleted in the API, or silent past its TTL, both in
+its partition's event time (:meth:`Spine.tick`, :meth:`Spine.leave`); a device that no source
+of a live node lists any more leaves on its own (:meth:`Spine.sync`). When is decided by
+:mod:`streams.core.lifetimes`; what each transition emitted is remembered
+(:mod:`streams.core.nodestate`), so a record processed again after a crash emits it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from contract.outputs import Alert, AttributionEvent, Origin, Telemetry
+from streams.core import lifetimes, nodestate, telemetry
+from streams.core.attribution import DeviceFacts
+from streams.core.holders import NodeDevices
+from streams.core.lifetimes import Lifetimes
+from streams.core.nodestate import Departure, GoneNode, NodeState, PartitionNodes
+from streams.core.nodeview import NodeView, bases_of, read_node, roster, unplaced_reason
+from streams.core.roster import device_ids
+from streams.core.tables import Tables, alert_key
+
+Event = AttributionEvent | Alert
+#: builds one spine event and steps its device's alerts (the processor's)
+Describe = Callable[[NodeView, str, DeviceFacts, int, Origin, Telemetry, bool], list[Event]]
+
+
+def fingerprint(record: object) -> str:
+    """A record's identity (its content): what tells a record processed again after a crash
+    from another record of the same node at the same millisecond."""
+    return hashlib.sha256(repr(record).encode()).hexdigest()[:16]
+
+
+def _gone_facts(node: str, key: str, device_id: str) -> DeviceFacts:
+    return DeviceFacts(node, key.partition("/gi")[0], device_uuid=device_id)
+
+
+class Spine:
+    def __init__(self, tables: Tables, life: Lifetimes, describe: Describe) -> None:
+        self.tables = tables
+        self.life = life
+        self.describe = describe
+
+    # --- state
+
+    def state(self, node: str) -> NodeState | None:
+        return self.tables.node_state.get(node)
+
+    def put(self, node: str, old: NodeState | None, new: NodeState) -> None:
+        if new != old:
+            self.tables.node_state[node] = new
+
+    def _index(self, partition: int) -> PartitionNodes:
+        return self.tables.partition_nodes.get(str(partition), PartitionNodes())
+
+    def _put_index(self, partition: int, old: PartitionNodes, new: PartitionNodes) -> None:
+        key = str(partition)
+        if new == old:
+            return
+        if new.nodes or new.gone:
+            self.tables.partition_nodes[key] = new
+        elif key in self.tables.partition_nodes:
+            del self.tables.partition_nodes[key]
+
+    # --- a node's records
+
+    def late(self, node: str, ts_ms: int, partition: int) -> GoneNode | None:
+        """The node left at or after ``ts_ms`` and has not come back: the record is late."""
+        if self.state(node) is not None:
+            return None
+        return self._index(partition).left_after(node, ts_ms)
+
+    def heard(self, node: str, ts_ms: int, partition: int) -> None:
+        """A record of the node: it is live. A node seen for the first time (or again, after
+        it left) joins its partition's index."""
+        state = self.state(node)
+        if state is None:
+            index = self._index(partition)
+            self._put_index(partition, index, index.with_node(node))
+            self.put(node, None, nodestate.first_record(ts_ms, partition))
+            return
+        self.put(node, state, nodestate.heard(state, ts_ms, self.life.quantum_ms))
+
+    def _scraped(self, state: NodeState, ts_ms: int) -> tuple[str, ...]:
+        """The devices the exporter's last accepted answer had rows for, while it is fresh: a
+        device only an old answer listed is no longer one the node has."""
+        fresh = state.scrape_ms is not None and ts_ms - state.scrape_ms <= self.life.fresh_ms
+        return state.scraped if fresh else ()
+
+    def unknown(self, view: NodeView, state: NodeState, key: str, ts_ms: int) -> Telemetry | None:
+        """Why no fresh sample speaks for device ``key`` (``None``: one does)."""
+        if view.index is not None and key in view.index.unresolved:
+            return telemetry.unplaced(unplaced_reason(view, key))
+        why = telemetry.unknown(state, key, ts_ms, self.life)
+        if why is not None and why.cause == "no-row" and key in view.mig_parents:
+            return replace(
+                why,
+                reason="a MIG-enabled GPU: dcgm-exporter reports its instances, not the GPU itself",
+            )
+        return why
+
+    def allocation(self, node: str, bases: set[str], ts_ms: int) -> list[Event]:
+        """Every device whose holders changed: its holders now; usage not measured since."""
+        if not bases:
+            return []
+        state = self.state(node)
+        assert state is not None
+        view = read_node(self.tables, node)
+        outputs: list[Event] = []
+        for key, facts in roster(view, self._scraped(state, ts_ms)).items():
+            if not bases & set(bases_of(view, key)):
+                continue
+            why = self.unknown(view, state, key, ts_ms)
+            if why is None:
+                why = telemetry.holders_changed(ts_ms, state.scrape_ms)
+            outputs += self.describe(view, key, facts, ts_ms, "allocation", why, True)
+        return outputs
+
+    def beat(self, node: str, ts_ms: int, record: object) -> list[Event]:
+        """The heartbeat: every device no fresh sample speaks for, with its holders and why its
+        usage is unknown. The record that made a beat, processed again, beats again."""
+        state = self.state(node)
+        if state is None:
+            return []
+        by = fingerprint(record)
+        again = any(b.ts_ms == ts_ms and b.by == by for b in state.beats)
+        if not again and not lifetimes.heartbeat_due(state.heartbeat_ms, ts_ms, self.life):
+            return []
+        view = read_node(self.tables, node)
+        outputs: list[Event] = []
+        for key, facts in roster(view, self._scraped(state, ts_ms)).items():
+            why = self.unknown(view, state, key, ts_ms)
+            if why is not None:
+                outputs += self.describe(view, key, facts, ts_ms, "heartbeat", why, True)
+        if not again:
+            self.put(node, state, nodestate.beaten(state, ts_ms, by))
+        return outputs
+
+    def sync(self, node: str, ts_ms: int) -> list[Event]:
+        """Devices no source of the node lists any more: their last events and alert state now;
+        a departure at this time already applied is emitted again as it was."""
+        state = self.state(node)
+        if state is None:
+            return []
+        outputs: list[Event] = [o for d in state.departures if d.ts_ms == ts_ms for o in d.outputs]
+        view = read_node(self.tables, node)
+        now = device_ids(roster(view, self._scraped(state, ts_ms)))
+        left = tuple(d for d in state.devices if d not in set(now))
+        if not left:
+            if now != state.devices:
+                self.put(node, state, replace(state, devices=now))
+            return outputs
+        why = telemetry.gone("no source of the node lists this device any more", ts_ms)
+        emitted: list[Event] = []
+        for key, device_id in left:
+            facts = _gone_facts(node, key, device_id)
+            emitted += self.describe(view, key, facts, ts_ms, "gone", why, False)
+            self._drop(alert_key(node, device_id))
+        state = self.state(node) or state  # the describe above wrote nothing of the node's
+        self.put(
+            node, state, nodestate.departed(state, Departure(ts_ms, left, tuple(emitted)), now)
+        )
+        return [*outputs, *emitted]
+
+    # --- the partition's clock
+
+    def tick(self, partition: int, ts_ms: int) -> list[Event]:
+        """Nodes silent too long go stale, then leave (with every key they have); a tick
+        processed again emits what it caused again."""
+        index = self._index(partition)
+        outputs: list[Event] = [o for g in index.gone if g.ts_ms == ts_ms for o in g.outputs]
+        for node in index.nodes:
+            state = self.state(node)
+            if state is None:
+                continue
+            # last_ms lags the node's true last record by up to a quantum: judge it that much
+            # later, so a node is never called silent early
+            phase = lifetimes.phase(state.last_ms + self.life.quantum_ms, ts_ms, self.life)
+            if phase == "gone":
+                silent_s = (ts_ms - state.last_ms) / 1000
+                why = f"no record from the node's agent for {silent_s:.0f}s (its TTL)"
+                outputs += self.leave(node, ts_ms, why, partition)
+            elif phase == "stale" and (not state.stale or state.stale_ms == ts_ms):
+                outputs += self._stale(node, state, ts_ms)
+        return outputs
+
+    def _stale(self, node: str, state: NodeState, ts_ms: int) -> list[Event]:
+        view = read_node(self.tables, node)
+        why = telemetry.silent(state.last_ms)
+        outputs: list[Event] = []
+        for key, facts in roster(view, self._scraped(state, ts_ms)).items():
+            outputs += self.describe(view, key, facts, ts_ms, "stale", why, True)
+        self.put(node, state, replace(state, stale=True, stale_ms=ts_ms))
+        return outputs
+
+    def leave(self, node: str, ts_ms: int, why: str, partition: int) -> list[Event]:
+        """The node is gone: its devices' last events, its alerts resolved, every key it has
+        deleted (:func:`streams.core.lifetimes.node_keys`); its partition remembers what went
+        out."""
+        state = self.state(node)
+        if state is None:
+            again = self._index(partition).gone_at(node, ts_ms)
+            return list(again.outputs) if again is not None else []
+        view = read_node(self.tables, node)
+        devices = dict(state.devices)
+        devices.update(dict(device_ids(roster(view, self._scraped(state, ts_ms)))))
+        gone = telemetry.gone(why, ts_ms)
+        outputs: list[Event] = []
+        for key, device_id in sorted(devices.items()):
+            facts = _gone_facts(node, key, device_id)
+            outputs += self.describe(view, key, facts, ts_ms, "gone", gone, False)
+        self._forget(node, state, view.index, devices.values())
+        index = self._index(state.partition)
+        self._put_index(
+            state.partition, index, index.left(GoneNode(node, ts_ms, why, tuple(outputs)))
+        )
+        return outputs
+
+    def _drop(self, key: str, table: str = "alert_state") -> None:
+        mapping = getattr(self.tables, table)
+        if key in mapping:
+            del mapping[key]
+
+    def _forget(
+        self, node: str, state: NodeState, index: NodeDevices | None, device_ids: Iterable[str]
+    ) -> None:
+        t = self.tables
+        node_pods = t.node_pods.get(node)
+        keys = lifetimes.node_keys(
+            node,
+            bases=index.bases if index is not None else (),
+            pod_names=node_pods.names if node_pods is not None else (),
+            device_ids=device_ids,
+            claims=state.claims,
+        )
+        for table in lifetimes.PER_NODE_TABLES:
+            for key in keys.per_node:
+                self._drop(key, table)
+        for table, table_keys in (
+            ("slot_holders", keys.slot_holders),
+            ("pods", keys.pods),
+            ("alert_state", keys.alert_state),
+            ("dra_claims", keys.dra_claims),
+        ):
+            for key in table_keys:
+                self._drop(key, table)
