@@ -16,7 +16,7 @@ from agents.publish import Publisher
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.startgate import StartGate
 from agents.status import StatusPublisher
-from agents.types import Emit, NowMs
+from agents.types import AgentRecord, Emit, NowMs
 from contract.inputs import PodListSnapshot, PodResourcesSnapshot
 from infra.observe import ObservabilityServer
 from infra.settings import (
@@ -97,13 +97,18 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
             if dcgm.discover
             else None
         )
+        async def allocation_emit(record: AgentRecord) -> None:
+            """PodResources records name holders: the pods' identities go first (once)."""
+            await gate.wait_for((PodListSnapshot,))
+            await emit(record)
+
         podresources = PodResourcesCollector(
             node=node,
             socket_path=kubelet.socket_path,
             poll_interval_s=kubelet.poll_interval_s,
             snapshot_interval_s=kubelet.snapshot_interval_s,
             rpc_timeout_s=kubelet.rpc_timeout_s,
-            emit=emit,
+            emit=allocation_emit,
             now_ms=now_ms,
         )
         exporter = DcgmCollector(

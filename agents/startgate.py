@@ -1,4 +1,9 @@
-"""Hold a node's first DCGM samples until the records that identify their holders are out.
+"""Hold a node's first records that name holders until the records that identify them are out.
+
+The first DCGM samples wait for the pod list and a PodResources snapshot (:meth:`StartGate.wait`);
+the first PodResources records wait for the pod list (:meth:`StartGate.wait_for`): the worker
+reports every held GPU as soon as it hears of the allocation, so the pods' identities go first.
+
 
 A sample becomes an attribution event naming every holder of its device. The worker can name a
 holder's pod UID and workload only once the pod watch's records for that node have reached it,
@@ -28,6 +33,7 @@ class StartGate:
         self._emit = emit
         self._pending = {kind: asyncio.Event() for kind in needs}
         self.wait_s = wait_s
+        self._waited_for = False
 
     async def emit(self, record: AgentRecord) -> None:
         """Publish through the wrapped emitter and note the kinds the gate waits for."""
@@ -35,6 +41,27 @@ class StartGate:
         event = self._pending.get(type(record))
         if event is not None:
             event.set()
+
+    async def wait_for(self, kinds: Iterable[type]) -> None:
+        """Return once each of ``kinds`` (among the gate's needs) was published, or after
+        ``wait_s`` (logged, counted) — at most once per gate: later calls do not wait."""
+        waits = [asyncio.create_task(self._pending[k].wait()) for k in kinds if k in self._pending]
+        if not waits or self._waited_for:
+            for task in waits:
+                task.cancel()
+            return
+        _, pending = await asyncio.wait(waits, timeout=self.wait_s)
+        self._waited_for = True
+        for task in pending:
+            task.cancel()
+        if pending:
+            START_GATE_TIMEOUTS.inc()
+            log.warning(
+                "no %s published %.0fs after start: publishing allocations anyway; their "
+                "holders show uid_status pending until it arrives",
+                " / ".join(sorted(k.__name__ for k in kinds)),
+                self.wait_s,
+            )
 
     def missing(self) -> list[str]:
         return sorted(k.__name__ for k, e in self._pending.items() if not e.is_set())

@@ -30,11 +30,13 @@ from aiokafka import AIOKafkaConsumer
 
 from bench import kafka_io
 from bench.fleet import UtilTrace, fleet, sample_count, scrape, setup, stream
+from contract.outputs import AttributionEvent
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
 from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
 from infra.settings import KafkaSettings
 from infra.topics import topic_specs
+from streams.core.processor import Processor, Tables
 
 PARTITIONS = 8
 #: alert windows short enough for the fleet's idle stretches (event time) to raise alerts
@@ -105,6 +107,17 @@ def _workers(kafka: KafkaSettings, n: int, workdir: Path) -> list[Child]:
     ]
 
 
+def expected_events(nodes: int, intervals: int) -> int:
+    """How many attribution events the worker emits for the fleet's stream: one per GPU sample,
+    and the allocation spine's (allocation changes, heartbeats), computed by the same core."""
+    proc = Processor(Tables.in_memory())
+    return sum(
+        isinstance(out, AttributionEvent)
+        for record in stream(nodes, intervals, start_ms=1_700_000_000_000)
+        for out in proc.handle(record)
+    )
+
+
 async def throughput(
     bootstrap: str,
     nodes: int,
@@ -115,7 +128,8 @@ async def throughput(
 ) -> dict[str, Any]:
     """Load the input first, then start the workers: they run at saturation until done."""
     kafka = await _prepared(bootstrap, f"w{workers}")
-    expected = sample_count(nodes, intervals)
+    samples = sample_count(nodes, intervals)
+    expected = expected_events(nodes, intervals)
     inputs = await kafka_io.produce(
         bootstrap, kafka.topic("node-events"), stream(nodes, intervals, start_ms=1_700_000_000_000)
     )
@@ -137,14 +151,17 @@ async def throughput(
         await cpu.stop()
         for c in children:
             await c.stop()
-    rate = (expected - base) / max(done - first, 1e-6)
+    # events per second over the measured span, as GPU samples (the spine's events ride along)
+    rate = (expected - base) / max(done - first, 1e-6) * samples / expected
+    measured_samples = (expected - base) * samples / expected
     alerts = await kafka_io.count(bootstrap, kafka.topic("alerts"))
     return {
         "kafka": kafka,
         "inputs": inputs,
-        "samples": expected,
+        "samples": samples,
+        "events": expected,
         "samples_per_s": rate,
-        "cpu_us_per_sample": cpu.between(first, done) / max(expected - base, 1) * 1e6,
+        "cpu_us_per_sample": cpu.between(first, done) / max(measured_samples, 1) * 1e6,
         "alerts": alerts,
         "rss_bytes": rss,
         "outputs": sorted(set(outputs)),

@@ -25,6 +25,9 @@ def _holders(ev: Mapping[str, Any]) -> str:
 
 def _usage(ev: Mapping[str, Any]) -> str:
     u = ev["usage"]
+    tele = ev.get("telemetry") or {}
+    if tele.get("status") == "unknown":  # never 0, never blank: why
+        return f"unknown: {tele.get('reason') or tele.get('cause')}"
     util = "n/a" if u["util_pct"] is None else f"{u['util_pct']:.0f}%"
     if ev["state"] == "shared" and ev["tenant_count"] > 1:
         util = f"{ev['tenant_count']} tenants · device-wide {util}"
@@ -40,10 +43,14 @@ def render(
         table.add_column(col, overflow="fold")
     for key in sorted(latest):
         ev = latest[key]
+        if ev.get("origin") == "gone":
+            continue
         dev = ev["device_uuid"][:17]
         if ev.get("mig"):
             dev += f" (gi{ev['mig']['instance_id']} {ev['mig']['profile']})"
         state = ev["state"] if ev["sharing"] in ("none",) else f"{ev['state']} · {ev['sharing']}"
+        if ev.get("origin") == "stale":
+            state += " · stale"
         exp = ev["exporter"]
         claims = ", ".join(c["pod"] for c in exp["claims"]) or "-"
         verdict = "trusted" if exp["trusted"] else "UNTRUSTED"

@@ -70,13 +70,19 @@ def render(body: dict[str, Any], rows: Sequence[DeviceRow], title: str) -> Group
         if r.fb_used_mib is not None:
             total = r.fb_used_mib + (r.fb_free_mib or 0)
             mem = f"{r.fb_used_mib:.0f}/{total:.0f} MiB"
+        sharing = r.sharing if r.state != "unallocated" else f"{r.sharing} (free)"
+        if r.stale:
+            sharing += " (stale: node silent)"
+        usage = Text(usage_text(r))
+        if r.telemetry == "unknown" and r.telemetry_reason:
+            usage = Text(f"{usage_text(r)}\n{r.telemetry_reason}", style="yellow")
         table.add_row(
             r.node,
             gpu,
             r.model,
-            r.sharing if r.state != "unallocated" else f"{r.sharing} (free)",
+            sharing,
             _holders(r),
-            usage_text(r),
+            usage,
             mem,
             _duration(r.idle_s),
             Text(", ".join(r.open_alerts), style="bold red") if r.open_alerts else "",

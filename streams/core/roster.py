@@ -4,7 +4,8 @@ Allocation is the spine: a GPU a pod holds is in every view even when no sample 
 A node's devices are the union of what its own sources list — its inventory (NVML: GPUs and MIG
 instances), the kubelet's allocatable devices, the devices held now (PodResources), the devices
 its DRA driver publishes (ResourceSlices) and the rows of its last accepted scrape — keyed like
-the hardware reports (``GPU-<uuid>``, ``GPU-<parent>/gi<N>``). A held device we cannot place on a
+the hardware reports (``GPU-<uuid>``, ``GPU-<parent>/gi<N>``). A MIG-enabled GPU is its
+instances, not a device beside them. A held device we cannot place on a
 GPU (a MIG UUID the inventory lacks, a DRA device no slice lists) is a device of its own, keyed
 by its ID, so its holders are never dropped.
 
@@ -66,8 +67,13 @@ def devices(
     keys |= set(dra_keys) | set(scraped)
     if index is not None:
         keys |= set(index.advertised) | set(index.keys)
+    # a MIG-enabled GPU is its instances: it is not a device of its own beside them (a sample of
+    # the parent itself, where an exporter prints one, is still reported as ``mig-parent``)
+    parents = {gpu_of(k) for k in keys if "/gi" in k}
+    if index is not None:
+        parents |= set(index.unplaced_mig)
     out: dict[str, DeviceFacts] = {}
-    for key in sorted(k for k in keys if k.startswith("GPU-")):
+    for key in sorted(k for k in keys if k.startswith("GPU-") and k not in parents):
         gpu, sep, gi_text = key.partition("/gi")
         gi = int(gi_text) if sep and gi_text.isdigit() else None
         if sep and gi is None:

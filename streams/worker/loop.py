@@ -16,16 +16,18 @@ until it is fixed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Protocol
 
 from contract import codec
-from contract.outputs import AttributionEvent
+from contract.outputs import AttributionEvent, TelemetryRefused
 from streams.core.processor import Output, Processor, UnusableRecord
 from streams.worker import selfmetrics
 from streams.worker.live import LiveDevices
 
 log = logging.getLogger(__name__)
+REFUSAL_LOG_EVERY_S = 600.0
 
 
 class Message(Protocol):
@@ -82,6 +84,19 @@ class RecordLoop:
         self.dead_letter = dead_letter
         self.live = live
         self.stop = stop
+        self._refusals: dict[str, tuple[str, float]] = {}
+
+    def _log_refusal(self, refused: TelemetryRefused) -> None:
+        """A refusal is logged when it starts or changes, and again every ten minutes while it
+        lasts (each refused scrape is counted and flagged all the same)."""
+        now = time.monotonic()
+        last = self._refusals.get(refused.node)
+        if last is not None and last[0] == refused.reason and now - last[1] < REFUSAL_LOG_EVERY_S:
+            return
+        if len(self._refusals) > 10_000:  # bounded: forget the oldest
+            self._refusals.pop(next(iter(self._refusals)))
+        self._refusals[refused.node] = (refused.reason, now)
+        log.warning("node %s: dcgm-exporter answer refused: %s", refused.node, refused.reason)
 
     async def run(self, events: AsyncIterable[Event]) -> None:
         async for event in events:
@@ -119,4 +134,10 @@ class RecordLoop:
             await self.publish(out)
             if isinstance(out, AttributionEvent):
                 self.live.update(event.message.partition, out)
-                selfmetrics.EXPORTER_VERDICTS.labels(out.exporter.verdict).inc()
+                if out.origin == "sample":
+                    selfmetrics.EXPORTER_VERDICTS.labels(out.exporter.verdict).inc()
+                else:
+                    selfmetrics.SPINE_EVENTS.labels(out.origin).inc()
+            elif isinstance(out, TelemetryRefused):
+                selfmetrics.SCRAPES_REFUSED.labels(out.cause).inc()
+                self._log_refusal(out)

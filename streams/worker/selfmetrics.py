@@ -22,3 +22,13 @@ EXPORTER_VERDICTS = Counter(
     "trusted, unchecked, or how they misattribute",
     ["verdict"],
 )
+SCRAPES_REFUSED = Counter(
+    "gpuattr_worker_scrapes_refused_total",
+    "dcgm-exporter answers (or rows of them) refused as not provably their node's, by cause",
+    ["cause"],
+)
+SPINE_EVENTS = Counter(
+    "gpuattr_worker_spine_events_total",
+    "Attribution events no sample made, by origin (allocation, heartbeat, stale, gone)",
+    ["origin"],
+)

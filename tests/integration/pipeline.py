@@ -65,6 +65,10 @@ class Pipeline:
     workdir: Path
     worker_env: dict[str, str] = field(default_factory=dict)
     web_ports: list[int] = field(default_factory=list)  # one per worker: query API on
+    cluster: Child | None = None  # the cluster role: node deletions, partition clock ticks
+
+    def agent(self, node: str) -> Child:
+        return next(a for a in self.agents if a.name == f"agent-{node}")
 
     def worker_child(self, n: int) -> Child:
         env = {
@@ -87,7 +91,8 @@ class Pipeline:
         )
 
     def logs(self, lines: int = 30) -> str:
-        return "\n".join(f"--- {c.name}\n{c.tail(lines)}" for c in (*self.workers, *self.agents))
+        children = (*self.workers, *self.agents, *([self.cluster] if self.cluster else []))
+        return "\n".join(f"--- {c.name}\n{c.tail(lines)}" for c in children)
 
 
 @contextlib.asynccontextmanager
@@ -102,7 +107,12 @@ async def pipeline(
     worker_env: dict[str, str] | None = None,
     web_ports: list[int] | None = None,
     before_start: Callable[[SimulatedCluster], None] | None = None,
+    agent_env_for: Callable[[SimulatedCluster], dict[str, dict[str, str]]] | None = None,
+    tick_s: float | None = None,
 ) -> AsyncIterator[Pipeline]:
+    """``agent_env_for``: some nodes' agent settings on top of the others' (given the started
+    doubles: e.g. another node's exporter URL); ``tick_s``: run the cluster role, ticking every
+    partition that often."""
     """Everything of a real deployment but the cluster, with a scenario clock the test moves."""
     kafka = KafkaSettings(
         bootstrap=bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=partitions
@@ -112,11 +122,13 @@ async def pipeline(
     async with SimulatedCluster(scenario, workdir / "sim", clock) as sim:
         p = Pipeline(kafka, sim, clock, [], [], workdir, worker_env or {}, web_ports or [])
         p.workers = [p.worker_child(n) for n in range(workers)]
+        per_node = agent_env_for(sim) if agent_env_for is not None else {}
         for ep in sim.endpoints():
             env = {
                 **p.env(),
                 **ep.agent_env(poll_interval_s=0.2, scrape_interval_s=0.5),
                 **(agent_env or {}),
+                **per_node.get(ep.node, {}),
             }
             p.agents.append(
                 Child(
@@ -126,12 +138,16 @@ async def pipeline(
                     workdir / f"agent-{ep.node}.log",
                 )
             )
+        if tick_s is not None:
+            cluster_env = {**p.env(), **sim.endpoints()[0].cluster_env(tick_s)}
+            p.cluster = Child("cluster", ["cluster"], cluster_env, workdir / "cluster.log")
         if before_start is not None:
             before_start(sim)  # e.g. a fault switch on a double, set before any agent runs
+        extra = [p.cluster] if p.cluster else []
         try:
-            for child in (*p.workers, *p.agents):
+            for child in (*p.workers, *p.agents, *extra):
                 await child.start()
             yield p
         finally:
-            for child in (*p.agents, *p.workers):
+            for child in (*extra, *p.agents, *p.workers):
                 await child.stop()

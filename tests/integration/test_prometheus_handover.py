@@ -51,21 +51,26 @@ def device_count(scenario: Scenario) -> int:
 
 def gpus_held(scenario: Scenario, t: float) -> dict[str, float]:
     """What the GPUs-held rule must give per workload (and MIG profile, MIG instances apart) at
-    scenario time ``t``: each pod holding a device counts 1/(pods holding it)."""
+    scenario time ``t``, worked out from the scenario itself: a replicated GPU's holder counts
+    the replicas it holds over the GPU's replicas; a device handed out whole counts 1, split
+    equally where several pods hold it."""
     pods = [p for p in scenario.pods if holds_at(p, t)]
-    on: dict[tuple[str, int, int | None], set[str]] = {}
+    on: dict[tuple[str, int, int | None], dict[str, int]] = {}
     for pod in pods:
         for slot in map(parse_slot, pod.slots):
-            on.setdefault((pod.node, slot.gpu, slot.gi), set()).add(pod.name)
-    held: dict[str, float] = {}
-    for pod in pods:
-        devices = {(pod.node, s.gpu, s.gi) for s in map(parse_slot, pod.slots)}
-        for device in devices:
-            node = scenario.node(pod.node)
-            profile = node.mig.profile if node.mig and device[2] is not None else ""
-            key = f"{pod.workload_name} {profile}".strip()
-            held[key] = held.get(key, 0.0) + 1 / len(on[device])
-    return held
+            held = on.setdefault((pod.node, slot.gpu, slot.gi), {})
+            held[pod.name] = held.get(pod.name, 0) + 1
+    by_name = {p.name: p for p in pods}
+    held_by: dict[str, float] = {}
+    for (node_name, gpu, gi), holders in on.items():
+        node = scenario.node(node_name)
+        replicas = node.replicas_of(gpu) if gi is None else 1
+        profile = node.mig.profile if node.mig and gi is not None else ""
+        for name, slots in holders.items():
+            share = slots / replicas if replicas > 1 else 1 / len(holders)
+            key = f"{by_name[name].workload_name} {profile}".strip()
+            held_by[key] = held_by.get(key, 0.0) + share
+    return held_by
 
 
 def by_workload(rows: list[dict[str, Any]]) -> dict[str, float]:

@@ -48,7 +48,7 @@ def test_microk8s_overlay_mounts_its_kubelet_root() -> None:
 
 def test_agent_is_least_privileged() -> None:
     docs = base_docs()
-    (role,) = by_kind(docs, "ClusterRole")
+    (role,) = [r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "gpuattr-agent"]
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]},
         {
@@ -101,3 +101,34 @@ def test_every_workload_has_probes_on_its_health_endpoints() -> None:
         (ctr,) = doc["spec"]["template"]["spec"]["containers"]
         assert ctr["livenessProbe"]["httpGet"]["path"] == "/healthz", doc["metadata"]["name"]
         assert ctr["readinessProbe"]["httpGet"]["path"] == "/readyz", doc["metadata"]["name"]
+
+
+def test_cluster_role_reads_nodes_and_holds_only_its_own_lease() -> None:
+    docs = base_docs()
+    (role,) = [
+        r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "gpuattr-cluster"
+    ]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
+    ]
+    (lease,) = [
+        r for r in by_kind(docs, "Role") if r["metadata"]["name"] == "gpuattr-cluster-lease"
+    ]
+    assert lease["metadata"]["namespace"] == "gpuattr"
+    assert lease["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["gpuattr-cluster"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    (deployment,) = [
+        d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "gpuattr-cluster"
+    ]
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "gpuattr-cluster"
+    (ctr,) = spec["containers"]
+    assert ctr["args"] == ["cluster"]
+    assert ctr["securityContext"]["runAsNonRoot"] is True
