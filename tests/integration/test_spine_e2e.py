@@ -231,7 +231,10 @@ async def test_a_node_deleted_and_a_node_silent_leave_every_view_and_table(
             return {ls["node"] for ls, _ in metrics["gpuattr_device_info"]}
 
         async def all_three() -> bool:
-            keys = await table_keys()
+            try:
+                keys = await table_keys()
+            except aiohttp.ClientError:  # the worker's web server is not up yet
+                return False
             return (
                 await nodes_on_metrics() == {"ts-acct", "dra-acct", "blind-node"}
                 and keys.get("node_state") == 3
