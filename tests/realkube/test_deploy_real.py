@@ -71,6 +71,7 @@ async def _tokens(kube: LocalKube) -> tuple[str, str]:
     ]
     assert {d["metadata"]["name"] for d in rbac if d["kind"] == "ServiceAccount"} == {
         "gpuattr-agent",
+        "gpuattr-cluster",
         "gpuattr-stream",
     }
     apply(kube, rbac, dry_run=False)
