@@ -97,6 +97,7 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
             if dcgm.discover
             else None
         )
+
         async def allocation_emit(record: AgentRecord) -> None:
             """PodResources records name holders: the pods' identities go first (once)."""
             await gate.wait_for((PodListSnapshot,))

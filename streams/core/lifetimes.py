@@ -74,10 +74,13 @@ def life_forgotten(gone_ms: int | None, now_ms: int) -> bool:
 
 
 def quantized(previous_ms: int | None, ts_ms: int, quantum_ms: int = QUANTUM_MS) -> int:
-    """``previous_ms`` moved to ``ts_ms`` only when that is a quantum or more away."""
-    if previous_ms is None or abs(ts_ms - previous_ms) >= quantum_ms:
-        return ts_ms
-    return previous_ms
+    """``ts_ms`` at quantum resolution (the quantum's start), or ``previous_ms`` when that is in
+    the same quantum. Aligned to the quantum, times that move together (a node's last record,
+    its last scrape) change in the same record: one write."""
+    aligned = ts_ms - ts_ms % quantum_ms
+    if previous_ms is not None and previous_ms - previous_ms % quantum_ms == aligned:
+        return previous_ms
+    return aligned
 
 
 def phase(last_ms: int, now_ms: int, life: Lifetimes) -> Phase:

@@ -21,14 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from contract.inputs import SourceStatus
-from contract.outputs import Alert, AttributionEvent, RefusalCause
+from contract.outputs import Alert, RefusalCause
 from streams.core.lifetimes import quantized
 
 #: transitions remembered per node (beats, departures) and gone nodes per partition
 REMEMBERED = 4
 GONE_REMEMBERED = 16
 
-Emitted = tuple[AttributionEvent | Alert, ...]
+Emitted = tuple[Alert, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +50,12 @@ class Beat:
 
 @dataclass(frozen=True, slots=True)
 class Departure:
-    """Devices that left a live node at ``ts_ms`` (no source lists them), and what went out."""
+    """Devices that left a live node at ``ts_ms`` (no source lists them), and the alerts their
+    leaving resolved (their last events are made again from the rest)."""
 
     ts_ms: int
     devices: tuple[tuple[str, str], ...]
-    outputs: Emitted
+    alerts: Emitted = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +100,12 @@ def beaten(state: NodeState, ts_ms: int, by: str) -> NodeState:
     return replace(state, beats=(Beat(ts_ms, by), *state.beats)[:REMEMBERED])
 
 
-def departed(state: NodeState, departure: Departure, now: tuple[tuple[str, str], ...]) -> NodeState:
-    departures = (departure, *state.departures)[:REMEMBERED]
+def departed(
+    state: NodeState, departure: Departure, now: tuple[tuple[str, str], ...], keep_ms: int
+) -> NodeState:
+    """Devices left; departures older than ``keep_ms`` before this one are forgotten."""
+    kept = (d for d in state.departures if departure.ts_ms - d.ts_ms <= keep_ms)
+    departures = (departure, *kept)[:REMEMBERED]
     return replace(state, devices=now, departures=departures)
 
 
@@ -128,13 +133,15 @@ def with_sources(state: NodeState, sources: tuple[SourceStatus, ...]) -> NodeSta
 
 @dataclass(frozen=True, slots=True)
 class GoneNode:
-    """A node that left at ``ts_ms`` (deleted, or silent past its TTL) and what went out then:
-    its keys are gone, so its partition remembers the outputs for a record processed again."""
+    """A node that left at ``ts_ms`` (deleted, or silent past its TTL): its keys are gone, so
+    its partition remembers its devices and the alerts its leaving resolved, for a record
+    processed again."""
 
     node: str
     ts_ms: int
     why: str
-    outputs: Emitted
+    devices: tuple[tuple[str, str], ...] = ()
+    alerts: Emitted = ()
 
 
 @dataclass(frozen=True, slots=True)

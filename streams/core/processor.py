@@ -34,15 +34,12 @@ from contract.outputs import (
     Alert,
     AttributionEvent,
     ExporterMisattribution,
-    Origin,
-    Telemetry,
     TelemetryRefused,
 )
 from contract.quantity import valid as valid_quantity
 from infra.settings import AlertSettings
 from streams.core import nodestate, telemetry
 from streams.core.alerts import policy_for, step
-from streams.core.attribution import DeviceFacts
 from streams.core.dra import NodeSlices, device_map
 from streams.core.holders import DraDevices, apply_podresources, base_of, reindex
 from streams.core.identity import (
@@ -54,10 +51,8 @@ from streams.core.identity import (
 from streams.core.lifetimes import Lifetimes
 from streams.core.nodestate import NodeState
 from streams.core.nodeview import (
-    NodeView,
     read_node,
     sample_event,
-    spine_event,
 )
 from streams.core.pods import (
     NodePods,
@@ -112,12 +107,18 @@ class Processor:
         self.tables = tables
         self.policy = policy or AlertSettings.model_construct()  # defaults, no environment read
         self.life = life or Lifetimes()
-        self.spine = Spine(tables, self.life, self._describe)
+        self.spine = Spine(tables, self.life, self._alerts)
 
     # --- dispatch
 
     def handle(self, record: object, partition: int = 0) -> list[Output]:
         """Apply one record read from input partition ``partition``; return its outputs."""
+        try:
+            return self._handle(record, partition)
+        finally:
+            self.spine.flush()  # the node's state, once per record
+
+    def _handle(self, record: object, partition: int) -> list[Output]:
         if isinstance(record, ClockTick):
             return list(self.spine.tick(record.partition, record.ts_ms))
         if isinstance(record, NodeRecord) and record.deleted:
@@ -176,20 +177,6 @@ class Processor:
 
     def _put_state(self, node: str, old: NodeState | None, new: NodeState) -> None:
         self.spine.put(node, old, new)
-
-    def _describe(
-        self,
-        view: NodeView,
-        key: str,
-        facts: DeviceFacts,
-        ts_ms: int,
-        origin: Origin,
-        why: Telemetry,
-        holders: bool,
-    ) -> list[AttributionEvent | Alert]:
-        """One spine event, and what it does to its device's alerts."""
-        event = spine_event(self.tables, view, key, facts, ts_ms, origin, why, holders=holders)
-        return [event, *self._alerts(event)]
 
     def _check_scrape(self, scrape: DcgmScrape) -> None:
         if foreign := {s.node for s in scrape.samples} - {scrape.node}:

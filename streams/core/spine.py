@@ -21,13 +21,20 @@ from streams.core.attribution import DeviceFacts
 from streams.core.holders import NodeDevices
 from streams.core.lifetimes import Lifetimes
 from streams.core.nodestate import Departure, GoneNode, NodeState, PartitionNodes
-from streams.core.nodeview import NodeView, bases_of, read_node, roster, unplaced_reason
+from streams.core.nodeview import (
+    NodeView,
+    bases_of,
+    read_node,
+    roster,
+    spine_event,
+    unplaced_reason,
+)
 from streams.core.roster import device_ids
 from streams.core.tables import Tables, alert_key
 
 Event = AttributionEvent | Alert
-#: builds one spine event and steps its device's alerts (the processor's)
-Describe = Callable[[NodeView, str, DeviceFacts, int, Origin, Telemetry, bool], list[Event]]
+#: steps one device's alerts by one event (the processor's: policy, annotations, alert state)
+StepAlerts = Callable[[AttributionEvent], list[Alert]]
 
 
 def fingerprint(record: object) -> str:
@@ -36,24 +43,73 @@ def fingerprint(record: object) -> str:
     return hashlib.sha256(repr(record).encode()).hexdigest()[:16]
 
 
+DEPARTED = "no source of the node lists this device any more"
+
+
 def _gone_facts(node: str, key: str, device_id: str) -> DeviceFacts:
     return DeviceFacts(node, key.partition("/gi")[0], device_uuid=device_id)
 
 
 class Spine:
-    def __init__(self, tables: Tables, life: Lifetimes, describe: Describe) -> None:
+    def __init__(self, tables: Tables, life: Lifetimes, alerts: StepAlerts) -> None:
         self.tables = tables
         self.life = life
-        self.describe = describe
+        self.alerts = alerts
+        self._pending: dict[str, NodeState] = {}
+
+    def describe(
+        self,
+        view: NodeView,
+        key: str,
+        facts: DeviceFacts,
+        ts_ms: int,
+        origin: Origin,
+        why: Telemetry,
+        holders: bool,
+    ) -> list[Event]:
+        """One spine event, and what it does to its device's alerts."""
+        event = spine_event(self.tables, view, key, facts, ts_ms, origin, why, holders=holders)
+        return [event, *self.alerts(event)]
+
+    def _gone_events(
+        self, node: str, devices: Iterable[tuple[str, str]], ts_ms: int, why: str
+    ) -> list[Event]:
+        """The last events of devices that left, made again (no alert is stepped: what their
+        leaving resolved is remembered with it)."""
+        view = read_node(self.tables, node)
+        gone = telemetry.gone(why, ts_ms)
+        return [
+            spine_event(
+                self.tables,
+                view,
+                key,
+                _gone_facts(node, key, device_id),
+                ts_ms,
+                "gone",
+                gone,
+                holders=False,
+            )
+            for key, device_id in devices
+        ]
 
     # --- state
 
     def state(self, node: str) -> NodeState | None:
+        if node in self._pending:
+            return self._pending[node]
         return self.tables.node_state.get(node)
 
     def put(self, node: str, old: NodeState | None, new: NodeState) -> None:
+        """A node's new state, written once at the end of the record (:meth:`flush`): a record
+        that moves several of its fields writes one changelog record, not one per field."""
         if new != old:
-            self.tables.node_state[node] = new
+            self._pending[node] = new
+
+    def flush(self) -> None:
+        for node, state in self._pending.items():
+            if self.tables.node_state.get(node) != state:
+                self.tables.node_state[node] = state
+        self._pending.clear()
 
     def _index(self, partition: int) -> PartitionNodes:
         return self.tables.partition_nodes.get(str(partition), PartitionNodes())
@@ -147,7 +203,11 @@ class Spine:
         state = self.state(node)
         if state is None:
             return []
-        outputs: list[Event] = [o for d in state.departures if d.ts_ms == ts_ms for o in d.outputs]
+        outputs: list[Event] = []
+        for d in state.departures:
+            if d.ts_ms == ts_ms:  # processed again: the same devices leave again
+                outputs += self._gone_events(node, d.devices, ts_ms, DEPARTED)
+                outputs += d.alerts
         view = read_node(self.tables, node)
         now = device_ids(roster(view, self._scraped(state, ts_ms)))
         left = tuple(d for d in state.devices if d not in set(now))
@@ -155,16 +215,16 @@ class Spine:
             if now != state.devices:
                 self.put(node, state, replace(state, devices=now))
             return outputs
-        why = telemetry.gone("no source of the node lists this device any more", ts_ms)
+        why = telemetry.gone(DEPARTED, ts_ms)
         emitted: list[Event] = []
         for key, device_id in left:
             facts = _gone_facts(node, key, device_id)
             emitted += self.describe(view, key, facts, ts_ms, "gone", why, False)
             self._drop(alert_key(node, device_id))
-        state = self.state(node) or state  # the describe above wrote nothing of the node's
-        self.put(
-            node, state, nodestate.departed(state, Departure(ts_ms, left, tuple(emitted)), now)
-        )
+        alerts = tuple(o for o in emitted if isinstance(o, Alert))
+        departure = Departure(ts_ms, left, alerts)
+        keep_ms = 2 * self.life.heartbeat_ms
+        self.put(node, state, nodestate.departed(state, departure, now, keep_ms))
         return [*outputs, *emitted]
 
     # --- the partition's clock
@@ -173,7 +233,10 @@ class Spine:
         """Nodes silent too long go stale, then leave (with every key they have); a tick
         processed again emits what it caused again."""
         index = self._index(partition)
-        outputs: list[Event] = [o for g in index.gone if g.ts_ms == ts_ms for o in g.outputs]
+        outputs: list[Event] = []
+        for g in index.gone:
+            if g.ts_ms == ts_ms:  # processed again: what this tick's leaving emitted
+                outputs += [*self._gone_events(g.node, g.devices, ts_ms, g.why), *g.alerts]
         for node in index.nodes:
             state = self.state(node)
             if state is None:
@@ -205,7 +268,9 @@ class Spine:
         state = self.state(node)
         if state is None:
             again = self._index(partition).gone_at(node, ts_ms)
-            return list(again.outputs) if again is not None else []
+            if again is None:
+                return []
+            return [*self._gone_events(node, again.devices, ts_ms, again.why), *again.alerts]
         view = read_node(self.tables, node)
         devices = dict(state.devices)
         devices.update(dict(device_ids(roster(view, self._scraped(state, ts_ms)))))
@@ -216,9 +281,9 @@ class Spine:
             outputs += self.describe(view, key, facts, ts_ms, "gone", gone, False)
         self._forget(node, state, view.index, devices.values())
         index = self._index(state.partition)
-        self._put_index(
-            state.partition, index, index.left(GoneNode(node, ts_ms, why, tuple(outputs)))
-        )
+        alerts = tuple(o for o in outputs if isinstance(o, Alert))
+        left = GoneNode(node, ts_ms, why, tuple(sorted(devices.items())), alerts)
+        self._put_index(state.partition, index, index.left(left))
         return outputs
 
     def _drop(self, key: str, table: str = "alert_state") -> None:
@@ -230,6 +295,7 @@ class Spine:
         self, node: str, state: NodeState, index: NodeDevices | None, device_ids: Iterable[str]
     ) -> None:
         t = self.tables
+        self._pending.pop(node, None)
         node_pods = t.node_pods.get(node)
         keys = lifetimes.node_keys(
             node,
