@@ -389,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({last.per_node:.1f} per node), at {first.lifecycles:,}: {first.total} keys on "
         f"{first.nodes} nodes ({first.per_node:.1f} per node); most nodes tracked "
         f"{max(c.nodes for c in checkpoints)} of at most {most} -> "
-        f"{'bounded' if ok else 'GROWING'} (per node within {TOLERANCE:.0%}: {'yes' if ok else 'no'})"
+        f"{'bounded' if ok else 'GROWING'} "
+        f"(per node within {TOLERANCE:.0%}: {'yes' if ok else 'no'})"
     )
     return 0 if ok else 1
 
