@@ -107,6 +107,9 @@ class Checkpoint:
     changelog_writes: int
     changelog_bytes: int
     rss_mib: float
+    event_hours: float = 0.0  # event time driven so far
+    nodes_seen: int = 0  # distinct nodes so far (the MIG node included)
+    mig_uuids_seen: int = 0  # distinct MIG instance UUIDs so far
 
     @property
     def total(self) -> int:
@@ -126,7 +129,8 @@ class Checkpoint:
         return (
             f"lifecycles={self.lifecycles:>7,}  keys={self.total:>4} ({per_table})  "
             f"changelog: {self.changelog_writes:,} writes, {self.changelog_bytes / 1e6:.1f} MB  "
-            f"rss={self.rss_mib:.0f} MiB"
+            f"rss={self.rss_mib:.0f} MiB  history: {self.event_hours:,.0f} h, "
+            f"{self.nodes_seen:,} nodes, {self.mig_uuids_seen:,} MIG UUIDs"
         )
 
 
@@ -309,11 +313,16 @@ def soak(
     done = 0
     checkpoints: list[Checkpoint] = []
     process = psutil.Process()
+    seen_nodes: set[str] = set()
+    seen_migs: set[str] = set()
     for ts, _, record, ends in events(nodes, gpus, seed):
         if isinstance(record, ClockTick):
             processor.handle(codec.decode(codec.encode(record)))
             continue
         node = record.node
+        seen_nodes.add(node)
+        if isinstance(record, DeviceInventory):
+            seen_migs.update(m.mig_uuid for m in record.migs)
         if isinstance(record, NodeRecord) and record.deleted:
             live.pop(node, None)
             relist_at.pop(node, None)
@@ -331,7 +340,10 @@ def soak(
         if done % every == 0:
             keys = {f.name: len(getattr(tables, f.name)) for f in fields(Tables)}
             rss = process.memory_info().rss / 2**20
-            checkpoint = Checkpoint(done, keys, log.writes, log.bytes, rss)
+            hours = (ts - START_MS) / 3_600_000
+            checkpoint = Checkpoint(
+                done, keys, log.writes, log.bytes, rss, hours, len(seen_nodes), len(seen_migs)
+            )
             log.writes = log.bytes = 0
             checkpoints.append(checkpoint)
             report(checkpoint)

@@ -95,7 +95,12 @@ def _parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="GPU-hours held per namespace and workload")
     rp.add_argument("--since", required=True, help="how far back: 30m, 2h, 1d, 1h30m")
     rp.add_argument("--csv", help="also write CSV to this file ('-': CSV to stdout only)")
-    rp.add_argument("--max-gap", type=float, default=30.0, help="seconds one event may cover")
+    rp.add_argument(
+        "--max-gap",
+        type=float,
+        default=None,
+        help="seconds one event may cover (default: 1.5 x GPUATTR_SPINE_HEARTBEAT_S, 90)",
+    )
     rp.add_argument("--idle-threshold", type=float, default=AlertSettings().idle_threshold_pct)
 
     d = sub.add_parser("demo", help="local Kafka + simulated cluster + agents + worker, live")
@@ -257,7 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 kafka,
                 args.since,
                 csv_path=args.csv,
-                max_gap_s=args.max_gap,
+                max_gap_s=(
+                    args.max_gap if args.max_gap is not None else 1.5 * SpineSettings().heartbeat_s
+                ),
                 idle_threshold_pct=args.idle_threshold,
             )
         )
