@@ -1,7 +1,9 @@
 """Two workers scraped by one real Prometheus while partitions change hands, and the Grafana
 dashboard's every query run against it.
 
-The demo's `mixed` scenario (14 devices on three nodes: exclusive, MIG, time-slicing, MPS) runs
+The demo's `mixed` scenario (14 devices on three nodes: exclusive, MIG, time-slicing, MPS), with
+the `accounting` scenario's blind node beside it (two H100s held, its dcgm-exporter never
+answers: held GPUs without a reading, as on any real cluster with a broken exporter), runs
 through two workers, each serving the devices of its own partitions on /metrics. One worker is
 stopped — its devices' series must move to the other — and started again. Over the whole run,
 including both rebalances, the recording rules never count a device twice, no rule evaluation
@@ -13,6 +15,7 @@ would (all nodes, all namespaces, the run's range), returns data.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,17 @@ from tests.unit.test_dashboard import PanelQuery, committed, queries, variables
 
 pytestmark = pytest.mark.integration
 
-SCENARIO = load("mixed")
+
+def with_blind_node(scenario: Scenario) -> Scenario:
+    """``scenario`` plus the accounting scenario's node whose exporter does not answer, with its
+    pods: every dashboard panel then has something to show, the held-without-a-reading row too."""
+    accounting = load("accounting")
+    blind = accounting.node("blind-node")
+    pods = tuple(p for p in accounting.pods if p.node == blind.name)
+    return replace(scenario, nodes=(*scenario.nodes, blind), pods=(*scenario.pods, *pods))
+
+
+SCENARIO = with_blind_node(load("mixed"))
 ALERTS = {
     "GPUATTR_ALERTS_IDLE_WINDOW_S": "2",
     "GPUATTR_ALERTS_COOLDOWN_S": "0",
@@ -156,7 +169,7 @@ async def rule_failures(session: aiohttp.ClientSession, base: str) -> float:
 async def test_series_move_cleanly_and_every_dashboard_query_returns_data(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    assert DEVICES == 14
+    assert DEVICES == 16
     ports = [free_port(), free_port()]
     async with pipeline(
         kafka_bootstrap, SCENARIO, tmp_path, workers=2, web_ports=ports, worker_env=ALERTS
