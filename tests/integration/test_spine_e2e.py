@@ -114,6 +114,7 @@ async def test_a_node_whose_exporter_does_not_answer_reports_every_held_gpu(
                 for h in e.holders:
                     assert h.uid == UIDS[f"{h.namespace}/{h.pod}"]
             complete += 1
+        print(f"\nblind-node: {complete} of {len(after_warmup)} heartbeats after warm-up complete")
         assert complete >= 0.99 * len(after_warmup), (complete, len(after_warmup))
         # the report counts its GPU-hours held from allocation alone
         lines = accumulate(of(events, node), max_gap_s=4, idle_threshold_pct=5)
@@ -188,6 +189,10 @@ async def test_another_nodes_exporter_is_refused_flagged_and_counted(
             labels["cause"]: value
             for labels, value in metrics["gpuattr_worker_scrapes_refused_total"]
         }
+        print(
+            f"\nts-acct: {len(refusals())} refusals flagged, {counted} counted; own held GPUs "
+            f"in {len(beats)} heartbeat events, 0 of dra-acct's GPUs in its events"
+        )
         assert counted.get("hostname", 0) >= 10
 
 
@@ -273,6 +278,7 @@ async def test_a_node_deleted_and_a_node_silent_leave_every_view_and_table(
 
         await wait_for_async(left, timeout_s=60, what=p.logs)
         after = await table_keys()
+        print(f"\ntable keys before: {before}\ntable keys after:  {after}")
         assert await devices(deleted) == []
         assert await devices(silent) == []
         for table in ("node_devices", "inventories", "node_pods", "nodes", "node_state"):
