@@ -356,13 +356,13 @@ class OperandPod:
 
     namespace: str
     name: str
-    app: str  # the pod's ``app`` label: nvidia-container-toolkit-daemonset, nvidia-dcgm-exporter, …
+    app: str  # its ``app`` label: nvidia-container-toolkit-daemonset, nvidia-dcgm-exporter, …
     phase: PodPhase
     ready: bool  # the pod's ``Ready`` condition
     restarts: int = 0  # the main containers' restarts, summed
-    reason: str = (
-        ""  # the first not-ready main container's waiting/terminated reason, else the pod's
-    )
+    #: the first not-ready main container's waiting/terminated reason, else the pod's own
+    #: (``status.reason``, or its ``PodScheduled`` condition's: ``Unschedulable``)
+    reason: str = ""
     ready_since_ms: int | None = None  # the ``Ready`` condition's last transition
     init: tuple[ContainerProgress, ...] = ()
     containers: tuple[ContainerProgress, ...] = ()

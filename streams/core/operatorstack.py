@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from contract.inputs import (
     AgentStatus,
@@ -361,13 +362,25 @@ def pods_of(spec: PlaneSpec, pods: Sequence[OperandPod]) -> list[OperandPod]:
     return sorted(mine, key=lambda p: (rank(p), p.name))
 
 
+#: what a boundary's check says: ``passed``, ``failing``, ``running`` (still checking),
+#: ``not-reached`` (an earlier init container has not passed), ``absent`` (no such check here)
+WitnessVerdict = Literal["passed", "failing", "running", "not-reached", "absent"]
+
+
 @dataclass(frozen=True, slots=True)
 class Witness:
-    """What the validator's init container for a boundary says: ``passed``, ``failing``,
-    ``running`` (still checking), ``not-reached`` (an earlier one has not passed), ``absent``."""
+    """What an init container that checks a boundary says of it, and where it ran."""
 
-    verdict: str
+    verdict: WitnessVerdict
     container: ContainerProgress | None = None
+    app: str = ""  # the pod's app label
+
+    @property
+    def who(self) -> str:
+        name = self.container.name if self.container is not None else "its check"
+        if self.app == "nvidia-operator-validator":
+            return f"the validator's {name}"
+        return f"{name} in the {self.app} pod"
 
 
 def _witness_in(pod: OperandPod, name: str) -> Witness:
@@ -375,15 +388,15 @@ def _witness_in(pod: OperandPod, name: str) -> Witness:
         if c.name != name:
             continue
         if c.ready or pod.ready:
-            return Witness("passed", c)
+            return Witness("passed", c, pod.app)
         if any(not earlier.ready for earlier in pod.init[:i]):
-            return Witness("not-reached", c)
-        return Witness("failing" if _failing(c) else "running", c)
+            return Witness("not-reached", c, pod.app)
+        return Witness("failing" if _failing(c) else "running", c, pod.app)
     return Witness("absent")
 
 
 #: the strongest word first: one pod that passed the check is proof
-_WORD = ("passed", "failing", "running", "not-reached", "absent")
+_WORD: tuple[WitnessVerdict, ...] = ("passed", "failing", "running", "not-reached", "absent")
 
 
 def witness(
@@ -454,7 +467,7 @@ def judge(
             return plane("waiting", f"{spec.title} waits on the {TITLES[root]}{doing}", root)
 
     seen = witness(validator, spec.witness, pods or ())
-    checked = f"the validator's {spec.witness}"
+    checked = seen.who
     if want.kind == "host":
         if seen.verdict == "passed":
             return plane("ready", f"{spec.title} on the host ({want.detail}), validated")
