@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contract import codec
 from contract.inputs import (
@@ -701,3 +703,137 @@ def test_inputs_round_trip_through_the_codec() -> None:
     assert codec.kind_of(SEED_POLICY).kind == "k8s.clusterpolicy"
     assert codec.kind_of(node_status(NODE, 1, LABELS, None, None)).kind == "node-status"
     assert isinstance(node_status(NODE, 1, LABELS, None, None), NodeStatus)
+
+
+# --- invariants over any stack (Hypothesis)
+
+APPS = (
+    "nvidia-driver-daemonset",
+    TOOLKIT,
+    DP,
+    "nvidia-dcgm",
+    EXPORTER,
+    GFD,
+    "nvidia-mig-manager",
+    "nvidia-dra-driver-kubelet-plugin",
+    "nvidia-dcgm-exporter-dra",
+)
+DEPLOY_KEYS = (
+    "driver",
+    "container-toolkit",
+    "device-plugin",
+    "dcgm",
+    "dcgm-exporter",
+    "gpu-feature-discovery",
+    "mig-manager",
+    "operator-validator",
+    "dra-driver",
+    "dcgm-exporter-dra",
+)
+reasons = st.sampled_from(["", "CrashLoopBackOff", "PodInitializing", "ImagePullBackOff", "Error"])
+progress = st.builds(
+    ContainerProgress,
+    name=st.sampled_from([*VALIDATIONS, "config-manager-init"]),
+    state=st.sampled_from(["waiting", "running", "terminated", "unknown"]),
+    ready=st.booleans(),
+    restarts=st.integers(0, 30),
+    reason=reasons,
+    exit_code=st.none() | st.integers(0, 2),
+)
+any_pod = st.builds(
+    OperandPod,
+    namespace=st.just(NS),
+    name=st.text("abc", min_size=1, max_size=3),
+    app=st.sampled_from([*APPS, VALIDATOR, "unrelated"]),
+    phase=st.sampled_from(["Pending", "Running", "Unknown"]),
+    ready=st.booleans(),
+    restarts=st.integers(0, 30),
+    reason=reasons,
+    init=st.lists(progress, max_size=4).map(tuple),
+    containers=st.lists(progress, max_size=2).map(tuple),
+    deleting=st.booleans(),
+)
+label_values = st.sampled_from(["true", "false", "pre-installed", "paused-for-driver-upgrade"])
+any_labels = st.none() | st.builds(
+    lambda deploy, operands, mig_c, mig_s: {
+        **{f"nvidia.com/gpu.deploy.{k}": v for k, v in deploy.items()},
+        **({"nvidia.com/gpu.deploy.operands": "false"} if operands else {}),
+        **({MIG: mig_c} if mig_c else {}),
+        **({MIG_STATE: mig_s} if mig_s else {}),
+    },
+    st.dictionaries(st.sampled_from(DEPLOY_KEYS), label_values),
+    st.booleans(),
+    st.sampled_from(["", "all-disabled", "all-1g.10gb"]),
+    st.sampled_from(["", "success", "pending", "rebooting", "failed"]),
+)
+any_policy = st.none() | st.builds(
+    ClusterPolicyRecord,
+    name=st.just(P),
+    ts_ms=st.just(1),
+    operands=st.lists(
+        st.builds(
+            OperandSpec,
+            st.sampled_from(["driver", "toolkit", "devicePlugin", "dcgm", "dcgmExporter", "gfd"]),
+            st.none() | st.booleans(),
+        ),
+        max_size=6,
+    ).map(tuple),
+    state=st.sampled_from(["", "ready", "notReady", "ignored"]),
+    deleted=st.booleans(),
+)
+source_states = st.sampled_from(["ok", "failing", "disabled", "starting"])
+any_status = st.none() | st.builds(
+    lambda d, r: AgentStatus(
+        NODE, 1, (SourceStatus("dcgm", d, 1, "timeout"), SourceStatus("podresources", r, 1))
+    ),
+    source_states,
+    source_states,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    any_labels,
+    any_policy,
+    st.none() | st.lists(any_pod, max_size=8).map(tuple),
+    any_status,
+    st.none() | st.just("reports Hostname gpu-b"),
+)
+def test_any_stack_keeps_the_invariants(
+    labels: dict[str, str] | None,
+    pol: ClusterPolicyRecord | None,
+    pods: tuple[OperandPod, ...] | None,
+    status: AgentStatus | None,
+    refused: str | None,
+) -> None:
+    operand = OperandPods(NODE, 1, NS, pods) if pods is not None else None
+    got = node_status(NODE, 5, labels, pol, operand, status, refused)
+    assert codec.decode(codec.encode(got)) == got
+    names = [p.name for p in got.planes]
+    assert names in ([s.name for s in DEVICE_PLUGIN_STACK], [s.name for s in DRA_STACK])
+    index = {n: i for i, n in enumerate(names)}
+    broken = [p for p in got.planes if p.state in ("not-ready", "unreachable", "refused")]
+    if got.state == "unknown" and got.first_broken is None and broken:
+        assert got.summary.startswith("no GPU Operator seen")
+    elif broken:
+        assert (got.state, got.first_broken) == ("broken", broken[0].name)
+    else:
+        assert got.state != "broken"
+        assert got.first_broken is None
+    for p in got.planes:
+        if p.intent.kind in ("disabled", "paused", "unlabelled"):
+            assert p.state == "disabled"
+        if p.state == "waiting":
+            assert p.waits_on is not None
+            assert index[p.waits_on] < index[p.name]
+            root = got.planes[index[p.waits_on]]
+            assert root.state == "not-ready", "a plane waits on the root of the chain"
+        else:
+            assert p.waits_on is None
+    if got.first_broken is not None:
+        assert all(got.planes[index[b]].state == "waiting" for b in got.blocked)
+        assert set(got.blocked) == {p.name for p in got.planes if p.waits_on == got.first_broken}
+    if got.telemetry_disabled:
+        exporter = got.planes[index["dcgm-exporter"]]
+        assert exporter.state == "disabled"
+        assert exporter.intent.kind in ("disabled", "paused")
