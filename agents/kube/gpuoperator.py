@@ -48,8 +48,17 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+INT32 = 2**31  # restartCount and exitCode are int32 in the API: anything else is not a count
+
+
+def _int32(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and -INT32 <= value < INT32
+    return value if ok else None
+
+
+def _count(value: Any) -> int:
+    n = _int32(value)
+    return n if n is not None and n >= 0 else 0
 
 
 def ms(value: Any) -> int | None:
@@ -64,7 +73,7 @@ def ms(value: Any) -> int | None:
 
 def _progress(name: str, status: Mapping[str, Any], init: bool) -> ContainerProgress:
     state = _map(status.get("state"))
-    restarts = _int(status.get("restartCount"))
+    restarts = _count(status.get("restartCount"))
     ready = status.get("ready") is True
     kind: ContainerState
     if "waiting" in state:
@@ -75,8 +84,7 @@ def _progress(name: str, status: Mapping[str, Any], init: bool) -> ContainerProg
         kind, detail = "terminated", _map(state.get("terminated"))
     else:
         kind, detail = "unknown", {}
-    code = detail.get("exitCode")
-    exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    exit_code = _int32(detail.get("exitCode"))
     if init and kind == "terminated" and exit_code == 0:
         ready = True  # an init container that finished well (its `ready` is true on newer kubelets)
     return ContainerProgress(name, kind, ready, restarts, _str(detail.get("reason")), exit_code)

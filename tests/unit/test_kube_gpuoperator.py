@@ -12,11 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agents.kube.gpuoperator import cluster_policy, ms, operand_pod, operand_pods
 from contract import codec
-from contract.inputs import ContainerProgress, OperandSpec, PolicyCondition
+from contract.inputs import ContainerProgress, OperandPods, OperandSpec, PolicyCondition
 from streams.core.operatorstack import node_status
+from tests.fuzz_strategies import json_values
 
 NS = "gpu-operator-resources"  # microk8s' GPU addon namespace (the seed's lab)
 NODE = "gpu-a"
@@ -364,3 +367,61 @@ def test_seed_through_the_core_names_the_toolkit() -> None:
     )
     assert got.policy is not None
     assert got.policy.message == NOT_READY
+
+
+# --- bad input: a record or nothing, never a crash (Hypothesis)
+
+
+def _paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [path]
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += _paths(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _paths(v, (*path, i))
+    return out
+
+
+def _replace(node: Any, path: tuple[Any, ...], value: Any) -> Any:
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(node, dict):
+        return {**node, head: _replace(node[head], rest, value)}
+    copy = list(node)
+    copy[head] = _replace(copy[head], rest, value)
+    return copy
+
+
+@st.composite
+def mangled(draw: st.DrawFn, obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` with one value anywhere in it replaced by any JSON value."""
+    path = draw(st.sampled_from(_paths(obj)[1:]))
+    return _replace(obj, path, draw(json_values))  # type: ignore[no-any-return]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(SEED_PODS).flatmap(mangled))
+def test_any_mangled_pod_is_a_record_or_none(obj: dict[str, Any]) -> None:
+    got = operand_pod(obj)
+    if got is not None:
+        record = OperandPods(NODE, 1, NS, (got,))
+        assert codec.decode(codec.encode(record)) == record
+    pods = operand_pods([obj], node=NODE, namespace=NS, ts_ms=1)
+    assert codec.decode(codec.encode(pods)) == pods
+
+
+@settings(max_examples=300, deadline=None)
+@given(mangled(SEED_POLICY))
+def test_any_mangled_policy_is_a_record_or_none(obj: dict[str, Any]) -> None:
+    got = cluster_policy(obj, ts_ms=1)
+    if got is not None:
+        assert codec.decode(codec.encode(got)) == got
+
+
+def test_restart_counts_beyond_int32_are_not_counts() -> None:
+    status = {**VALIDATOR["status"], "containerStatuses": [waiting("v", "CrashLoopBackOff", 2**62)]}
+    got = operand_pod({**VALIDATOR, "status": status})
+    assert got is not None
+    assert got.restarts == 0
