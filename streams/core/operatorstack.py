@@ -625,6 +625,9 @@ def node_status(
     operand_pods = pods.pods if pods is not None else None
     if policy is not None and policy.deleted:
         policy = None
+    standing_ = standing(policy)
+    if policy is not None and policy.state == "ignored":
+        policy = None  # another ClusterPolicy is in charge: this one decides nothing
     dra = (labels or {}).get(DEPLOY + "dra-driver") == "true" or any(
         p.app == "nvidia-dra-driver-kubelet-plugin" for p in operand_pods or ()
     )
@@ -651,7 +654,6 @@ def node_status(
     ordered = tuple(planes.values())
     migs = mig(labels, policy, planes.get("mig-manager"))
     tele, on_purpose = telemetry_reason(ordered)
-    standing_ = standing(policy)
     labelled = any(k.startswith(DEPLOY) for k in labels or {})
     if policy is None and not operand_pods and not labelled:
         summary = (

@@ -285,6 +285,12 @@ CASES = {
         "spec.dcgmExporter.enabled=false",
         on_purpose=True,
     ),
+    # it would disable the exporter and leave the driver to the host: the labels decide instead
+    "an ignored ClusterPolicy decides nothing": Case(
+        labels={**LABELS, "nvidia.com/gpu.deploy.driver": "pre-installed"},
+        pods=with_pods(ready_pod("nvidia-dcgm", ("toolkit-validation",))),
+        policy=replace(setting(READY_POLICY, dcgmExporter=False), state="ignored", conditions=()),
+    ),
     "exporter crash looping": Case(
         pods=with_pods(crashloop(EXPORTER, 12)),
         status=agent("failing", reason="unreachable"),
