@@ -15,7 +15,9 @@ a container through the NVIDIA runtime. So one broken toolkit leaves four operan
 (the seed's lab: "states not ready: [state-operator-validation state-device-plugin
 state-dcgm-exporter gpu-feature-discovery]") although only one boundary is broken — possibly with
 the toolkit's own pod Ready. The validator's init containers, run in dependency order, are the
-witness of each boundary (:data:`WITNESS`).
+witness of each boundary (``PlaneSpec.witness``, :func:`witness`; ``driver-validation`` runs
+the same check in the toolkit's and the DRA plugin's pods too). A node's MIG reconfiguration
+failure (``nvidia.com/mig.config.state=failed``) breaks the MIG manager's boundary.
 
 Per plane (:func:`judge`): what was **intended** (:func:`intent`: the node-wide
 ``nvidia.com/gpu.deploy.operands=false``, the ClusterPolicy's ``spec.<operand>.enabled`` — unset
@@ -75,13 +77,6 @@ POLICY_DEFAULTS: Mapping[str, bool] = {
     "gfd": True,
     "migManager": True,
     "nodeStatusExporter": False,
-}
-
-#: init containers that wait on (or, in the validator, check) a lower plane's boundary
-WITNESS: Mapping[str, PlaneName] = {
-    "driver-validation": "driver",
-    "toolkit-validation": "container-toolkit",
-    "plugin-validation": "device-plugin",
 }
 
 #: init containers that check (not only wait on) their boundary in every pod that has them
