@@ -329,6 +329,104 @@ class ClockTick:
     ts_ms: int
 
 
+#: a pod's ``status.phase``
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+#: where one container is: ``waiting`` (``reason`` says why: PodInitializing, CrashLoopBackOff,
+#: ImagePullBackOff, …), ``running``, ``terminated`` (``exit_code``), or no status yet
+ContainerState = Literal["waiting", "running", "terminated", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerProgress:
+    """One container of an operand pod as its status says: init containers in the pod's order
+    (the validator's run ``driver-validation`` → ``toolkit-validation`` → ``cuda-validation`` →
+    ``plugin-validation``), so how far the pod got is readable from them."""
+
+    name: str
+    state: ContainerState
+    ready: bool = False  # an init container: finished with exit code 0
+    restarts: int = 0
+    reason: str = ""  # the waiting or terminated reason, as the kubelet wrote it
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OperandPod:
+    """One GPU Operator operand pod on the node: which operand (its ``app`` label), how it runs."""
+
+    namespace: str
+    name: str
+    app: str  # its ``app`` label: nvidia-container-toolkit-daemonset, nvidia-dcgm-exporter, …
+    phase: PodPhase
+    ready: bool  # the pod's ``Ready`` condition
+    restarts: int = 0  # the main containers' restarts, summed
+    #: the first not-ready main container's waiting/terminated reason, else the pod's own
+    #: (``status.reason``, or its ``PodScheduled`` condition's: ``Unschedulable``)
+    reason: str = ""
+    ready_since_ms: int | None = None  # the ``Ready`` condition's last transition
+    init: tuple[ContainerProgress, ...] = ()
+    containers: tuple[ContainerProgress, ...] = ()
+    deleting: bool = False  # ``deletionTimestamp`` set
+
+
+@dataclass(frozen=True, slots=True)
+class OperandPods:
+    """Every GPU Operator operand pod on one node (those of the operator's namespace with an
+    ``app`` label it deploys), published whole on every change: a pod missing from it is gone.
+    The agent already watches its node's pods; a node with none says so (``pods`` empty)."""
+
+    node: str
+    ts_ms: int
+    namespace: str  # the operator's namespace the agent watches
+    pods: tuple[OperandPod, ...]
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OperandSpec:
+    """``spec.<operand>.enabled`` of a ClusterPolicy as written: ``None`` when not set (the
+    operator's default applies, :mod:`streams.core.operatorstack` owns those)."""
+
+    operand: str  # the spec key: driver, toolkit, devicePlugin, dcgm, dcgmExporter, gfd, …
+    enabled: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyCondition:
+    """One ``status.conditions[]`` entry (``metav1.Condition``): the operator writes ``Ready`` and
+    ``Error``, the message naming the states not ready."""
+
+    type: str
+    status: str  # "True", "False", "Unknown"
+    reason: str = ""
+    message: str = ""
+    last_transition_ms: int | None = None
+
+
+#: ``status.state`` of a ClusterPolicy (``""``: no status written yet)
+PolicyState = Literal["ignored", "ready", "notReady", ""]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPolicyRecord:
+    """The GPU Operator's ``ClusterPolicy`` (``nvidia.com/v1``, cluster-scoped): what it intends
+    and whether it says it is reconciled. Read once per cluster by the cluster role, which
+    publishes it into every partition of the input topic (like ``clock.tick``): every node's
+    join reads it. ``deleted``: the policy is gone."""
+
+    name: str
+    ts_ms: int
+    operands: tuple[OperandSpec, ...] = ()
+    mig_strategy: str | None = None  # spec.mig.strategy: none, single, mixed
+    device_plugin_config: str = ""  # spec.devicePlugin.config.name (the sharing config map)
+    state: PolicyState = ""
+    namespace: str = ""  # status.namespace: where the operands run
+    conditions: tuple[PolicyCondition, ...] = ()
+    generation: int | None = None
+    deleted: bool = False
+    resource_version: str = ""
+
+
 #: Every record an agent publishes on the node-events topic (keyed by its node)
 InputRecord = (
     PodResourcesSnapshot
@@ -342,9 +440,10 @@ InputRecord = (
     | ResourceSliceRecord
     | ResourceClaimRecord
     | AgentStatus
+    | OperandPods
 )
 #: Records on the node-events topic that belong to a partition, not a node (the cluster role's)
-PartitionRecord = ClockTick
+PartitionRecord = ClockTick | ClusterPolicyRecord
 
 #: Record kinds the agents publish, with their schema versions (see :mod:`contract.codec`) and
 #: the older versions this build still reads (v2 only removed fields: a v1 record reads as v2).
@@ -361,4 +460,6 @@ KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "k8s.resourceclaim": (ResourceClaimRecord, 1),
     "agent.status": (AgentStatus, 1),
     "clock.tick": (ClockTick, 1),
+    "k8s.operand-pods": (OperandPods, 1),
+    "k8s.clusterpolicy": (ClusterPolicyRecord, 1),
 }

@@ -251,6 +251,123 @@ class Alert:
     summary: str
 
 
+#: the planes of a node's GPU stack, in dependency order (:mod:`streams.core.operatorstack`)
+PlaneName = Literal[
+    "driver",
+    "container-toolkit",
+    "device-plugin",
+    "dra-driver",
+    "dcgm",
+    "dcgm-exporter",
+    "gpu-feature-discovery",
+    "mig-manager",
+    "operator-validator",
+]
+#: what was intended for a plane on this node: the operator ``deploy``s it; it is on the ``host``
+#: (a pre-installed driver or toolkit); ``disabled`` on purpose; ``paused`` (a deploy label set to
+#: another value, as the driver manager does across a driver reload); not labelled for this node
+#: (``unlabelled``); or ``unknown`` (neither the ClusterPolicy nor the node's labels seen)
+IntentKind = Literal["deploy", "host", "disabled", "paused", "unlabelled", "unknown"]
+#: which decided it: the ClusterPolicy's ``spec.<operand>.enabled``, the operator's default for
+#: an unset one, the node's ``nvidia.com/gpu.deploy.<operand>`` label, or the node-wide
+#: ``nvidia.com/gpu.deploy.operands=false``
+DecidedBy = Literal["cluster-policy", "operator-default", "node-label", "operands-label", "none"]
+#: a plane's standing: ``ready``; ``not-ready`` (its own boundary is broken, as far as we see);
+#: ``waiting`` on a lower plane that is not ready; ready but our agent cannot reach it
+#: (``unreachable``) or its answers are not this node's (``refused``); ``disabled`` as intended;
+#: ``unknown``
+PlaneState = Literal[
+    "ready", "not-ready", "waiting", "unreachable", "refused", "disabled", "unknown"
+]
+#: the node's stack: ``ready``; ``broken`` (``first_broken`` names where); ``reconciling`` (a MIG
+#: reconfiguration in progress, nothing broken); ``disabled`` (every plane off on purpose);
+#: ``unknown`` (the operator is not observed, or a plane cannot be judged yet)
+StackState = Literal["ready", "broken", "reconciling", "disabled", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlaneIntent:
+    kind: IntentKind
+    decided_by: DecidedBy
+    detail: str  # what decided, as written: "nvidia.com/gpu.deploy.dcgm-exporter=false"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanePod:
+    """The operand pod of a plane on this node, as its status says."""
+
+    pod: str  # namespace/name
+    phase: str
+    ready: bool
+    restarts: int
+    reason: str = ""  # CrashLoopBackOff, ImagePullBackOff, …
+    init_at: str = ""  # the init container it has not passed yet (toolkit-validation, …)
+
+
+@dataclass(frozen=True, slots=True)
+class PlaneReach:
+    """What our agent can reach of a plane: its source's word (``agent.status``)."""
+
+    source: str  # dcgm, podresources
+    state: str  # ok, failing, disabled, starting
+    reason: str = ""
+    since_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plane:
+    name: PlaneName
+    state: PlaneState
+    intent: PlaneIntent
+    reason: str  # one line
+    pod: PlanePod | None = None
+    reach: PlaneReach | None = None
+    waits_on: PlaneName | None = None  # the lower plane it waits on (state waiting)
+
+
+@dataclass(frozen=True, slots=True)
+class MigReconcile:
+    """MIG on this node: desired (``nvidia.com/mig.config``) versus reconciled
+    (``nvidia.com/mig.config.state``), and the ClusterPolicy's ``spec.mig.strategy``."""
+
+    strategy: str | None
+    desired: str | None
+    state: str | None  # success, pending, rebooting, failed
+    reconciled: bool | None  # None: no MIG configuration for this node
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyStanding:
+    """The ClusterPolicy as it says of itself (``status.state`` and its ``Ready`` condition)."""
+
+    name: str
+    state: str  # ready, notReady, ignored; "" before the operator wrote a status
+    ready: bool | None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """One node's GPU stack: per plane what was intended, what runs and what our agent reaches,
+    the first broken boundary in dependency order, MIG desired versus reconciled, the
+    ClusterPolicy's own word, and the one line that says why its telemetry is unknown."""
+
+    node: str
+    ts_ms: int
+    state: StackState
+    summary: str  # "container toolkit not ready on gpu-a; device plugin, … wait on it"
+    planes: tuple[Plane, ...]
+    mig: MigReconcile
+    first_broken: PlaneName | None = None
+    blocked: tuple[PlaneName, ...] = ()  # the planes that wait on the first broken one
+    policy: PolicyStanding | None = None
+    #: why usage is unknown on this node, when the stack says: "dcgm-exporter disabled on this
+    #: node by nvidia.com/gpu.deploy.dcgm-exporter=false"; None when the stack says nothing
+    telemetry_reason: str | None = None
+    telemetry_disabled: bool = False  # the exporter is off on purpose (no alert for it)
+
+
 #: Record kinds the workers publish, with their schema versions (see :mod:`contract.codec`).
 KINDS: dict[str, tuple[type, int]] = {
     "attribution": (AttributionEvent, 1),
@@ -258,4 +375,5 @@ KINDS: dict[str, tuple[type, int]] = {
     "exporter.misattribution": (ExporterMisattribution, 2),
     "telemetry.refused": (TelemetryRefused, 1),
     "alert": (Alert, 1),
+    "node-status": (NodeStatus, 1),
 }

@@ -21,6 +21,7 @@ OUTPUTS: dict[str, str] = {
     "alert": "alerts",
     "exporter.misattribution": "flags",
     "telemetry.refused": "flags",
+    "node-status": "node-status",
     "deadletter": "deadletter",
     "delivery.failure": "deadletter",
 }

@@ -11,13 +11,14 @@ import pytest
 
 from contract import codec
 from contract.delivery import DeliveryFailure
-from contract.inputs import DcgmSample, ExporterClaim
+from contract.inputs import DcgmSample, ExporterClaim, OperandPods
 from contract.inputs import DeviceAssignment as A
 from contract.outputs import DeadLetter, Telemetry, TelemetryRefused
 from contract.schemas import OUTPUTS, file_name, json_schema
 from infra.settings import AlertSettings
 from streams.core.alerts import step
 from streams.core.attribution import DeviceContext, DeviceFacts, attribute, describe
+from streams.core.operatorstack import node_status
 
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 
@@ -64,8 +65,16 @@ def test_real_payloads_validate_and_broken_ones_do_not() -> None:
     refused = TelemetryRefused(
         "n", 1, "hostname", "reports Hostname other", "other", "http://x", ("GPU-9",), 1
     )
+    stack = node_status(
+        "n",
+        1,
+        {"nvidia.com/gpu.deploy.dcgm-exporter": "false", "nvidia.com/mig.config": "all-disabled"},
+        None,
+        OperandPods("n", 1, "gpu-operator", ()),
+    )
     records = [
         event,
+        stack,
         spine,
         *flags,
         refused,
