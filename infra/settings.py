@@ -154,6 +154,19 @@ class SinkSettings(BaseSettings):
     #: delivers them, so a slow or failing destination never gets it evicted from its group
     batch_max: int = Field(default=50, ge=1)
     max_poll_interval_s: float = Field(default=300.0, gt=0)
+    #: a sink that stops heart-beating is out of the group after this; its partitions then
+    #: move to the others (and a member joining or leaving is noticed within one heartbeat)
+    session_timeout_s: float = Field(default=10.0, ge=6.0)  # the broker's minimum is 6 s
+    heartbeat_interval_s: float = Field(default=3.0, gt=0)
+
+    @model_validator(mode="after")
+    def _heartbeat_within_session(self) -> SinkSettings:
+        if self.heartbeat_interval_s * 3 > self.session_timeout_s:
+            raise ValueError(
+                "GPUATTR_SINK_HEARTBEAT_INTERVAL_S must be at most a third of "
+                "GPUATTR_SINK_SESSION_TIMEOUT_S"
+            )
+        return self
 
 
 class WorkerSettings(BaseSettings):
