@@ -2,21 +2,25 @@
 
 On real Kafka: ``--alerts`` alerts (2,000) wait on the alerts topic (4 partitions); one sink
 delivers them to a webhook in batches of ``--batch-max`` (20), while a second member of its
-consumer group joins and leaves in turn every ``--period`` seconds (2 s) for as long as the
-sink has anything left to commit. The second member only holds partitions (it never delivers or
-commits), so every alert must be delivered by the sink itself.
+consumer group joins and leaves in turn, one change every ``--period`` seconds (2 s, start to
+start), for as long as the sink has anything left to commit. The second member only holds
+partitions (it never delivers or commits), so every alert must be delivered by the sink itself.
 
 The window is forced, not hoped for: before each join or leave the webhook stops answering and
 the harness waits until the sink has a request of its batch held there, i.e. until the sink is
 in the middle of delivering a batch; the webhook stays down until the group is stable again and
 ``--hold`` seconds (1 s) more, long enough for the sink's keep-alive polls (every 0.5 s) to run
-after the new partition state exists. Then it answers everything it held.
+after the new partition state exists. Then it answers everything it held, and stays open for
+the rest of the period (at least a tenth of it).
 
-A run ends once the group's committed offsets reach the end of every partition with no churn
-left. Per run it prints: alerts, distinct keys delivered, lost (never delivered: the committed
-offset went past them), duplicates (deliveries beyond the first, by idempotency key; the sink
-is at least once), dead-lettered, joins and leaves, seconds. Exit status 1 if any run lost or
-dead-lettered an alert. ``tests/integration/test_sink_churn.py`` runs one run in ``make test``.
+A run ends once the group's committed offsets reach the end of every partition, or the sink has
+had nothing to deliver for 5 s; the churn then stops, one more alert per partition is written
+and the run waits until the sink has committed it (so whatever a poll skipped is behind a
+commit: lost). Per run it prints: alerts, distinct keys delivered, lost (never delivered),
+duplicates (deliveries beyond the first, by idempotency key: the sink is at least once),
+dead-lettered, joins, leaves, the median time between two changes, seconds. Exit status 1 if
+any run lost or dead-lettered an alert. ``tests/integration/test_sink_churn.py`` runs one run
+in ``make test``.
 
     .venv/bin/python -m bench.sink_churn --runs 20
 """
@@ -27,13 +31,14 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import itertools
 import os
 import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,13 +76,16 @@ class RunFigures:
     dead_lettered: int
     joins: int
     leaves: int
+    #: median seconds from one join or leave to the next (0 with fewer than two)
+    spacing_s: float
     seconds: float
 
     def line(self) -> str:
         return (
             f"alerts {self.alerts}  delivered keys {self.delivered_keys}  lost {self.lost}  "
             f"duplicates {self.duplicates}  dead-lettered {self.dead_lettered}  "
-            f"joins {self.joins}  leaves {self.leaves}  {self.seconds:.1f} s"
+            f"joins {self.joins}  leaves {self.leaves}  every {self.spacing_s:.2f} s  "
+            f"{self.seconds:.1f} s"
         )
 
 
@@ -127,6 +135,11 @@ def alert(n: int) -> Alert:
     )
 
 
+def _median_gap(times: list[float]) -> float:
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    return statistics.median(gaps) if gaps else 0.0
+
+
 async def _until(condition: Callable[[], Any], timeout_s: float, what: str) -> None:
     """Poll an (async) condition every 20 ms; fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -154,7 +167,7 @@ async def _webhook(hook: GatedWebhook) -> AsyncIterator[str]:
 
 
 async def _queue(
-    kafka: KafkaSettings, alerts: list[tuple[Alert, int | None]], opts: dict[str, Any]
+    kafka: KafkaSettings, alerts: Sequence[tuple[Alert, int | None]], opts: dict[str, Any]
 ) -> dict[int, int]:
     """Write ``alerts`` (to the partition given, or by key); the end offset of every partition
     written to."""
@@ -218,6 +231,7 @@ class Churn:
         self.stopping = False
         self.joins = self.leaves = 0
         self.member: AIOKafkaConsumer | None = None
+        self.starts: list[float] = []  # monotonic time each join or leave began
 
     async def _members(self) -> int | None:
         """Members of the group once it is stable (None while it rebalances)."""
@@ -254,6 +268,7 @@ class Churn:
         await _until(lambda: self.hook.waiting or self.stopping, 60, "a batch in delivery")
         if self.stopping:
             return
+        self.starts.append(time.monotonic())
         await (self._join() if self.member is None else self._leave())
         expected = 1 if self.member is None else 2
         await _until(lambda: self._stable(expected), 60, "a stable group")
@@ -266,8 +281,12 @@ class Churn:
     async def run(self) -> None:
         try:
             while not self.stopping:
+                began = time.monotonic()
                 await self._cycle()
-                await asyncio.sleep(self.period_s)  # the churn's cadence
+                # the cadence: a join or leave every period, and the webhook open at least a
+                # tenth of it in between, so that the sink delivers something between changes
+                rest = max(self.period_s - (time.monotonic() - began), self.period_s / 10)
+                await asyncio.sleep(rest)
         finally:
             self.hook.gate.set()
             if self.member is not None:
@@ -337,9 +356,7 @@ async def churn_run(
                 await churning  # the last member leaves; its partitions return to the sink
                 last = [(alert(alerts + p), p) for p in range(PARTITIONS)]
                 ends |= await _queue(kafka, last, opts)
-                await _until(
-                    lambda: sink.done() or committed_all(), timeout_s, "the final commits"
-                )
+                await _until(lambda: sink.done() or committed_all(), timeout_s, "the final commits")
             finally:
                 churn.stopping = True
                 stop.set()
@@ -357,6 +374,7 @@ async def churn_run(
             dead_lettered=await _dead_lettered(kafka, opts),
             joins=churn.joins,
             leaves=churn.leaves,
+            spacing_s=_median_gap(churn.starts),
             seconds=time.monotonic() - began,
         )
     finally:
@@ -381,11 +399,13 @@ async def _main(args: argparse.Namespace) -> int:
             )
             runs.append(figures)
             print(f"run {n + 1:2d}: {figures.line()}", flush=True)
-    for name in ("lost", "duplicates", "dead_lettered", "joins", "seconds"):
+    for name in ("lost", "duplicates", "dead_lettered", "joins", "leaves", "spacing_s", "seconds"):
         values = [getattr(r, name) for r in runs]
         print(f"{name}: median {statistics.median(values):g} [{min(values):g}, {max(values):g}]")
-    print(f"runs with a lost or dead-lettered alert: "
-          f"{sum(1 for r in runs if r.lost or r.dead_lettered)} of {len(runs)}")
+    print(
+        f"runs with a lost or dead-lettered alert: "
+        f"{sum(1 for r in runs if r.lost or r.dead_lettered)} of {len(runs)}"
+    )
     return 1 if any(r.lost or r.dead_lettered for r in runs) else 0
 
 

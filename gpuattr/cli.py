@@ -13,6 +13,8 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from infra.settings import (
     AlertSettings,
     DcgmSettings,
@@ -159,6 +161,14 @@ def _default_log_level(command: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except ValidationError as err:  # settings refused (secret values are never in the message)
+        print(f"gpuattr: settings refused: {err}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=(args.log_level or _default_log_level(args.command)).upper(),

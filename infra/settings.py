@@ -20,6 +20,20 @@ MICROK8S_KUBELET_SOCKET = Path(
 )
 
 
+#: what stands in for a secret in examples and manifests: refused wherever a secret is read, so a
+#: forgotten placeholder stops a component at start instead of signing or logging in with it
+PLACEHOLDER_SECRETS = frozenset(
+    {"change-me", "changeme", "change_me", "replace-me", "replaceme", "secret", "password", "todo"}
+)
+#: a webhook signing key shorter than this is refused (HMAC-SHA256 keys: 32 random bytes advised)
+MIN_SIGNING_KEY_CHARS = 16
+
+
+def is_placeholder(value: SecretStr) -> bool:
+    text = value.get_secret_value().strip()
+    return text.lower() in PLACEHOLDER_SECRETS or (text.startswith("<") and text.endswith(">"))
+
+
 class KafkaSettings(BaseSettings):
     """Where Kafka is and how to talk to it. No bootstrap → the embedded local broker."""
 
@@ -56,6 +70,8 @@ class KafkaSettings(BaseSettings):
             ]
             if missing:
                 raise ValueError(f"{self.security_protocol} needs {' and '.join(missing)}")
+        if self.sasl_password is not None and is_placeholder(self.sasl_password):
+            raise ValueError("GPUATTR_KAFKA_SASL_PASSWORD is a placeholder: set the real password")
         return self
 
     def topic(self, role: TopicRole) -> str:
@@ -158,6 +174,22 @@ class SinkSettings(BaseSettings):
     #: move to the others (and a member joining or leaving is noticed within one heartbeat)
     session_timeout_s: float = Field(default=10.0, ge=6.0)  # the broker's minimum is 6 s
     heartbeat_interval_s: float = Field(default=3.0, gt=0)
+
+    @model_validator(mode="after")
+    def _signing_key_real(self) -> SinkSettings:
+        """A webhook is always signed, with a real key: an empty, placeholder or short key is
+        refused at start (naming the setting, never its value)."""
+        key = self.webhook_secret
+        if key is not None and key.get_secret_value():
+            if is_placeholder(key) or len(key.get_secret_value()) < MIN_SIGNING_KEY_CHARS:
+                raise ValueError(
+                    "GPUATTR_SINK_WEBHOOK_SECRET is a placeholder or shorter than "
+                    f"{MIN_SIGNING_KEY_CHARS} characters: set a random key "
+                    "(e.g. `openssl rand -hex 32`)"
+                )
+        elif self.webhook_url is not None and self.webhook_url.get_secret_value():
+            raise ValueError("GPUATTR_SINK_WEBHOOK_URL needs GPUATTR_SINK_WEBHOOK_SECRET")
+        return self
 
     @model_validator(mode="after")
     def _heartbeat_within_session(self) -> SinkSettings:
