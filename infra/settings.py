@@ -7,10 +7,12 @@ Examples: ``GPUATTR_KAFKA_BOOTSTRAP=broker:9092``, ``GPUATTR_KUBELET_SOCKET_PATH
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from infra.endpoints import endpoint
 
 TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags"]
 
@@ -211,6 +213,16 @@ class WorkerSettings(BaseSettings):
     web_host: str = "127.0.0.1"
     #: how other workers reach this one's API (a pod IP); defaults to web_host
     advertised_host: str | None = None
+    #: the only workers this one sends query-API requests to (gathering listings, forwarding a
+    #: node's request to its owner): ``http://host:port`` entries, comma-separated, and/or a DNS
+    #: name (a headless Service) whose addresses, at this worker's web port, are the workers.
+    #: An address another group member advertises is called only if it is one of these: nothing
+    #: a Kafka client writes into the group's metadata makes a worker call a host of its choice.
+    peers: Annotated[tuple[str, ...], NoDecode] = ()
+    peer_service: str | None = None
+    #: Faust's own web views (/router, /table, /graph, statistics): off unless asked for; they
+    #: serve table contents and the group's topology without authentication
+    faust_views: bool = False
     loglevel: str = "warn"
     #: a worker that stops heart-beating (SIGKILL, node loss) is out of the group after this;
     #: its partitions then move to the others
@@ -222,6 +234,16 @@ class WorkerSettings(BaseSettings):
     #: time writing to sockets); 50 ms raised one worker's rate by half (docs/BENCHMARKS.md)
     producer_batch_bytes: int = Field(default=262_144, ge=16_384)
     producer_linger_s: float = Field(default=0.05, ge=0)
+
+    @field_validator("peers", mode="before")
+    @classmethod
+    def _peer_list(cls, value: object) -> object:
+        peers = value.split(",") if isinstance(value, str) else value
+        if isinstance(peers, list | tuple):
+            peers = tuple(str(p).strip().rstrip("/") for p in peers if str(p).strip())
+            if bad := [p for p in peers if endpoint(p) is None]:
+                raise ValueError(f"GPUATTR_WORKER_PEERS: not http://host:port: {', '.join(bad)}")
+        return peers
 
     @model_validator(mode="after")
     def _heartbeat_within_session(self) -> WorkerSettings:

@@ -74,6 +74,8 @@ class Pipeline:
                 WORKER_DATA_DIR=self.workdir / f"worker-{n}",
                 WORKER_WEB_ENABLED="true" if self.web_ports else "false",
                 WORKER_WEB_PORT=self.web_ports[n] if self.web_ports else None,
+                WORKER_PEERS=",".join(f"http://127.0.0.1:{port}" for port in self.web_ports)
+                or None,
             ),
             **self.worker_env,  # the test's own settings win
         }
