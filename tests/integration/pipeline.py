@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from contract import codec
 from contract.topics import TopicRole
 from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
+from infra.kafka import client_options
 from infra.settings import KafkaSettings
 from infra.topics import topic_specs
 from sim.runner import ScenarioClock, SimulatedCluster
@@ -37,6 +38,7 @@ async def collect(kafka: KafkaSettings, role: TopicRole) -> AsyncIterator[Collec
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,
+        **client_options(kafka),
     )
     await consumer.start()
     out = Collected()
@@ -65,6 +67,8 @@ class Pipeline:
     workdir: Path
     worker_env: dict[str, str] = field(default_factory=dict)
     web_ports: list[int] = field(default_factory=list)  # one per worker: query API on
+    #: each role's own Kafka settings (credentials), e.g. {"agent": {...}, "worker": {...}}
+    role_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def worker_child(self, n: int) -> Child:
         env = {
@@ -77,6 +81,7 @@ class Pipeline:
                 WORKER_PEERS=",".join(f"http://127.0.0.1:{port}" for port in self.web_ports)
                 or None,
             ),
+            **self.role_env.get("worker", {}),
             **self.worker_env,  # the test's own settings win
         }
         return Child(f"worker-{n}", ["worker"], env, self.workdir / f"worker-{n}.log")
@@ -104,20 +109,42 @@ async def pipeline(
     worker_env: dict[str, str] | None = None,
     web_ports: list[int] | None = None,
     before_start: Callable[[SimulatedCluster], None] | None = None,
+    admin: KafkaSettings | None = None,
+    topic_prefix: str | None = None,
+    role_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> AsyncIterator[Pipeline]:
-    """Everything of a real deployment but the cluster, with a scenario clock the test moves."""
-    kafka = KafkaSettings(
-        bootstrap=bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=partitions
+    """Everything of a real deployment but the cluster, with a scenario clock the test moves.
+
+    ``admin``: the settings topics are created and collected with (a secured broker's super
+    user); ``role_env``: each role's own credentials on top of the common settings."""
+    kafka = (admin or KafkaSettings(bootstrap=bootstrap)).model_copy(
+        update={
+            "topic_prefix": topic_prefix or f"t{uuid.uuid4().hex[:10]}.",
+            "partitions": partitions,
+        }
     )
-    await create_topics(bootstrap, topic_specs(kafka, kafka.topic_prefix + "worker"))
+    await create_topics(
+        bootstrap, topic_specs(kafka, kafka.topic_prefix + "worker"), **client_options(kafka)
+    )
     clock = ScenarioClock(speed=0.0)
     async with SimulatedCluster(scenario, workdir / "sim", clock) as sim:
-        p = Pipeline(kafka, sim, clock, [], [], workdir, worker_env or {}, web_ports or [])
+        p = Pipeline(
+            kafka,
+            sim,
+            clock,
+            [],
+            [],
+            workdir,
+            worker_env or {},
+            web_ports or [],
+            role_env or {},
+        )
         p.workers = [p.worker_child(n) for n in range(workers)]
         for ep in sim.endpoints():
             env = {
                 **p.env(),
                 **ep.agent_env(poll_interval_s=0.2, scrape_interval_s=0.5),
+                **(role_env or {}).get("agent", {}),
                 **(agent_env or {}),
             }
             p.agents.append(
