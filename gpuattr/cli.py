@@ -13,6 +13,9 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
+from infra.acls import DEFAULT_PRINCIPALS, ROLES
 from infra.settings import (
     AlertSettings,
     ClusterSettings,
@@ -65,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("topics", help="create the topics (partitions, retention) on the Kafka cluster")
 
+    acl = sub.add_parser(
+        "acls", help="create each role's Kafka ACLs (connect as a principal allowed to)"
+    )
+    for role, user in DEFAULT_PRINCIPALS.items():
+        acl.add_argument(f"--{role}", default=user, help=f"the {role}'s user (default {user})")
+    acl.add_argument("--print", action="store_true", help="print the ACLs, create nothing")
+
     a = sub.add_parser("agent", help="run the node agent for one node")
     a.add_argument(
         "--node", default=os.environ.get("NODE_NAME"), required="NODE_NAME" not in os.environ
@@ -113,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="one JSON attribution event per line")
     d.add_argument("--speed", type=float, default=1.0, help="scenario time per wall second")
     d.add_argument("--workdir", type=Path, help="keep logs and data here (default: temp dir)")
+    d.add_argument(
+        "--secure",
+        action="store_true",
+        help="Kafka with TLS, SASL/SCRAM and ACLs: one user per role (embedded broker only)",
+    )
     return p
 
 
@@ -163,6 +178,27 @@ def _run_worker(
     return 0
 
 
+def _acls(kafka: KafkaSettings, args: argparse.Namespace) -> int:
+    """``gpuattr acls``: every role's rules (infra/acls.py) for these topics, app id and sink
+    group, printed, and created unless ``--print``."""
+    from infra.acls import create_acls, role_acls
+    from infra.kafka import client_options
+
+    principals = {role: getattr(args, role) for role in ROLES}
+    rules = role_acls(kafka, WorkerSettings().app_id, SinkSettings().group_id, principals)
+    for role, acls in rules.items():
+        for acl in acls:
+            print(
+                f"{role:7} User:{acl.user} {acl.operation} {acl.resource} "
+                f"{acl.name}{'*' if acl.pattern == 'prefix' else ''}"
+            )
+    if not args.print:
+        assert kafka.bootstrap is not None
+        every = [acl for acls in rules.values() for acl in acls]
+        asyncio.run(create_acls(kafka.bootstrap, every, **client_options(kafka)))
+    return 0
+
+
 #: terminal tools: their output is the table or the report, not library chatter
 QUIET_COMMANDS = ("top", "report")
 
@@ -172,6 +208,14 @@ def _default_log_level(command: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except ValidationError as err:  # settings refused (secret values are never in the message)
+        print(f"gpuattr: settings refused: {err}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=(args.log_level or _default_log_level(args.command)).upper(),
@@ -238,7 +282,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             )
         return 0
-    if kafka.bootstrap is None and args.command in ("topics", "agent", "worker", "sink", "report"):
+    if args.command == "acls" and args.print:
+        return _acls(kafka, args)
+    if kafka.bootstrap is None and args.command in (
+        "topics",
+        "acls",
+        "agent",
+        "worker",
+        "sink",
+        "report",
+    ):
         print(
             "gpuattr: no Kafka configured: set GPUATTR_KAFKA_BOOTSTRAP or --bootstrap "
             "(or run `gpuattr kafka` for a local broker)",
@@ -254,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         specs = topic_specs(kafka, WorkerSettings().app_id)
         asyncio.run(create_topics(kafka.bootstrap, specs, **client_options(kafka)))
         return 0
+    if args.command == "acls":
+        return _acls(kafka, args)
     if args.command == "report":
         from gpuattr.report_cli import run as run_report
 
@@ -298,7 +353,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuattr.demo import run_demo
 
         code = until_signalled(
-            run_demo(kafka, args.scenario, args.duration, args.json, args.speed, args.workdir)
+            run_demo(
+                kafka,
+                args.scenario,
+                args.duration,
+                args.json,
+                args.speed,
+                args.workdir,
+                secure=args.secure,
+            )
         )
         return 130 if code is None else code
     return 2

@@ -1,4 +1,8 @@
-"""``gpuattr demo``: local Kafka, a simulated cluster, one agent per node, a worker, live output."""
+"""``gpuattr demo``: local Kafka, a simulated cluster, one agent per node, a worker, live output.
+
+``--secure`` (with the embedded broker): Kafka with TLS, SASL/SCRAM and the authorizer, one user
+per role with only its role's ACLs (:mod:`infra.acls`): the agents, the worker, a sink (alerts
+read and acknowledged) and the demo's own view (the reader) each connect as their own user."""
 
 from __future__ import annotations
 
@@ -18,8 +22,9 @@ from rich.live import Live
 
 from contract import codec
 from gpuattr.demo_view import render
-from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, free_port
-from gpuattr.procs import Child, settings_env
+from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, LocalKafkaSecurity, free_port
+from gpuattr.procs import Child, kafka_env, settings_env
+from infra.acls import DEFAULT_PRINCIPALS, Role, create_acls, role_acls
 from infra.admin import create_topics
 from infra.kafka import client_options
 from infra.settings import KafkaSettings
@@ -98,21 +103,38 @@ async def run_demo(
     json_out: bool,
     speed: float = 1.0,
     workdir: Path | None = None,
+    secure: bool = False,
 ) -> int:
     scenario = load(scenario_name)
+    if secure and kafka.bootstrap:
+        print("demo: --secure runs its own broker; unset GPUATTR_KAFKA_BOOTSTRAP", file=sys.stderr)
+        return 2
     run_id = uuid.uuid4().hex[:8]
     with contextlib.ExitStack() as files:
         root = workdir or Path(files.enter_context(tempfile.TemporaryDirectory(prefix="gpuattr-")))
         print(f"demo: working in {root}", file=sys.stderr)
         async with contextlib.AsyncExitStack() as stack:
+            # each role's settings: the same Kafka, the role's own user when secured
+            role: dict[Role, KafkaSettings]
             if not kafka.bootstrap:
+                security = LocalKafkaSecurity.generate(DEFAULT_PRINCIPALS.values())
                 broker = LocalKafka(
-                    LocalKafkaConfig(data_dir=root / "kafka", log_file=root / "kafka.log")
+                    LocalKafkaConfig(
+                        data_dir=root / "kafka",
+                        log_file=root / "kafka.log",
+                        security=security if secure else None,
+                    )
                 )
                 await stack.enter_async_context(broker)
-                kafka = kafka.model_copy(update={"bootstrap": broker.bootstrap})
+                base = kafka
+                kafka = broker.client_settings(base=base)  # the super user
+                role = {
+                    r: broker.client_settings(user, base)  # plaintext: no user at all
+                    for r, user in DEFAULT_PRINCIPALS.items()
+                }
             else:
                 kafka = kafka.model_copy(update={"topic_prefix": f"gpuattr-demo-{run_id}."})
+                role = dict.fromkeys(DEFAULT_PRINCIPALS, kafka)
             assert kafka.bootstrap is not None
             print(f"demo: Kafka {kafka.bootstrap}, topics {kafka.topic_prefix}*", file=sys.stderr)
             app_id = f"gpuattr-demo-{run_id}"
@@ -125,20 +147,21 @@ async def run_demo(
             await create_topics(
                 kafka.bootstrap, topic_specs(kafka, app_id), **client_options(kafka)
             )
+            sink_group = f"{app_id}-sink"
+            if secure:
+                rules = role_acls(kafka, app_id, sink_group)
+                every = [acl for acls in rules.values() for acl in acls]
+                await create_acls(kafka.bootstrap, every, **client_options(kafka))
+                print(f"demo: one Kafka user per role, {len(every)} ACLs", file=sys.stderr)
             sim = await stack.enter_async_context(
                 SimulatedCluster(scenario, root / "sim", ScenarioClock(speed))
-            )
-            common = settings_env(
-                KAFKA_BOOTSTRAP=kafka.bootstrap,
-                KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
-                KAFKA_PARTITIONS=kafka.partitions,
             )
             children = [
                 Child(
                     "worker",
                     ["worker"],
                     {
-                        **common,
+                        **kafka_env(role["worker"]),
                         **settings_env(
                             WORKER_APP_ID=app_id,
                             WORKER_DATA_DIR=root / "worker",
@@ -153,7 +176,7 @@ async def run_demo(
                 Child(
                     "cluster",
                     ["cluster"],
-                    {**common, **sim.endpoints()[0].cluster_env(DEMO_TICK_S)},
+                    {**kafka_env(role["cluster"]), **sim.endpoints()[0].cluster_env(DEMO_TICK_S)},
                     root / "cluster.log",
                 ),
             ]
@@ -163,20 +186,26 @@ async def run_demo(
                         f"agent-{ep.node}",
                         ["agent", "--node", ep.node],
                         {
-                            **common,
+                            **kafka_env(role["agent"]),
                             **ep.agent_env(poll_interval_s=0.5, scrape_interval_s=2),
                             "GPUATTR_AGENT_STATUS_INTERVAL_S": "5",
                         },
                         root / f"agent-{ep.node}.log",
                     )
                 )
+            if secure:  # the sink's own user reads the alerts (no destination: acknowledged)
+                sink_env = {
+                    **kafka_env(role["sink"]),
+                    **settings_env(SINK_GROUP_ID=sink_group, OBSERVE_SINK_PORT=0),
+                }
+                children.append(Child("sink", ["sink"], sink_env, root / "sink.log"))
             for child in children:
                 await child.start()
                 stack.push_async_callback(child.stop)
             deadline = None if duration_s is None else time.monotonic() + duration_s
             title = f"gpuattr demo · scenario {scenario.name} · API {api} · logs in {root}"
             try:
-                count = await _stream(kafka, deadline, json_out, title)
+                count = await _stream(role["reader"], deadline, json_out, title)
             except asyncio.CancelledError:
                 count = -1
             print(

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from infra.settings import KafkaSettings
+
 log = logging.getLogger(__name__)
 
 
@@ -77,3 +79,20 @@ class Child:
 def settings_env(**values: object) -> dict[str, str]:
     """``GPUATTR_*`` environment for a child, from keyword pairs like ``KAFKA_BOOTSTRAP=...``."""
     return {f"GPUATTR_{k.upper()}": str(v) for k, v in values.items() if v is not None}
+
+
+def kafka_env(kafka: KafkaSettings) -> dict[str, str]:
+    """``GPUATTR_KAFKA_*`` for a child that connects as ``kafka`` does (its credentials too)."""
+    password = kafka.sasl_password.get_secret_value() if kafka.sasl_password else None
+    return settings_env(
+        KAFKA_BOOTSTRAP=kafka.bootstrap,
+        KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
+        KAFKA_PARTITIONS=kafka.partitions,
+        KAFKA_SECURITY_PROTOCOL=kafka.security_protocol,
+        KAFKA_SASL_MECHANISM=kafka.sasl_mechanism,
+        KAFKA_SASL_USERNAME=kafka.sasl_username,
+        KAFKA_SASL_PASSWORD=password,
+        KAFKA_SSL_CAFILE=kafka.ssl_cafile,
+        KAFKA_SSL_CERTFILE=kafka.ssl_certfile,
+        KAFKA_SSL_KEYFILE=kafka.ssl_keyfile,
+    )

@@ -91,6 +91,13 @@ def render(body: dict[str, Any], rows: Sequence[DeviceRow], title: str) -> Group
     if body.get("unavailable"):
         missing = ", ".join(body["unavailable"])
         notes.append(Text(f"workers not answering: {missing}", style="yellow"))
+    if body.get("unverified"):
+        strangers = ", ".join(body["unverified"])
+        notes.append(
+            Text(
+                f"not verified, not asked (their devices are missing): {strangers}", style="yellow"
+            )
+        )
     return Group(*notes)
 
 

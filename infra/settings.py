@@ -7,10 +7,12 @@ Examples: ``GPUATTR_KAFKA_BOOTSTRAP=broker:9092``, ``GPUATTR_KUBELET_SOCKET_PATH
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from infra.endpoints import endpoint
 
 TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags"]
 
@@ -18,6 +20,20 @@ DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 MICROK8S_KUBELET_SOCKET = Path(
     "/var/snap/microk8s/common/var/lib/kubelet/pod-resources/kubelet.sock"
 )
+
+
+#: what stands in for a secret in examples and manifests: refused wherever a secret is read, so a
+#: forgotten placeholder stops a component at start instead of signing or logging in with it
+PLACEHOLDER_SECRETS = frozenset(
+    {"change-me", "changeme", "change_me", "replace-me", "replaceme", "secret", "password", "todo"}
+)
+#: a webhook signing key shorter than this is refused (HMAC-SHA256 keys: 32 random bytes advised)
+MIN_SIGNING_KEY_CHARS = 16
+
+
+def is_placeholder(value: SecretStr) -> bool:
+    text = value.get_secret_value().strip()
+    return text.lower() in PLACEHOLDER_SECRETS or (text.startswith("<") and text.endswith(">"))
 
 
 class KafkaSettings(BaseSettings):
@@ -56,6 +72,8 @@ class KafkaSettings(BaseSettings):
             ]
             if missing:
                 raise ValueError(f"{self.security_protocol} needs {' and '.join(missing)}")
+        if self.sasl_password is not None and is_placeholder(self.sasl_password):
+            raise ValueError("GPUATTR_KAFKA_SASL_PASSWORD is a placeholder: set the real password")
         return self
 
     def topic(self, role: TopicRole) -> str:
@@ -224,6 +242,35 @@ class SinkSettings(BaseSettings):
     #: delivers them, so a slow or failing destination never gets it evicted from its group
     batch_max: int = Field(default=50, ge=1)
     max_poll_interval_s: float = Field(default=300.0, gt=0)
+    #: a sink that stops heart-beating is out of the group after this; its partitions then
+    #: move to the others (and a member joining or leaving is noticed within one heartbeat)
+    session_timeout_s: float = Field(default=10.0, ge=6.0)  # the broker's minimum is 6 s
+    heartbeat_interval_s: float = Field(default=3.0, gt=0)
+
+    @model_validator(mode="after")
+    def _signing_key_real(self) -> SinkSettings:
+        """A webhook is always signed, with a real key: an empty, placeholder or short key is
+        refused at start (naming the setting, never its value)."""
+        key = self.webhook_secret
+        if key is not None and key.get_secret_value():
+            if is_placeholder(key) or len(key.get_secret_value()) < MIN_SIGNING_KEY_CHARS:
+                raise ValueError(
+                    "GPUATTR_SINK_WEBHOOK_SECRET is a placeholder or shorter than "
+                    f"{MIN_SIGNING_KEY_CHARS} characters: set a random key "
+                    "(e.g. `openssl rand -hex 32`)"
+                )
+        elif self.webhook_url is not None and self.webhook_url.get_secret_value():
+            raise ValueError("GPUATTR_SINK_WEBHOOK_URL needs GPUATTR_SINK_WEBHOOK_SECRET")
+        return self
+
+    @model_validator(mode="after")
+    def _heartbeat_within_session(self) -> SinkSettings:
+        if self.heartbeat_interval_s * 3 > self.session_timeout_s:
+            raise ValueError(
+                "GPUATTR_SINK_HEARTBEAT_INTERVAL_S must be at most a third of "
+                "GPUATTR_SINK_SESSION_TIMEOUT_S"
+            )
+        return self
 
 
 class WorkerSettings(BaseSettings):
@@ -236,6 +283,16 @@ class WorkerSettings(BaseSettings):
     web_host: str = "127.0.0.1"
     #: how other workers reach this one's API (a pod IP); defaults to web_host
     advertised_host: str | None = None
+    #: the only workers this one sends query-API requests to (gathering listings, forwarding a
+    #: node's request to its owner): ``http://host:port`` entries, comma-separated, and/or a DNS
+    #: name (a headless Service) whose addresses, at this worker's web port, are the workers.
+    #: An address another group member advertises is called only if it is one of these: nothing
+    #: a Kafka client writes into the group's metadata makes a worker call a host of its choice.
+    peers: Annotated[tuple[str, ...], NoDecode] = ()
+    peer_service: str | None = None
+    #: Faust's own web views (/router, /table, /graph, statistics): off unless asked for; they
+    #: serve table contents and the group's topology without authentication
+    faust_views: bool = False
     loglevel: str = "warn"
     #: a worker that stops heart-beating (SIGKILL, node loss) is out of the group after this;
     #: its partitions then move to the others
@@ -247,6 +304,16 @@ class WorkerSettings(BaseSettings):
     #: time writing to sockets); 50 ms raised one worker's rate by half (docs/BENCHMARKS.md)
     producer_batch_bytes: int = Field(default=262_144, ge=16_384)
     producer_linger_s: float = Field(default=0.05, ge=0)
+
+    @field_validator("peers", mode="before")
+    @classmethod
+    def _peer_list(cls, value: object) -> object:
+        peers = value.split(",") if isinstance(value, str) else value
+        if isinstance(peers, list | tuple):
+            peers = tuple(str(p).strip().rstrip("/") for p in peers if str(p).strip())
+            if bad := [p for p in peers if endpoint(p) is None]:
+                raise ValueError(f"GPUATTR_WORKER_PEERS: not http://host:port: {', '.join(bad)}")
+        return peers
 
     @model_validator(mode="after")
     def _heartbeat_within_session(self) -> WorkerSettings:

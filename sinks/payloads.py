@@ -1,9 +1,11 @@
 """What a destination receives: a Slack Block Kit message, or a signed JSON webhook. Pure.
 
-Webhook signature: ``X-Gpuattr-Signature: v1=<hex HMAC-SHA256(key, "<timestamp>.<body>")>``
-with ``X-Gpuattr-Timestamp`` (Unix seconds) and ``Idempotency-Key: <alert id>:<status>`` — the
-same on every retry and redelivery of one alert record, distinct for its resolution. Receivers
-verify the signature over the exact bytes, reject stale timestamps and drop repeated keys.
+Webhook signature: ``X-Gpuattr-Signature: v2=<hex HMAC-SHA256(key,
+"<timestamp>.<idempotency key>.<body>")>`` with ``X-Gpuattr-Timestamp`` (Unix seconds) and
+``Idempotency-Key: <alert id>:<status>`` — the same on every retry and redelivery of one alert
+record, distinct for its resolution. The key is signed too (v1 signed only the timestamp and the
+body, so a replayed request with a fresh key passed a receiver's dedupe). Receivers verify the
+signature over the exact bytes, reject stale timestamps and drop repeated keys.
 """
 
 from __future__ import annotations
@@ -26,26 +28,30 @@ def idempotency_key(alert: Alert) -> str:
     return f"{alert.id}:{alert.status}"
 
 
-def sign(secret: bytes, timestamp: int, body: bytes) -> str:
-    mac = hmac.new(secret, str(timestamp).encode() + b"." + body, hashlib.sha256)
-    return "v1=" + mac.hexdigest()
+SCHEME = "v2"
 
 
-def verify(secret: bytes, timestamp: int, body: bytes, signature: str) -> bool:
-    return hmac.compare_digest(sign(secret, timestamp, body), signature)
+def sign(secret: bytes, timestamp: int, key: str, body: bytes) -> str:
+    signed = f"{timestamp}.{key}.".encode() + body
+    return f"{SCHEME}=" + hmac.new(secret, signed, hashlib.sha256).hexdigest()
+
+
+def verify(secret: bytes, timestamp: int, key: str, body: bytes, signature: str) -> bool:
+    return hmac.compare_digest(sign(secret, timestamp, key, body), signature)
 
 
 def webhook_request(
     alert_payload: bytes, alert: Alert, secret: bytes | None, timestamp: int
 ) -> tuple[bytes, dict[str, str]]:
     """Body (the alert's own JSON, untouched) and headers for a generic webhook."""
+    key = idempotency_key(alert)
     headers = {
         "Content-Type": "application/json",
-        IDEMPOTENCY_HEADER: idempotency_key(alert),
+        IDEMPOTENCY_HEADER: key,
         TIMESTAMP_HEADER: str(timestamp),
     }
     if secret:
-        headers[SIGNATURE_HEADER] = sign(secret, timestamp, alert_payload)
+        headers[SIGNATURE_HEADER] = sign(secret, timestamp, key, alert_payload)
     return alert_payload, headers
 
 

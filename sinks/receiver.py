@@ -22,7 +22,8 @@ def app(secret: bytes | None) -> web.Application:
         if secret is not None:
             try:
                 stamp = int(request.headers[TIMESTAMP_HEADER])
-                good = verify(secret, stamp, body, request.headers[SIGNATURE_HEADER])
+                key = request.headers[IDEMPOTENCY_HEADER]
+                good = verify(secret, stamp, key, body, request.headers[SIGNATURE_HEADER])
             except (KeyError, ValueError):
                 good = False
             if not good or abs(time.time() - stamp) > MAX_SKEW_S:

@@ -6,9 +6,16 @@ worked concurrently, each in order; run more sinks to scale (the group splits pa
 
 A backlog never gets the sink evicted: it takes at most ``batch_max`` alerts at a time and, while
 it delivers them (rate limits, retries while a destination is down can take minutes), it keeps
-polling Kafka with its partitions paused, so the group sees a live member. If a rebalance takes
-partitions away meanwhile, the commit of that batch fails harmlessly: the new owner delivers
-those alerts again, with the same idempotency keys.
+polling Kafka with its partitions paused, so the group sees a live member.
+
+No fetched record is ever discarded, rebalance or not (issue 27). After a rebalance aiokafka
+builds fresh partition state, unpaused and positioned at the last commit; a keep-alive poll
+would fetch from it. So (1) a rebalance listener pauses every partition the group hands over
+while a batch is in delivery — it runs before the new partitions have a position, so before any
+fetch; (2) should a keep-alive poll return records all the same, each partition is sought back
+to the first of them, so they are fetched again and delivered; (3) a commit covers only the
+batch that was delivered, and only partitions still assigned. A partition that moved away during
+delivery is delivered again by its new owner, with the same idempotency keys (at least once).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any
 
 import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, IllegalStateError
 from prometheus_client import Counter
 
@@ -41,6 +49,10 @@ log = logging.getLogger(__name__)
 DELIVERED = Counter("gpuattr_sink_delivered_total", "Alerts delivered", ["destination"])
 DEAD = Counter("gpuattr_sink_dead_lettered_total", "Alerts dead-lettered", ["destination"])
 READ = Counter("gpuattr_sink_alerts_read_total", "Alert records read from the alerts topic")
+REWOUND = Counter(
+    "gpuattr_sink_rewound_total",
+    "Records a keep-alive poll returned during a delivery, sought back to be fetched again",
+)
 
 
 def destinations(settings: SinkSettings, session: aiohttp.ClientSession) -> list[Destination]:
@@ -132,14 +144,17 @@ async def run_sink(
     stop = stop or asyncio.Event()
     opts = client_options(kafka)
     consumer = AIOKafkaConsumer(
-        kafka.topic("alerts"),
         bootstrap_servers=kafka.bootstrap,
         group_id=settings.group_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_interval_ms=int(settings.max_poll_interval_s * 1000),
+        session_timeout_ms=int(settings.session_timeout_s * 1000),
+        heartbeat_interval_ms=int(settings.heartbeat_interval_s * 1000),
         **opts,
     )
+    holding = HoldDuringDelivery(consumer)
+    consumer.subscribe([kafka.topic("alerts")], listener=holding)
     producer = AIOKafkaProducer(
         bootstrap_servers=kafka.bootstrap, acks="all", enable_idempotence=True, **opts
     )
@@ -172,7 +187,7 @@ async def run_sink(
             if not batch:
                 continue
             work = asyncio.gather(*(sink.partition(msgs) for msgs in batch.values()))
-            await _poll_while(consumer, work)
+            await _poll_while(consumer, holding, work)
             delivered = {
                 TopicPartition(tp.topic, tp.partition): msgs[-1].offset + 1
                 for tp, msgs in batch.items()
@@ -180,18 +195,60 @@ async def run_sink(
             await _commit(consumer, delivered)
 
 
-async def _poll_while(consumer: AIOKafkaConsumer, work: asyncio.Future[Any]) -> None:
+class HoldDuringDelivery(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Pauses the partitions a rebalance hands over while a batch is in delivery.
+
+    aiokafka calls ``on_partitions_assigned`` right after it built the new partition state and
+    before the task that fetches their committed offsets has run: a partition without a position
+    cannot be fetched, so pausing it here comes before any fetch. (Its records would otherwise be
+    returned by the next keep-alive poll.)"""
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self.consumer = consumer
+        self.delivering = False
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        """Nothing to do: the batch's commit leaves out partitions no longer assigned."""
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        if self.delivering and assigned:
+            self.consumer.pause(*assigned)
+
+
+async def _poll_while(
+    consumer: AIOKafkaConsumer, holding: HoldDuringDelivery, work: asyncio.Future[Any]
+) -> None:
     """Wait for ``work`` while polling with every partition paused: the poll keeps this member
-    alive in its group (``max_poll_interval``) and fetches nothing."""
+    alive in its group (``max_poll_interval``) and fetches nothing. Should it return records
+    anyway, they are not dropped: each partition is sought back to its first returned record."""
+    holding.delivering = True
     try:
+        consumer.pause(*consumer.assignment())
         while not work.done():
-            consumer.pause(*consumer.assignment())  # again: a rebalance may have given us more
             await asyncio.wait([work], timeout=0.5)
             if not work.done():
-                await consumer.getmany(timeout_ms=0)
+                _seek_back(consumer, await consumer.getmany(timeout_ms=0))
         await work  # its exception, if any, is the caller's
     finally:
+        holding.delivering = False
         consumer.resume(*consumer.assignment())
+
+
+def _seek_back(consumer: AIOKafkaConsumer, polled: dict[TopicPartition, list[Any]]) -> None:
+    """Put records a keep-alive poll returned back: the partition's next fetch starts at the
+    first of them. (No await between the poll and this: each partition is still assigned.)"""
+    for tp, msgs in polled.items():
+        if msgs:
+            REWOUND.inc(len(msgs))
+            log.warning(
+                "a keep-alive poll returned %d record(s) of %s[%d] from offset %d: sought back",
+                len(msgs),
+                tp.topic,
+                tp.partition,
+                msgs[0].offset,
+            )
+            consumer.seek(tp, msgs[0].offset)
+            consumer.pause(tp)  # until the batch is delivered, like every other partition
 
 
 async def _commit(consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:

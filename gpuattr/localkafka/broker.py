@@ -2,6 +2,9 @@
 
 Storage is formatted on first start only; data lives in a directory the caller chooses; ready
 means the broker answers the Kafka protocol; stop is SIGTERM (clean shutdown), then SIGKILL.
+With ``LocalKafkaConfig.security`` it runs with TLS, SASL/SCRAM and the authorizer
+(:mod:`gpuattr.localkafka.security`); :meth:`LocalKafka.client_settings` gives each user's
+client settings.
 """
 
 from __future__ import annotations
@@ -16,11 +19,16 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+from pydantic import SecretStr
 
 from gpuattr.localkafka.config import LocalKafkaConfig, new_cluster_id, render_properties
 from gpuattr.localkafka.jars import LocalKafkaError, require_tool, resolve_jars
 from gpuattr.localkafka.ready import wait_until_ready
+from gpuattr.localkafka.security import MECHANISM, make_pki, overrides, scram_arguments
+from infra.kafka import client_options
+from infra.settings import KafkaSettings
 
 __all__ = ["LocalKafka", "free_port", "run_forever"]
 
@@ -64,6 +72,33 @@ class LocalKafka:
         return self.config.log_file or self.config.data_dir / "broker.log"
 
     @property
+    def tls_dir(self) -> Path:
+        return self.config.data_dir.resolve() / "tls"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA certificate clients trust (with security on)."""
+        return self.tls_dir / "ca.pem"
+
+    def client_settings(
+        self, user: str | None = None, base: KafkaSettings | None = None, **fields: Any
+    ) -> KafkaSettings:
+        """Settings to reach this broker (``base``'s other settings kept): plaintext, or, with
+        security on, SASL_SSL as ``user`` (default: the super user). ``fields`` override."""
+        update: dict[str, Any] = {"bootstrap": self.bootstrap}
+        security = self.config.security
+        if security is not None:
+            name = user or security.super_user
+            update |= {
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": MECHANISM,
+                "sasl_username": name,
+                "sasl_password": SecretStr(security.users[name]),
+                "ssl_cafile": self.ca_file,
+            }
+        return (base or KafkaSettings()).model_copy(update=update | fields)
+
+    @property
     def storage_dir(self) -> Path:
         """Kafka's ``log.dirs`` (topic data and ``meta.properties``)."""
         return self.config.data_dir.resolve() / "kraft-logs"
@@ -85,10 +120,24 @@ class LocalKafka:
         storage = self.storage_dir
         storage.mkdir(parents=True, exist_ok=True)
         props = storage.parent / "server.properties"
-        props.write_text(render_properties(storage, self.port, self.controller_port))
+        security = self.config.security
+        secured = {}
+        if security is not None:
+            make_pki(self.tls_dir)
+            secured = overrides(security, self.tls_dir, self.port, self.controller_port)
+        props.write_text(render_properties(storage, self.port, self.controller_port, secured))
+        props.chmod(0o600)  # passwords inside when secured
         if not (storage / "meta.properties").exists():
+            users = scram_arguments(security) if security is not None else []
             fmt = self._java(
-                libs, "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(props)
+                libs,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                new_cluster_id(),
+                "-c",
+                str(props),
+                *users,
             )
             done = subprocess.run(fmt, capture_output=True, text=True, check=False)
             if done.returncode != 0:
@@ -127,6 +176,7 @@ class LocalKafka:
                 exited=lambda: proc.poll() is not None,
                 tail=self._tail,
                 timeout_s=self.config.ready_timeout_s,
+                client_options=client_options(self.client_settings()),
             )
         except BaseException:
             self.stop_sync()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from string import Template
 
 from gpuattr.localkafka.jars import default_cache_dir
+from gpuattr.localkafka.security import LocalKafkaSecurity
 
 
 @dataclass(frozen=True)
@@ -23,14 +25,26 @@ class LocalKafkaConfig:
     heap_mb: int = 512
     log_file: Path | None = None
     ready_timeout_s: float = 90.0
+    #: TLS + SASL/SCRAM + the KRaft authorizer (no ACL: denied); None: plaintext, no auth
+    security: LocalKafkaSecurity | None = None
 
 
-def render_properties(data_dir: Path, port: int, controller_port: int) -> str:
-    """The packaged ``broker.properties`` with ports and the log directory filled in."""
+def render_properties(
+    data_dir: Path, port: int, controller_port: int, overrides: Mapping[str, str] | None = None
+) -> str:
+    """The packaged ``broker.properties`` with ports and the log directory filled in; each of
+    ``overrides`` replaces its key's line, or is appended when the template has no such key."""
     template = (resources.files("gpuattr.localkafka") / "broker.properties").read_text()
-    return Template(template).substitute(
+    text = Template(template).substitute(
         data_dir=str(data_dir), port=port, controller_port=controller_port
     )
+    rest = dict(overrides or {})
+    lines = []
+    for line in text.splitlines():
+        key = line.split("=", 1)[0].strip() if "=" in line and not line.startswith("#") else None
+        lines.append(f"{key}={rest.pop(key)}" if key in rest else line)
+    lines += [f"{key}={value}" for key, value in rest.items()]
+    return "\n".join(lines) + "\n"
 
 
 def new_cluster_id() -> str:

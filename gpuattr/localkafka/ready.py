@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
@@ -22,8 +23,10 @@ async def _port_open(host: str, port: int) -> bool:
     return True
 
 
-async def _answers_metadata(host: str, port: int) -> bool:
-    admin = AIOKafkaAdminClient(bootstrap_servers=f"{host}:{port}", request_timeout_ms=3000)
+async def _answers_metadata(host: str, port: int, options: Mapping[str, Any]) -> bool:
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=f"{host}:{port}", request_timeout_ms=3000, **options
+    )
     try:
         await admin.start()
         cluster = await admin.describe_cluster()
@@ -41,6 +44,7 @@ async def wait_until_ready(
     exited: Callable[[], bool],
     tail: Callable[[], str],
     timeout_s: float,
+    client_options: Mapping[str, Any] | None = None,
 ) -> None:
     """Poll (TCP first, so aiokafka does not log refused connections) until metadata lists us."""
     deadline = time.monotonic() + timeout_s
@@ -48,7 +52,9 @@ async def wait_until_ready(
     while True:
         if exited():
             raise LocalKafkaError(f"Kafka exited during start-up:\n{tail()}")
-        if await _port_open(host, port) and await _answers_metadata(host, port):
+        if await _port_open(host, port) and await _answers_metadata(
+            host, port, client_options or {}
+        ):
             return
         if time.monotonic() > deadline:
             raise LocalKafkaError(f"Kafka not ready after {timeout_s:.0f}s:\n{tail()}")

@@ -1,10 +1,15 @@
 """The query API, served by every worker on Faust's web server (JSON, read-only).
 
 Tables are partitioned by node across workers. A node's request is answered by the worker that
-owns the node's partition: Faust's router finds it from the group assignment and forwards the
-request if it landed elsewhere. Cluster-wide listings gather ``/api/v1/local/devices`` from every
-worker in the assignment and merge; a worker that does not answer is named in ``unavailable``
-rather than silently missing.
+owns the node's partition: Faust's router finds it from the group assignment and the request is
+forwarded there if it landed elsewhere. Cluster-wide listings gather ``/api/v1/local/devices``
+from every worker in the assignment and merge; a worker that does not answer is named in
+``unavailable`` rather than silently missing.
+
+Only verified peers are called (:mod:`streams.worker.peers`): a URL from the group's metadata
+that is not one is named in ``unverified`` (its devices are missing from the listing, and a node
+it owns answers 503), and no request goes to it. Faust's own views are off unless
+``GPUATTR_WORKER_FAUST_VIEWS`` asks for them.
 
     GET /api/v1/devices[?node=&namespace=&workload=&sharing=&idle=1&alerts=1&sort=]
     GET /api/v1/nodes/{node}
@@ -26,17 +31,21 @@ from typing import Any
 import aiohttp
 import faust
 import orjson
-from faust.exceptions import ConsumerNotStarted, SameNode
+from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
 
+from infra.endpoints import endpoint
 from infra.observe import metrics_body
 from streams.core.processor import Tables
 from streams.core.views import ROWS, DeviceRow, Filter, merge, select
 from streams.worker.live import LiveDevices
+from streams.worker.peers import PeerPolicy
 from streams.worker.promexport import exposition
 
 log = logging.getLogger(__name__)
 PEER_TIMEOUT = aiohttp.ClientTimeout(total=5)
+#: set on a request one worker forwards to another: the receiver answers it, never forwards again
+FORWARDED_HEADER = "X-Gpuattr-Forwarded"
 
 
 def rows_json(rows: list[DeviceRow]) -> Any:
@@ -60,12 +69,14 @@ class QueryApi:
         live: LiveDevices,
         input_topic: str,
         ready: Callable[[], bool],
+        peers: PeerPolicy,
     ) -> None:
         self.app = app
         self.tables = tables
         self.live = live
         self.input_topic = input_topic
         self.ready = ready
+        self.policy = peers
 
     @property
     def me(self) -> str:
@@ -77,21 +88,25 @@ class QueryApi:
     def local_rows(self) -> list[DeviceRow]:
         return self.live.rows(set(self.owned()), self.tables.alert_state)
 
-    def peers(self) -> list[str]:
+    def advertised(self) -> list[str]:
+        """The other workers' URLs as the group's metadata has them (unverified)."""
         hosts = {str(h).rstrip("/") for h in self.app.router.tables_metadata()}
         return sorted(hosts - {self.me})
 
     async def _peer_rows(self, host: str) -> list[DeviceRow]:
         async with self.app.http_client.get(
-            f"{host}/api/v1/local/devices", timeout=PEER_TIMEOUT
+            f"{host}/api/v1/local/devices", timeout=PEER_TIMEOUT, allow_redirects=False
         ) as resp:
             resp.raise_for_status()
             body = orjson.loads(await resp.read())
         return ROWS.validate_python(body["devices"])
 
-    async def gather(self) -> tuple[list[DeviceRow], list[str], list[str]]:
-        """All workers' rows: (rows, workers that answered, workers that did not)."""
-        peers = self.peers()
+    async def gather(self) -> tuple[list[DeviceRow], list[str], list[str], list[str]]:
+        """All verified workers' rows: (rows, workers that answered, verified workers that did
+        not, advertised workers that are not verified and were not called)."""
+        peers, unverified = await self.policy.split(self.advertised())
+        for host in unverified:
+            log.warning("worker %s (group metadata) is not a verified peer: not called", host)
         results = await asyncio.gather(*(self._peer_rows(h) for h in peers), return_exceptions=True)
         parts, answered, unavailable = [self.local_rows()], [self.me], []
         for host, result in zip(peers, results, strict=True):
@@ -101,17 +116,35 @@ class QueryApi:
             else:
                 parts.append(result)
                 answered.append(host)
-        return merge(parts), answered, unavailable
+        return merge(parts), answered, unavailable, unverified
 
     async def listing(self, f: Filter, sort: str) -> dict[str, Any]:
-        rows, answered, unavailable = await self.gather()
+        rows, answered, unavailable, unverified = await self.gather()
         chosen = select(rows, f, sort)
         return {
             "workers": answered,
             "unavailable": unavailable,
+            "unverified": unverified,
             "count": len(chosen),
             "devices": rows_json(chosen),
         }
+
+    def owner(self, node: str) -> str | None:
+        """The URL of the worker owning ``node``'s partition (None: no assignment yet)."""
+        try:
+            return str(self.app.router.key_store("nodes", node)).rstrip("/")
+        except KeyError:
+            return None
+
+    async def forward(self, owner: str, path: str) -> tuple[int, bytes, str]:
+        """A GET of ``path`` (with its query) at a verified ``owner``: status, body, type."""
+        async with self.app.http_client.get(
+            f"{owner}{path}",
+            timeout=PEER_TIMEOUT,
+            allow_redirects=False,
+            headers={FORWARDED_HEADER: self.me},
+        ) as resp:
+            return resp.status, await resp.read(), resp.content_type
 
     def node(self, node: str) -> dict[str, Any]:
         record = self.tables.nodes.get(node)
@@ -141,10 +174,21 @@ class QueryApi:
                 return json(view, {"error": str(exc)}, 400)
 
         async def node(view: Any, request: Any, node: str) -> Any:
-            try:
-                return await app.router.route_req("nodes", node, view.web, request)
-            except SameNode:
+            owner = api.owner(node)
+            if owner is None:
+                return json(view, {"error": "no worker owns partitions yet"}, 503)
+            if _same(owner, api.me) or FORWARDED_HEADER in request.headers:
                 return json(view, api.node(node))
+            if not await api.policy.verified(owner):
+                log.warning("node %s: its owner %s is not a verified peer: not called", node, owner)
+                body = {"error": "the owner of this node is not a verified worker", "node": node}
+                return json(view, {**body, "unverified": [owner]}, 503)
+            try:
+                status, payload, content_type = await api.forward(owner, str(request.rel_url))
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                log.warning("worker %s did not answer for node %s: %r", owner, node, exc)
+                return json(view, {"error": "owner unavailable", "unavailable": [owner]}, 503)
+            return view.bytes(payload, content_type=content_type, status=status)
 
         async def namespace(view: Any, request: Any, namespace: str) -> Any:
             q = query(request)
@@ -198,3 +242,7 @@ class QueryApi:
             handler.__name__ = "gpuattr_" + path.strip("/").replace("/", "_").replace("{", "")
             handler.__name__ = handler.__name__.replace("}", "")
             app.page(path)(handler)
+
+
+def _same(a: str, b: str) -> bool:
+    return endpoint(a) == endpoint(b) and endpoint(a) is not None

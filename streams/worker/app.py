@@ -36,6 +36,7 @@ from streams.worker.api import QueryApi, assignment
 from streams.worker.faust_codecs import RecordTable, register
 from streams.worker.live import LiveDevices
 from streams.worker.loop import Event, RecordLoop
+from streams.worker.peers import PeerPolicy
 from streams.worker.transport import App
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,13 @@ def build_app(
         topic_partitions=kafka.partitions,
         topic_replication_factor=kafka.replication,
         web_enabled=worker.web_enabled,  # query API, /metrics, /healthz, /readyz
+        # Faust's own views serve tables and the group's topology unauthenticated: off unless
+        # asked for (GPUATTR_WORKER_FAUST_VIEWS); the query API routes without them
+        web_router_enabled=worker.faust_views,
+        web_tables_enabled=worker.faust_views,
+        web_graph_enabled=worker.faust_views,
+        web_stats_enabled=worker.faust_views,
+        web_metrics_enabled=False,
         web_bind=worker.web_host,
         web_port=worker.web_port,
         canonical_url=f"http://{worker.advertised_host or worker.web_host}:{worker.web_port}",
@@ -181,7 +189,8 @@ def build_app(
     _gauges(app, tables, kafka.topic("node-events"))
     if worker.web_enabled:
         ready = lambda: bool(assignment(app))  # noqa: E731
-        QueryApi(app, tables, live, kafka.topic("node-events"), ready).register()
+        peers = PeerPolicy(worker.peers, worker.peer_service, worker.web_port)
+        QueryApi(app, tables, live, kafka.topic("node-events"), ready, peers).register()
     return app
 
 

@@ -4,8 +4,9 @@
 dead-letter topic; tests drive it with a plain async generator of small fake events.
 The events only need the shape in :class:`Event`.
 
-Failure policy: bad *input* — a payload the codec cannot read, or a record that has no place
-on the input topic — is dead-lettered with its reason, counted, and the loop goes on. Any other
+Failure policy: bad *input* — a payload the codec cannot read, a record whose Kafka key is not
+the node its payload names (:func:`foreign_node`), or a record that has no place on the input
+topic — is dead-lettered with its reason, counted, and the loop goes on. Any other
 exception is a defect in our own code: dead-lettering it would drop a node's data silently. The
 loop counts it (``gpuattr_worker_errors_total{kind="defect"}``), logs it with its traceback,
 stops the worker (``stop``) and ends without acknowledging the record, so its offset is never
@@ -59,6 +60,23 @@ DeadLetterFn = Callable[[Event, str], Awaitable[None]]
 Stop = Callable[[BaseException], None]
 
 
+def foreign_node(key: bytes | None, record: object) -> str | None:
+    """Why a record may not be processed under its key, or None when key and payload agree.
+
+    The input topic is keyed by node, and a node's state lives in the partition of its key: a
+    record whose payload names another node (or none at all under a key) would write that
+    node's state into the wrong partition, and lets one node's credentials speak for another.
+    Records without a ``node`` are left to the processor (it refuses what it does not handle)."""
+    node = getattr(record, "node", None)
+    if not isinstance(node, str):
+        return None
+    if key is None:
+        return f"record of node {node!r} without a key"
+    if key != node.encode():
+        return f"key {key.decode(errors='replace')!r} but payload of node {node!r}"
+    return None
+
+
 class ProcessingDefect(RuntimeError):
     """Our own code failed on a record: the worker stops rather than skip it."""
 
@@ -110,6 +128,10 @@ class RecordLoop:
             selfmetrics.ERRORS.labels("decode").inc()
             await self.dead_letter(event, f"undecodable: {exc}")
             return
+        if (mismatch := foreign_node(event.message.key, record)) is not None:
+            selfmetrics.ERRORS.labels("key-mismatch").inc()
+            await self.dead_letter(event, f"refused: {mismatch}")
+            return  # checked before the processor: no table changes
         try:
             outputs = self.processor.handle(record, event.message.partition)
         except UnusableRecord as exc:

@@ -204,9 +204,9 @@ class Hook:
         self.requests += 1
         body = await request.read()
         ts, sig = int(request.headers[TIMESTAMP_HEADER]), request.headers[SIGNATURE_HEADER]
-        if not verify(self.secret.encode(), ts, body, sig):
-            return web.Response(status=401)
         key = request.headers[IDEMPOTENCY_HEADER]
+        if not verify(self.secret.encode(), ts, key, body, sig):
+            return web.Response(status=401)
         self.effects[key] = self.effects.get(key, 0) + 1
         return web.Response(text="ok")
 

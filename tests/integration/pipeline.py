@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from contract import codec
 from contract.topics import TopicRole
 from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
+from infra.kafka import client_options
 from infra.settings import KafkaSettings
 from infra.topics import topic_specs
 from sim.runner import ScenarioClock, SimulatedCluster
@@ -37,6 +38,7 @@ async def collect(kafka: KafkaSettings, role: TopicRole) -> AsyncIterator[Collec
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,
+        **client_options(kafka),
     )
     await consumer.start()
     out = Collected()
@@ -65,6 +67,8 @@ class Pipeline:
     workdir: Path
     worker_env: dict[str, str] = field(default_factory=dict)
     web_ports: list[int] = field(default_factory=list)  # one per worker: query API on
+    #: each role's own Kafka settings (credentials), e.g. {"agent": {...}, "worker": {...}}
+    role_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     cluster: Child | None = None  # the cluster role: node deletions, partition clock ticks
 
     def agent(self, node: str) -> Child:
@@ -78,7 +82,10 @@ class Pipeline:
                 WORKER_DATA_DIR=self.workdir / f"worker-{n}",
                 WORKER_WEB_ENABLED="true" if self.web_ports else "false",
                 WORKER_WEB_PORT=self.web_ports[n] if self.web_ports else None,
+                WORKER_PEERS=",".join(f"http://127.0.0.1:{port}" for port in self.web_ports)
+                or None,
             ),
+            **self.role_env.get("worker", {}),
             **self.worker_env,  # the test's own settings win
         }
         return Child(f"worker-{n}", ["worker"], env, self.workdir / f"worker-{n}.log")
@@ -109,24 +116,46 @@ async def pipeline(
     before_start: Callable[[SimulatedCluster], None] | None = None,
     agent_env_for: Callable[[SimulatedCluster], dict[str, dict[str, str]]] | None = None,
     tick_s: float | None = None,
+    admin: KafkaSettings | None = None,
+    topic_prefix: str | None = None,
+    role_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> AsyncIterator[Pipeline]:
-    """``agent_env_for``: some nodes' agent settings on top of the others' (given the started
+    """Everything of a real deployment but the cluster, with a scenario clock the test moves.
+
+    ``agent_env_for``: some nodes' agent settings on top of the others' (given the started
     doubles: e.g. another node's exporter URL); ``tick_s``: run the cluster role, ticking every
-    partition that often."""
-    """Everything of a real deployment but the cluster, with a scenario clock the test moves."""
-    kafka = KafkaSettings(
-        bootstrap=bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=partitions
+    partition that often; ``admin``: the settings topics are created and collected with (a
+    secured broker's super user); ``role_env``: each role's own credentials on top of the common
+    settings."""
+    kafka = (admin or KafkaSettings(bootstrap=bootstrap)).model_copy(
+        update={
+            "topic_prefix": topic_prefix or f"t{uuid.uuid4().hex[:10]}.",
+            "partitions": partitions,
+        }
     )
-    await create_topics(bootstrap, topic_specs(kafka, kafka.topic_prefix + "worker"))
+    await create_topics(
+        bootstrap, topic_specs(kafka, kafka.topic_prefix + "worker"), **client_options(kafka)
+    )
     clock = ScenarioClock(speed=0.0)
     async with SimulatedCluster(scenario, workdir / "sim", clock) as sim:
-        p = Pipeline(kafka, sim, clock, [], [], workdir, worker_env or {}, web_ports or [])
+        p = Pipeline(
+            kafka,
+            sim,
+            clock,
+            [],
+            [],
+            workdir,
+            worker_env or {},
+            web_ports or [],
+            role_env or {},
+        )
         p.workers = [p.worker_child(n) for n in range(workers)]
         per_node = agent_env_for(sim) if agent_env_for is not None else {}
         for ep in sim.endpoints():
             env = {
                 **p.env(),
                 **ep.agent_env(poll_interval_s=0.2, scrape_interval_s=0.5),
+                **(role_env or {}).get("agent", {}),
                 **(agent_env or {}),
                 **per_node.get(ep.node, {}),
             }
@@ -139,7 +168,11 @@ async def pipeline(
                 )
             )
         if tick_s is not None:
-            cluster_env = {**p.env(), **sim.endpoints()[0].cluster_env(tick_s)}
+            cluster_env = {
+                **p.env(),
+                **sim.endpoints()[0].cluster_env(tick_s),
+                **(role_env or {}).get("cluster", {}),
+            }
             p.cluster = Child("cluster", ["cluster"], cluster_env, workdir / "cluster.log")
         if before_start is not None:
             before_start(sim)  # e.g. a fault switch on a double, set before any agent runs

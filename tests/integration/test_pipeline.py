@@ -11,6 +11,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from contract import codec
+from contract.inputs import DeviceAssignment, PodResourcesSnapshot
 from contract.outputs import AttributionEvent, DeadLetter
 from sim.cluster import Cluster
 from sim.scenario import gpu_uuid, load
@@ -83,19 +84,38 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
             return latest == start
 
         await wait_for(initial_state_seen, timeout_s=90, what=lambda: f"start\n{p.logs()}")
-        # poison on the input topic: dead-lettered with where it came from; the worker goes on
+        # poison on the input topic: dead-lettered with where it came from; the worker goes on.
+        # And a forged record: gpu-a's key, a payload that gives gpu-b's GPUs to a stranger —
+        # refused (issue 27); the holders checked below never include that stranger.
+        forged = PodResourcesSnapshot(
+            "gpu-b",
+            int(time.time() * 1000),
+            tuple(
+                DeviceAssignment("evil", "forged", "c", "nvidia.com/gpu", gpu_uuid("gpu-b", i))
+                for i in range(4)
+            ),
+        )
         producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
         await producer.start()
         try:
             sent = await producer.send_and_wait(
                 p.kafka.topic("node-events"), b"\xff{not json", key=b"gpu-a"
             )
+            await producer.send_and_wait(
+                p.kafka.topic("node-events"), codec.encode(forged), key=b"gpu-a"
+            )
         finally:
             await producer.stop()
+
+        def both_dead_lettered() -> list[DeadLetter]:
+            letters = [d for d in dead.records if isinstance(d, DeadLetter)]
+            return letters if len(letters) >= 2 else []
+
         poison = await wait_for(
-            lambda: [d for d in dead.records if isinstance(d, DeadLetter)],
-            what="the poison message in the dead-letter topic",
+            both_dead_lettered, what="the poison message and the forged record, dead-lettered"
         )
+        assert poison[1].error == "refused: key 'gpu-a' but payload of node 'gpu-b'"
+        assert (poison[1].partition, poison[1].offset) == (sent.partition, sent.offset + 1)
         assert (poison[0].source_topic, poison[0].partition, poison[0].offset) == (
             sent.topic,
             sent.partition,

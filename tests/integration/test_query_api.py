@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from contract.outputs import AttributionEvent
 from gpuattr.localkafka.broker import free_port
+from gpuattr.procs import Child, settings_env
 from sim.cluster import Cluster
 from sim.scenario import load
 from streams.core.views import device_row
@@ -135,3 +137,80 @@ async def test_api_routes_gathers_and_top_matches_state(
             assert {k: row[k] for k in SAME} == {k: expected[k] for k in SAME}
             if row["state"] == "shared":
                 assert "util_pct" not in str(row["holders"])  # no per-pod usage anywhere
+
+
+@dataclass
+class Listener:
+    """A TCP listener the test owns: counts every connection anything makes to it."""
+
+    connections: int = 0
+
+    async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        writer.close()
+
+
+async def test_a_member_advertising_a_foreign_address_is_never_called(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A group member that writes ``http://127.0.0.1:<port of a listener the test owns>`` into
+    the group's metadata (here: a real worker advertising that address) takes partitions; the
+    query API names it as unverified, answers 503 for the nodes it owns — and never connects to
+    it, whatever is asked. Faust's own views are not served."""
+    listener = Listener()
+    server = await asyncio.start_server(listener.accept, "127.0.0.1", 0)
+    trap = server.sockets[0].getsockname()[1]
+    trap_url = f"http://127.0.0.1:{trap}"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    nodes = {n.name for n in load("mixed").nodes}
+    try:
+        async with (
+            pipeline(kafka_bootstrap, load("mixed"), tmp_path, workers=1, web_ports=[port]) as p,
+            aiohttp.ClientSession() as session,
+        ):
+            rogue_env = {
+                **p.worker_child(0).env,
+                **settings_env(
+                    WORKER_DATA_DIR=tmp_path / "rogue",
+                    WORKER_WEB_ENABLED="false",  # it serves nothing: it only advertises
+                    WORKER_ADVERTISED_HOST="127.0.0.1",
+                    WORKER_WEB_PORT=trap,
+                ),
+            }
+            rogue = Child("rogue", ["worker"], rogue_env, tmp_path / "rogue.log")
+            await rogue.start()
+            try:
+
+                async def rogue_owns_partitions() -> dict[str, Any] | None:
+                    status, body = await get(session, f"{url}/api/v1/devices")
+                    seen = status == 200 and body["unverified"] == [trap_url]
+                    return body if seen and body["workers"] == [url] else None
+
+                await wait_for_async(
+                    rogue_owns_partitions, timeout_s=120, what=lambda: f"the rogue\n{p.logs()}"
+                )
+                # the scenario's nodes and made-up ones (a node's owner is its key's partition):
+                # some land on the rogue's partitions
+                answered: dict[str, int] = {}
+                for node in [*sorted(nodes), *(f"node-{i}" for i in range(40))]:
+                    status, body = await get(session, f"{url}/api/v1/nodes/{node}")
+                    answered[node] = status
+                    if status == 503:
+                        assert body["unverified"] == [trap_url], body
+                assert 503 in answered.values(), answered  # the rogue owns some nodes
+                assert 200 in answered.values(), answered  # and the worker the others
+                for path in ("/api/v1/devices", "/api/v1/alerts", "/api/v1/namespaces/ml"):
+                    status, body = await get(session, f"{url}{path}")
+                    assert status == 200
+                    assert body["unverified"] == [trap_url]
+                # Faust's views (tables, routing, topology) are off
+                for path in ("/table/", "/table/nodes/", "/router/", "/graph/", "/assignment/"):
+                    async with session.get(f"{url}{path}") as resp:
+                        assert resp.status == 404, path
+            finally:
+                await rogue.stop()
+        assert listener.connections == 0
+    finally:
+        server.close()
+        await server.wait_closed()

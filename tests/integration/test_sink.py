@@ -57,7 +57,11 @@ class Receiver:
                 await asyncio.wait_for(self.release.wait(), 2)
         sig = request.headers.get(SIGNATURE_HEADER)
         if sig is not None and not verify(
-            SECRET.encode(), int(request.headers[TIMESTAMP_HEADER]), body, sig
+            SECRET.encode(),
+            int(request.headers[TIMESTAMP_HEADER]),
+            request.headers[IDEMPOTENCY_HEADER],
+            body,
+            sig,
         ):
             self.bad_signatures += 1
             return web.Response(status=401)

@@ -16,10 +16,12 @@ KUSTOMIZATIONS = {"base": BASE, "microk8s": MICROK8S}
 #: kinds whose CRDs this API server does not have (Strimzi's operator installs them)
 NOT_SERVED = {
     ("kafka.strimzi.io/v1beta2", "KafkaTopic"),
+    ("kafka.strimzi.io/v1beta2", "KafkaUser"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "PrometheusRule"),
 }
-NAMESPACE = "gpuattr"
+NAMESPACE = "gpuattr"  # the worker's and the sink's (Pod Security restricted)
+AGENT_NAMESPACE = "gpuattr-agent"  # the agent's alone (privileged: its hostPath)
 
 
 def kubectl(kube: LocalKube, *args: str, stdin: str | None = None) -> str:
@@ -58,3 +60,22 @@ def apply(kube: LocalKube, docs: list[dict[str, Any]], *, dry_run: bool) -> str:
     if dry_run:
         args.append("--dry-run=server")
     return kubectl(kube, *args, stdin=yaml.safe_dump_all(docs))
+
+
+def apply_namespaces(kube: LocalKube) -> list[dict[str, Any]]:
+    """The base's Namespaces, applied for real (their Pod Security labels included)."""
+    namespaces = [d for d in render(kube, KUSTOMIZATIONS["base"]) if d["kind"] == "Namespace"]
+    apply(kube, namespaces, dry_run=False)
+    return namespaces
+
+
+def apply_rbac(kube: LocalKube) -> list[dict[str, Any]]:
+    """The base's ServiceAccounts, ClusterRole and binding, applied for real (namespaces first)."""
+    apply_namespaces(kube)
+    rbac = [
+        d
+        for d in render(kube, KUSTOMIZATIONS["base"])
+        if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+    ]
+    apply(kube, rbac, dry_run=False)
+    return rbac

@@ -6,10 +6,15 @@ field ownership, by the server itself. KafkaTopic objects are left out: their CR
 Strimzi's operator and is not installed here (tests/unit/test_deploy.py checks them against our
 topic specs).
 
-RBAC: the base's ServiceAccounts, ClusterRole and binding are applied for real; the agent's
-ServiceAccount gets a token from the TokenRequest API and runs the agent's watchers with it; the
-same token is denied secrets, configmaps and every write; the worker's and sink's ServiceAccount
-can do nothing at all.
+RBAC: the base's Namespaces, ServiceAccounts, ClusterRole and binding are applied for real; the
+agent's ServiceAccount gets a token from the TokenRequest API and runs the agent's watchers with
+it; the same token may only list and watch (no get), is denied secrets — the sink's Secret, applied
+for real, above all — configmaps and every write; the worker's and the sink's ServiceAccounts can
+do nothing at all.
+
+Pod Security: each workload's pod, as its template makes it, is admitted in its own namespace
+(`restricted` for the worker and the sink, `privileged` for the agent alone); the agent's pod is
+refused in the restricted namespace, so the admission check is real.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ from tests.kube_fixture import Rest
 from tests.kustomize_render import ROOT, base_docs, microk8s_docs
 from tests.realkube.cluster import create_node, gpu_pod, watching
 from tests.realkube.deploy import (
+    AGENT_NAMESPACE,
     KUSTOMIZATIONS,
     NAMESPACE,
     NOT_SERVED,
     apply,
+    apply_namespaces,
+    apply_rbac,
     ensure_namespace,
     render,
     served,
@@ -43,15 +51,15 @@ async def test_server_side_dry_run_accepts_every_manifest(real_kube: LocalKube, 
     docs = render(real_kube, KUSTOMIZATIONS[name])
     ours = {"base": base_docs, "microk8s": microk8s_docs}[name]()
 
-    def key(d: dict[str, Any]) -> tuple[str, str]:
-        return d["kind"], d["metadata"]["name"]
+    def key(d: dict[str, Any]) -> tuple[str, str, str]:
+        return d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]
 
     # kubectl's kustomize orders by kind; the objects must be the same
     assert sorted(docs, key=key) == sorted(ours, key=key), "kubectl's kustomize disagrees"
     left_out = [d for d in docs if (d["apiVersion"], d["kind"]) in NOT_SERVED]
-    assert left_out, "the base ships Strimzi KafkaTopics"
-    # the namespace must exist for the namespaced objects to pass admission in a dry run
-    await ensure_namespace(Rest.admin(real_kube), NAMESPACE)
+    assert {d["kind"] for d in left_out} >= {"KafkaTopic", "KafkaUser"}, "the base ships Strimzi's"
+    # the namespaces must exist for the namespaced objects to pass admission in a dry run
+    apply_namespaces(real_kube)
     out = apply(real_kube, served(docs), dry_run=True)
     lines = [line for line in out.splitlines() if line.strip()]
     assert len(lines) == len(served(docs)), out
@@ -60,31 +68,31 @@ async def test_server_side_dry_run_accepts_every_manifest(real_kube: LocalKube, 
     assert kinds >= {"DaemonSet", "Deployment", "ClusterRole", "ClusterRoleBinding", "Secret"}
 
 
-async def _tokens(kube: LocalKube) -> tuple[str, str]:
-    """Apply the base's RBAC for real; a TokenRequest token for the agent and for the stream."""
+ACCOUNTS = {
+    "agent": (AGENT_NAMESPACE, "gpuattr-agent"),
+    "worker": (NAMESPACE, "gpuattr-worker"),
+    "sink": (NAMESPACE, "gpuattr-sink"),
+    "cluster": (NAMESPACE, "gpuattr-cluster"),
+}
+
+
+async def _tokens(kube: LocalKube) -> dict[str, str]:
+    """Apply the base's RBAC for real; a TokenRequest token for each role's ServiceAccount."""
     rest = Rest.admin(kube)
-    await ensure_namespace(rest, NAMESPACE)
-    rbac = [
-        d
-        for d in render(kube, KUSTOMIZATIONS["base"])
-        if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
-    ]
-    assert {d["metadata"]["name"] for d in rbac if d["kind"] == "ServiceAccount"} == {
-        "gpuattr-agent",
-        "gpuattr-cluster",
-        "gpuattr-stream",
+    rbac = apply_rbac(kube)
+    accounts = {
+        (d["metadata"]["namespace"], d["metadata"]["name"])
+        for d in rbac
+        if d["kind"] == "ServiceAccount"
     }
-    apply(kube, rbac, dry_run=False)
-    return (
-        await rest.token_for(NAMESPACE, "gpuattr-agent"),
-        await rest.token_for(NAMESPACE, "gpuattr-stream"),
-    )
+    assert accounts == set(ACCOUNTS.values())  # one per role
+    return {role: await rest.token_for(*account) for role, account in ACCOUNTS.items()}
 
 
 async def test_agent_token_watches_with_the_shipped_cluster_role(
     real_kube: LocalKube, tmp_path: Path
 ) -> None:
-    agent_token, _ = await _tokens(real_kube)
+    agent_token = (await _tokens(real_kube))["agent"]
     rest = Rest.admin(real_kube)
     ns = "rbac-watch"
     await rest.namespace(ns)
@@ -103,20 +111,22 @@ async def test_agent_token_watches_with_the_shipped_cluster_role(
 async def test_agent_token_reads_pods_nodes_and_dra_objects_and_nothing_else(
     real_kube: LocalKube,
 ) -> None:
-    agent_token, _ = await _tokens(real_kube)
+    agent_token = (await _tokens(real_kube))["agent"]
     agent = Rest.admin(real_kube).as_token(agent_token)
     readable = [("", "pods"), ("", "nodes")]
     readable += [("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "resourceclaims")]
     for group, resource in readable:
-        for verb in ("get", "list", "watch"):
+        for verb in ("list", "watch"):
             assert await agent.allowed(verb, resource, group=group), (verb, resource)
-        for verb in WRITES:
+        # the agent lists and watches; it never gets a single object (issue 27: no unused verb)
+        for verb in ("get", *WRITES):
             assert not await agent.allowed(verb, resource, group=group), (verb, resource)
     for resource in ("deviceclasses", "resourceclaimtemplates"):
         assert not await agent.allowed("list", resource, group="resource.k8s.io"), resource
     for resource in ("secrets", "configmaps"):
-        for verb in ("get", "list", "watch", *WRITES):
-            assert not await agent.allowed(verb, resource, ns=NAMESPACE), (verb, resource)
+        for ns in (NAMESPACE, AGENT_NAMESPACE):
+            for verb in ("get", "list", "watch", *WRITES):
+                assert not await agent.allowed(verb, resource, ns=ns), (verb, resource, ns)
     assert not await agent.allowed("create", "pods/eviction", ns="default")
     assert not await agent.allowed("list", "deployments", group="apps")
     # and real requests, not only reviews
@@ -133,17 +143,81 @@ async def test_agent_token_reads_pods_nodes_and_dra_objects_and_nothing_else(
     status, body = await agent.call("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Drk7-a")
     assert status == 200
     assert body["kind"] == "PodList"
+    status, _ = await agent.call("GET", "/api/v1/nodes/rk7-a")  # a get: not the agent's
+    assert status == 403
 
 
-async def test_worker_and_sink_token_can_do_nothing(real_kube: LocalKube) -> None:
-    _, stream_token = await _tokens(real_kube)
-    stream = Rest.admin(real_kube).as_token(stream_token)
-    for resource in ("pods", "nodes", "secrets", "configmaps", "events"):
-        for verb in ("get", "list", "watch", *WRITES):
-            assert not await stream.allowed(verb, resource, ns=NAMESPACE), (verb, resource)
-    for path in ("/api/v1/pods", "/api/v1/nodes", f"/api/v1/namespaces/{NAMESPACE}/secrets"):
-        status, _ = await stream.call("GET", path)
-        assert status == 403, path
+async def test_worker_and_sink_tokens_can_do_nothing(real_kube: LocalKube) -> None:
+    tokens = await _tokens(real_kube)
+    for role in ("worker", "sink"):
+        stream = Rest.admin(real_kube).as_token(tokens[role])
+        for resource in ("pods", "nodes", "secrets", "configmaps", "events"):
+            for verb in ("get", "list", "watch", *WRITES):
+                assert not await stream.allowed(verb, resource, ns=NAMESPACE), (role, verb)
+        for path in ("/api/v1/pods", "/api/v1/nodes", f"/api/v1/namespaces/{NAMESPACE}/secrets"):
+            status, _ = await stream.call("GET", path)
+            assert status == 403, (role, path)
+
+
+async def test_the_agents_token_cannot_read_the_sinks_secret(real_kube: LocalKube) -> None:
+    """The base's Secrets applied for real: the sink's (Slack, webhook URL and signing key) is
+    there, and the agent's token — on every GPU node — cannot read it, nor list it, nor any other
+    role's Secret, nor its own; the worker's token cannot either."""
+    tokens = await _tokens(real_kube)
+    secrets = [d for d in render(real_kube, KUSTOMIZATIONS["base"]) if d["kind"] == "Secret"]
+    apply(real_kube, secrets, dry_run=False)
+    admin = Rest.admin(real_kube)
+    sink_secret = f"/api/v1/namespaces/{NAMESPACE}/secrets/gpuattr-sink-secrets"
+    held = await admin.get(sink_secret)  # it exists: a 403 below is RBAC, not a missing object
+    assert "GPUATTR_SINK_WEBHOOK_SECRET" in held["data"]
+    for role in ("agent", "worker"):
+        caller = admin.as_token(tokens[role])
+        for secret in secrets:
+            meta = secret["metadata"]
+            path = f"/api/v1/namespaces/{meta['namespace']}/secrets/{meta['name']}"
+            status, _ = await caller.call("GET", path)
+            assert status == 403, (role, path)
+        for ns in (NAMESPACE, AGENT_NAMESPACE):
+            status, _ = await caller.call("GET", f"/api/v1/namespaces/{ns}/secrets")
+            assert status == 403, (role, ns)
+
+
+def pod_of(workload: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    """The pod a workload's template makes (what Pod Security admission judges)."""
+    template = workload["spec"]["template"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{workload['metadata']['name']}-psa-probe",
+            "namespace": namespace or workload["metadata"]["namespace"],
+            "labels": template["metadata"]["labels"],
+        },
+        "spec": template["spec"],
+    }
+
+
+async def test_pod_security_restricted_for_all_but_the_agent(real_kube: LocalKube) -> None:
+    docs = render(real_kube, KUSTOMIZATIONS["base"])
+    namespaces = apply_namespaces(real_kube)
+    levels = {
+        d["metadata"]["name"]: d["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        for d in namespaces
+    }
+    assert levels == {NAMESPACE: "restricted", AGENT_NAMESPACE: "privileged"}
+    apply(real_kube, [d for d in docs if d["kind"] == "ServiceAccount"], dry_run=False)
+    workloads = {d["metadata"]["name"]: d for d in docs if d["kind"] in ("DaemonSet", "Deployment")}
+    assert set(workloads) == {"gpuattr-agent", "gpuattr-worker", "gpuattr-sink"}
+    for name, workload in workloads.items():
+        out = apply(real_kube, [pod_of(workload)], dry_run=True)
+        assert out.strip().endswith("serverside-applied (server dry run)"), (name, out)
+    # the agent's pod where the worker and sink run: refused by the real admission plugin
+    misplaced = pod_of(workloads["gpuattr-agent"], NAMESPACE)
+    misplaced["spec"] = {**misplaced["spec"], "serviceAccountName": "gpuattr-sink"}  # exists here
+    with pytest.raises(AssertionError, match="violates PodSecurity") as refused:
+        apply(real_kube, [misplaced], dry_run=True)
+    assert "restricted" in str(refused.value)
+    assert "hostPath" in str(refused.value)
 
 
 async def test_the_dashboard_configmap_carries_the_committed_json(real_kube: LocalKube) -> None:

@@ -19,7 +19,7 @@ from sim.scenario import load
 from tests.helpers import wait_for
 from tests.kube_fixture import KubeError, Rest
 from tests.realkube.cluster import running
-from tests.realkube.deploy import KUSTOMIZATIONS, NAMESPACE, apply, ensure_namespace, render
+from tests.realkube.deploy import AGENT_NAMESPACE, apply_rbac, ensure_namespace
 
 DRIVER = "gpu.nvidia.com"
 NODE, OTHER = "rk9-a", "rk9-b"
@@ -145,17 +145,8 @@ async def test_agent_reads_its_slices_and_claims_with_the_shipped_role(
     real_kube: LocalKube, tmp_path: Path
 ) -> None:
     rest = Rest.admin(real_kube)
-    await ensure_namespace(rest, NAMESPACE)
-    apply(
-        real_kube,
-        [
-            d
-            for d in render(real_kube, KUSTOMIZATIONS["base"])
-            if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
-        ],
-        dry_run=False,
-    )
-    token = await rest.token_for(NAMESPACE, "gpuattr-agent")
+    apply_rbac(real_kube)
+    token = await rest.token_for(AGENT_NAMESPACE, "gpuattr-agent")
     kubeconfig = real_kube.write_kubeconfig(
         tmp_path / "agent.kubeconfig", token=token, user="gpuattr-agent"
     )

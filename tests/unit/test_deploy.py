@@ -49,12 +49,12 @@ def test_microk8s_overlay_mounts_its_kubelet_root() -> None:
 def test_agent_is_least_privileged() -> None:
     docs = base_docs()
     (role,) = [r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "gpuattr-agent"]
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]},
+    assert role["rules"] == [  # list and watch: the agent never gets a single object
+        {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]},
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceslices", "resourceclaims"],
-            "verbs": ["get", "list", "watch"],
+            "verbs": ["list", "watch"],
         },
     ]
     (agent,) = by_kind(docs, "DaemonSet")

@@ -87,3 +87,60 @@ def test_cluster_id_never_reads_as_an_option() -> None:
     ids = [new_cluster_id() for _ in range(20_000)]
     assert not [cid for cid in ids if cid.startswith("-")]
     assert len(set(ids)) == len(ids)
+
+
+# --- with security on (issue 27) ---------------------------------------------------------------
+
+
+def test_secured_properties_leave_no_unauthenticated_door(tmp_path: Path) -> None:
+    from gpuattr.localkafka import LocalKafkaSecurity
+    from gpuattr.localkafka.security import overrides
+
+    security = LocalKafkaSecurity({"admin": "a" * 32, "gpuattr-agent": "b" * 32})
+    props = _parse(
+        render_properties(
+            tmp_path, 19092, 19093, overrides(security, tmp_path / "tls", 19092, 19093)
+        )
+    )
+    assert props["listeners"] == "SASL_SSL://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
+    assert props["advertised.listeners"] == "SASL_SSL://127.0.0.1:19092"
+    protocols = dict(p.split(":") for p in props["listener.security.protocol.map"].split(","))
+    assert protocols == {"SASL_SSL": "SASL_SSL", "CONTROLLER": "SASL_PLAINTEXT"}  # no PLAINTEXT
+    assert (
+        props["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    )
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["super.users"] == "User:admin"
+    assert props["listener.name.sasl_ssl.sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert props["ssl.keystore.location"] == str(tmp_path / "tls" / "broker.pem")
+    assert props["auto.create.topics.enable"] == "false"
+    assert "b" * 32 not in "".join(props.values())  # only the super user's secret is in the file
+    assert (
+        sum(
+            1
+            for line in render_properties(tmp_path, 1, 2, {"listeners": "x"}).splitlines()
+            if line.startswith("listeners=")
+        )
+        == 1
+    )
+
+
+def test_scram_users_are_added_when_storage_is_formatted() -> None:
+    from gpuattr.localkafka import LocalKafkaSecurity
+    from gpuattr.localkafka.security import scram_arguments
+
+    security = LocalKafkaSecurity({"admin": "pw1", "gpuattr-sink": "pw2"})
+    assert scram_arguments(security) == [
+        "--add-scram",
+        "SCRAM-SHA-512=[name=admin,password=pw1]",
+        "--add-scram",
+        "SCRAM-SHA-512=[name=gpuattr-sink,password=pw2]",
+    ]
+    assert "pw1" not in repr(security)
+    generated = LocalKafkaSecurity.generate(["gpuattr-agent", "gpuattr-worker"])
+    assert set(generated.users) == {"admin", "gpuattr-agent", "gpuattr-worker"}
+    assert len(set(generated.users.values())) == 3  # each its own password
+    with pytest.raises(ValueError, match="super user"):
+        LocalKafkaSecurity({"gpuattr-agent": "pw"})
+    with pytest.raises(ValueError, match="A-Za-z0-9"):
+        LocalKafkaSecurity({"admin": 'pw" user_x="y'})  # nothing that could escape the JAAS line

@@ -55,11 +55,12 @@ def alert(status: str = "firing", holders: tuple[Holder, ...] = (H,)) -> Alert:
 def test_signature_verifies_and_detects_tampering() -> None:
     body, headers = webhook_request(b'{"schema":"alert"}', alert(), b"s3cret", 1_700_000_000)
     assert headers[IDEMPOTENCY_HEADER] == "idle-abc:firing"
-    sig = headers[SIGNATURE_HEADER]
-    assert verify(b"s3cret", 1_700_000_000, body, sig)
-    assert not verify(b"s3cret", 1_700_000_000, body + b" ", sig)
-    assert not verify(b"other", 1_700_000_000, body, sig)
-    assert not verify(b"s3cret", 1_700_000_001, body, sig)
+    sig, key = headers[SIGNATURE_HEADER], headers[IDEMPOTENCY_HEADER]
+    assert verify(b"s3cret", 1_700_000_000, key, body, sig)
+    assert not verify(b"s3cret", 1_700_000_000, key, body + b" ", sig)
+    assert not verify(b"other", 1_700_000_000, key, body, sig)
+    assert not verify(b"s3cret", 1_700_000_001, key, body, sig)
+    assert not verify(b"s3cret", 1_700_000_000, "idle-abc:resolved", body, sig)
 
 
 def test_idempotency_key_separates_firing_and_resolved() -> None:

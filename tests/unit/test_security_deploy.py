@@ -1,6 +1,8 @@
 """Security properties of the deployment: an agent that needs no write access — its DaemonSet
-(base and microk8s renders) cannot write to the node, and its service account can only read pods
-and nodes.
+(base and microk8s renders) cannot write to the node, and its service account can only list and
+watch pods, nodes and DRA objects; one identity per role (issue 27) — its own ServiceAccount,
+Secret and Kafka user, the Slack and webhook secrets in the sink's Secret alone; Pod Security
+`restricted` for every namespace but the agent's.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ RENDERS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "base": base_docs,
     "microk8s": microk8s_docs,
 }
-READ_VERBS = {"get", "list", "watch"}
+READ_VERBS = {"list", "watch"}  # the agent never gets one object: it lists and watches
 
 
 @pytest.mark.parametrize("render", sorted(RENDERS))
@@ -92,3 +94,131 @@ def test_agent_service_account_can_only_read_pods_nodes_and_dra_objects() -> Non
             ):
                 continue
             assert set(rule["verbs"]) <= READ_VERBS, (doc["metadata"]["name"], rule)
+
+
+# --- one identity per role --------------------------------------------------------------------
+
+ROLES = {"agent": "DaemonSet", "worker": "Deployment", "sink": "Deployment"}
+KAFKA_IDENTITY = {"GPUATTR_KAFKA_SASL_USERNAME", "GPUATTR_KAFKA_SASL_PASSWORD"}
+SINK_SECRETS = {
+    "GPUATTR_SINK_SLACK_WEBHOOK_URL",
+    "GPUATTR_SINK_WEBHOOK_URL",
+    "GPUATTR_SINK_WEBHOOK_SECRET",
+}
+
+
+def workload(docs: list[dict[str, Any]], role: str) -> dict[str, Any]:
+    (doc,) = [
+        d for d in docs if d["kind"] == ROLES[role] and d["metadata"]["name"] == f"gpuattr-{role}"
+    ]
+    return doc
+
+
+def secrets_of(docs: list[dict[str, Any]], doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Secrets a workload's containers read (envFrom, env, volumes), from its namespace."""
+    namespace = doc["metadata"]["namespace"]
+    pod = doc["spec"]["template"]["spec"]
+    names = {
+        ref["secretRef"]["name"]
+        for ctr in pod["containers"]
+        for ref in ctr.get("envFrom", [])
+        if "secretRef" in ref
+    }
+    names |= {
+        e["valueFrom"]["secretKeyRef"]["name"]
+        for ctr in pod["containers"]
+        for e in ctr.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    mounted = {v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v}
+    assert mounted <= {"my-cluster-cluster-ca-cert"}  # the Kafka cluster's CA: public
+    shipped = {
+        d["metadata"]["name"]: d
+        for d in docs
+        if d["kind"] == "Secret" and d["metadata"]["namespace"] == namespace
+    }
+    assert names <= set(shipped), names - set(shipped)
+    return [shipped[n] for n in sorted(names)]
+
+
+@pytest.mark.parametrize("render", sorted(RENDERS))
+def test_each_role_has_its_own_account_secret_and_kafka_user(render: str) -> None:
+    docs = RENDERS[render]()
+    users = {d["metadata"]["name"] for d in docs if d["kind"] == "KafkaUser"}
+    seen_accounts, seen_secrets = set(), set()
+    for role in ROLES:
+        doc = workload(docs, role)
+        pod = doc["spec"]["template"]["spec"]
+        account = (doc["metadata"]["namespace"], pod["serviceAccountName"])
+        assert account[1] == f"gpuattr-{role}"
+        (secret,) = secrets_of(docs, doc)
+        keys = set(secret["stringData"])
+        assert secret["stringData"]["GPUATTR_KAFKA_SASL_USERNAME"] == f"gpuattr-{role}"
+        assert f"gpuattr-{role}" in users  # a KafkaUser with that role's ACLs
+        if role == "sink":  # the sink alone holds the Slack and webhook secrets
+            assert keys == KAFKA_IDENTITY | SINK_SECRETS
+        else:  # the agent and the worker: their Kafka credentials, nothing else
+            assert keys == KAFKA_IDENTITY
+        assert account not in seen_accounts
+        assert secret["metadata"]["name"] not in seen_secrets
+        seen_accounts.add(account)
+        seen_secrets.add(secret["metadata"]["name"])
+    # no shipped Secret carries a value: placeholders are refused at start, values stay out of git
+    for doc in docs:
+        if doc["kind"] == "Secret":
+            assert set(doc["stringData"].values()) <= {
+                "",
+                "gpuattr-agent",
+                "gpuattr-worker",
+                "gpuattr-sink",
+            }
+
+
+def test_the_kafka_settings_are_the_same_in_both_namespaces() -> None:
+    maps = [
+        d
+        for d in base_docs()
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpuattr-kafka"
+    ]
+    assert {d["metadata"]["namespace"] for d in maps} == {"gpuattr", "gpuattr-agent"}
+    assert maps[0]["data"] == maps[1]["data"]
+    assert not [k for k in maps[0]["data"] if "PASSWORD" in k or "USERNAME" in k or "SINK" in k]
+
+
+def pod_security(docs: list[dict[str, Any]]) -> dict[str, str]:
+    return {
+        d["metadata"]["name"]: d["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        for d in docs
+        if d["kind"] == "Namespace"
+    }
+
+
+@pytest.mark.parametrize("render", sorted(RENDERS))
+def test_only_the_agents_namespace_is_privileged(render: str) -> None:
+    docs = RENDERS[render]()
+    levels = pod_security(docs)
+    assert levels == {"gpuattr": "restricted", "gpuattr-agent": "privileged"}
+    namespaced = [d for d in docs if d["metadata"].get("namespace") in levels]
+    in_agent_ns = {
+        (d["kind"], d["metadata"]["name"])
+        for d in namespaced
+        if d["metadata"]["namespace"] == "gpuattr-agent"
+    }
+    assert in_agent_ns == {
+        ("DaemonSet", "gpuattr-agent"),
+        ("ServiceAccount", "gpuattr-agent"),
+        ("Secret", "gpuattr-agent-secrets"),
+        ("ConfigMap", "gpuattr-kafka"),
+    }
+    for role in ("worker", "sink"):  # what `restricted` asks of a pod, checked here too
+        doc = workload(docs, role)
+        assert doc["metadata"]["namespace"] == "gpuattr"
+        pod = doc["spec"]["template"]["spec"]
+        assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+        assert not [v for v in pod.get("volumes", []) if "hostPath" in v]
+        for ctr in pod["containers"]:
+            sec = ctr["securityContext"]
+            assert sec["runAsNonRoot"] is True
+            assert sec["allowPrivilegeEscalation"] is False
+            assert sec["capabilities"] == {"drop": ["ALL"]}
+            assert sec["seccompProfile"] == {"type": "RuntimeDefault"}

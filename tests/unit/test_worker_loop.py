@@ -51,9 +51,9 @@ class FakeEvent:
     message: FakeMessage
 
 
-def event(payload: object, offset: int, partition: int = 0) -> FakeEvent:
+def event(payload: object, offset: int, partition: int = 0, key: bytes | None = b"n1") -> FakeEvent:
     value = payload if isinstance(payload, bytes) else codec.encode(payload)
-    return FakeEvent(value, FakeMessage(TOPIC, partition, offset, b"n1", value))
+    return FakeEvent(value, FakeMessage(TOPIC, partition, offset, key, value))
 
 
 async def stream(events: Iterable[FakeEvent]) -> AsyncIterator[FakeEvent]:
@@ -75,6 +75,7 @@ class Harness:
     dead: list[tuple[int, str]] = field(default_factory=list)
     live: LiveDevices = field(default_factory=LiveDevices)
     stopped: list[BaseException] = field(default_factory=list)
+    state: Tables | None = None  # the tables of the last run
 
     def tables(self) -> Tables:
         t: dict[str, MutableMapping[str, Any]] = {
@@ -89,8 +90,9 @@ class Harness:
         self.dead.append((ev.message.offset, error))
 
     async def run(self, events: Iterable[FakeEvent]) -> None:
+        self.state = self.tables()
         loop = RecordLoop(
-            Processor(self.tables()), self.publish, self.dead_letter, self.live, self.stopped.append
+            Processor(self.state), self.publish, self.dead_letter, self.live, self.stopped.append
         )
         await loop.run(stream(events))
 
@@ -155,12 +157,24 @@ CASES = {
         dead=((0, "unusable: the worker does not handle DeadLetter"),),
         errors=(("unusable", 1),),
     ),
+    "a-record-under-another-nodes-key-is-refused": Case(
+        (event(HELD, 0, key=b"node-a"), event(HELD, 1), event(sample(150), 2)),
+        ("AttributionEvent",),
+        dead=((0, "refused: key 'node-a' but payload of node 'n1'"),),
+        errors=(("key-mismatch", 1),),
+    ),
+    "a-record-without-a-key-is-refused": Case(
+        (event(HELD, 0, key=None), event(sample(150), 1, key=None)),
+        (),
+        dead=((0, "refused: record of node 'n1' without a key"), (1, "refused: record of")),
+        errors=(("key-mismatch", 2),),
+    ),
 }
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 async def test_loop(case: Case) -> None:
-    kinds = ("decode", "unusable", "defect")
+    kinds = ("decode", "unusable", "defect", "key-mismatch")
     errors_before = {k: counter("gpuattr_worker_errors_total", kind=k) for k in kinds}
     in_before = counter("gpuattr_worker_events_in_total", topic=TOPIC)
     h = Harness(broken=case.broken)
@@ -217,3 +231,23 @@ async def test_a_defect_in_our_code_stops_the_worker_and_is_never_dead_lettered(
     assert h.dead == []  # nothing dead-lettered: no data dropped silently
     assert h.published == []  # the sample after it was not processed
     assert counter("gpuattr_worker_errors_total", kind="defect") == defects + 1
+
+
+async def test_a_forged_record_changes_no_table() -> None:
+    """Key node-a, payload node-b (issue 27): refused, counted, dead-lettered; no table changed,
+    nothing published — and node-a's own records are processed as before."""
+    refused = counter("gpuattr_worker_errors_total", kind="key-mismatch")
+    forged_snapshot = PodResourcesSnapshot(
+        "node-b", 100, (DeviceAssignment("ml", "x", "c", "nvidia.com/gpu", GPU),)
+    )
+    forged_sample = DcgmSample(
+        node="node-b", ts_ms=150, uuid=GPU, gpu_index=0, model="A100", hostname="node-b"
+    )
+    h = Harness()
+    await h.run([event(forged_snapshot, 0, key=b"node-a"), event(forged_sample, 1, key=b"node-a")])
+    assert h.state is not None
+    assert {name: dict(getattr(h.state, name)) for name in TABLES} == {n: {} for n in TABLES}
+    assert h.published == []
+    assert [offset for offset, _ in h.dead] == [0, 1]
+    assert all("payload of node 'node-b'" in error for _, error in h.dead)
+    assert counter("gpuattr_worker_errors_total", kind="key-mismatch") == refused + 2
