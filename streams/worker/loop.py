@@ -64,8 +64,8 @@ def foreign_node(key: bytes | None, record: object) -> str | None:
     """Why a record may not be processed under its key, or None when key and payload agree.
 
     The input topic is keyed by node, and a node's state lives in the partition of its key: a
-    record whose payload names another node (or none at all under a key) would write that
-    node's state into the wrong partition, and lets one node's credentials speak for another.
+    record whose payload names a node other than its key (or that has no key) would write that
+    node's state into the wrong partition.
     Records without a ``node`` are left to the processor (it refuses what it does not handle)."""
     node = getattr(record, "node", None)
     if not isinstance(node, str):
