@@ -66,7 +66,8 @@ def test_each_role_may_do_only_its_job() -> None:
     def who(operation: str, name: str) -> set[str]:
         return {a.user for a in every if a.operation == operation and a.name == name}
 
-    assert who("Write", "gpuattr.node-events") == {"gpuattr-agent"}
+    # the agents and the cluster role (Node deletions, the partitions' clock)
+    assert who("Write", "gpuattr.node-events") == {"gpuattr-agent", "gpuattr-cluster"}
     assert who("Read", "gpuattr.node-events") == {"gpuattr-worker"}
     assert who("Write", "gpuattr.alerts") == {"gpuattr-worker"}
     assert who("Read", "gpuattr.alerts") == {"gpuattr-sink", "gpuattr-reader"}
@@ -76,3 +77,4 @@ def test_each_role_may_do_only_its_job() -> None:
     assert {a.user for a in every if a.operation == "Create"} == {"gpuattr-worker"}
     assert [a.name for a in every if a.pattern == "prefix"] == ["gpuattr-worker-"] * 3
     assert [(a.operation, a.name) for a in rules["agent"]] == [("Write", "gpuattr.node-events")]
+    assert [(a.operation, a.name) for a in rules["cluster"]] == [("Write", "gpuattr.node-events")]

@@ -98,7 +98,12 @@ def test_agent_service_account_can_only_read_pods_nodes_and_dra_objects() -> Non
 
 # --- one identity per role --------------------------------------------------------------------
 
-ROLES = {"agent": "DaemonSet", "worker": "Deployment", "sink": "Deployment"}
+ROLES = {
+    "agent": "DaemonSet",
+    "cluster": "Deployment",
+    "worker": "Deployment",
+    "sink": "Deployment",
+}
 KAFKA_IDENTITY = {"GPUATTR_KAFKA_SASL_USERNAME", "GPUATTR_KAFKA_SASL_PASSWORD"}
 SINK_SECRETS = {
     "GPUATTR_SINK_SLACK_WEBHOOK_URL",
@@ -157,7 +162,7 @@ def test_each_role_has_its_own_account_secret_and_kafka_user(render: str) -> Non
         assert f"gpuattr-{role}" in users  # a KafkaUser with that role's ACLs
         if role == "sink":  # the sink alone holds the Slack and webhook secrets
             assert keys == KAFKA_IDENTITY | SINK_SECRETS
-        else:  # the agent and the worker: their Kafka credentials, nothing else
+        else:  # the agent, the cluster role and the worker: their Kafka credentials, nothing else
             assert keys == KAFKA_IDENTITY
         assert account not in seen_accounts
         assert secret["metadata"]["name"] not in seen_secrets
@@ -169,6 +174,7 @@ def test_each_role_has_its_own_account_secret_and_kafka_user(render: str) -> Non
             assert set(doc["stringData"].values()) <= {
                 "",
                 "gpuattr-agent",
+                "gpuattr-cluster",
                 "gpuattr-worker",
                 "gpuattr-sink",
             }

@@ -159,7 +159,7 @@ CASES = {
     ),
     "a-record-under-another-nodes-key-is-refused": Case(
         (event(HELD, 0, key=b"node-a"), event(HELD, 1), event(sample(150), 2)),
-        ("AttributionEvent",),
+        (*HELD_OUT, "AttributionEvent"),  # the allocation (once), then the sample
         dead=((0, "refused: key 'node-a' but payload of node 'n1'"),),
         errors=(("key-mismatch", 1),),
     ),
