@@ -36,10 +36,11 @@ from aiokafka.errors import (
 )
 from pydantic import SecretStr
 
+from contract.inputs import ClockTick
 from contract.outputs import Alert, AttributionEvent
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, LocalKafkaSecurity
 from gpuattr.procs import kafka_env, settings_env
-from infra.acls import DEFAULT_PRINCIPALS, Role, describe_acls, role_acls
+from infra.acls import DEFAULT_PRINCIPALS, ROLES, Role, describe_acls, role_acls
 from infra.admin import TopicSpec, create_topics
 from infra.httpserve import start_site
 from infra.kafka import client_options
@@ -197,6 +198,10 @@ def topic(secured: Secured, role: str) -> str:
 
 ALLOWED: dict[str, tuple[Role, Attempt]] = {
     "agent-writes-node-events": ("agent", lambda s: write(s, "agent", topic(s, "node-events"))),
+    "cluster-writes-node-events": (
+        "cluster",
+        lambda s: write(s, "cluster", topic(s, "node-events")),
+    ),
     "worker-reads-node-events-in-its-group": (
         "worker",
         lambda s: read(s, "worker", topic(s, "node-events"), s.app_id),
@@ -257,6 +262,16 @@ DENIED: dict[str, tuple[Role, Attempt, type[KafkaError]]] = {
     "agent-writes-a-changelog": (
         "agent",
         lambda s: write(s, "agent", f"{s.app_id}-slot-holders-changelog"),
+        TopicAuthorizationFailedError,
+    ),
+    "cluster-reads-node-events": (
+        "cluster",
+        lambda s: read(s, "cluster", topic(s, "node-events")),
+        TopicAuthorizationFailedError,
+    ),
+    "cluster-writes-alerts": (
+        "cluster",
+        lambda s: write(s, "cluster", topic(s, "alerts")),
         TopicAuthorizationFailedError,
     ),
     "sink-writes-alerts": (
@@ -386,11 +401,15 @@ async def webhook(hook: Hook) -> AsyncIterator[str]:
 async def test_the_pipeline_runs_with_one_principal_per_role(
     secured: Secured, tmp_path: Path
 ) -> None:
-    """Agents and the worker (processes), the sink and the reader, each its own user: an idle
+    """Agents, the cluster role and the worker (processes), the sink and the reader, each its own
+    user: an idle
     GPU's attribution reaches the reader and its alert the webhook, signed; nobody was refused."""
     notebook = gpu_uuid("gpu-a", 2)  # idle from the start in the "exclusive" scenario
-    roles = {r: kafka_env(secured.role(r)) for r in ("agent", "worker")}
-    alerts_env = {"GPUATTR_ALERTS_IDLE_WINDOW_S": "3", "GPUATTR_ALERTS_COOLDOWN_S": "3600"}
+    roles = {r: kafka_env(secured.role(r)) for r in ("agent", "cluster", "worker")}
+    alerts_env = {
+        "GPUATTR_ALERTS_IDLE_WINDOW_S": "3",
+        "GPUATTR_ALERTS_COOLDOWN_S": "3600",
+    }
     hook = Hook([])
     stop = asyncio.Event()
     sink_settings = SinkSettings(group_id=secured.sink_group, rate_per_s=50, burst=10)
@@ -404,7 +423,9 @@ async def test_the_pipeline_runs_with_one_principal_per_role(
             topic_prefix=secured.prefix,
             role_env=roles,
             worker_env=alerts_env,
+            tick_s=0.5,
         ) as p,
+        collect(secured.admin, "node-events") as inputs,
         collect(secured.role("reader"), "attribution") as events,
         collect(secured.role("reader"), "alerts") as alerts,
         webhook(hook) as url,
@@ -443,15 +464,25 @@ async def test_the_pipeline_runs_with_one_principal_per_role(
                     return sum(meta.offset for meta in offsets.values()) > 0
 
                 await wait_for_async(committed, 30, what="the sink's commit")
+                # the cluster role, as its own user, ticks every partition of the input topic
+                await wait_for(
+                    lambda: (
+                        {r.partition for r in inputs.records if isinstance(r, ClockTick)}
+                        == set(range(PARTITIONS))
+                    ),
+                    60,
+                    what=lambda: f"the cluster role's ticks in every partition\n{p.logs()}",
+                )
             finally:
                 stop.set()
                 await sink
         attributed = [e for e in events.records if isinstance(e, AttributionEvent)]
         assert {e.node for e in attributed if e.state != "unknown"} == {"gpu-a", "gpu-b"}
         assert hook.bad == 0
-        logs = {c.name: c.log_path.read_text() for c in (*p.workers, *p.agents)}
+        assert p.cluster is not None
+        logs = {c.name: c.log_path.read_text() for c in (*p.workers, *p.agents, p.cluster)}
     for name, text in logs.items():
-        role = "worker" if name.startswith("worker") else "agent"
+        role = next(r for r in ROLES if name.startswith(r))  # agent-…, worker-…, cluster
         who = set(re.findall(r"Authenticated as (\S+) via", text))
         assert who == {DEFAULT_PRINCIPALS[role]}, (name, who)  # its own user, no other
         assert "AuthorizationFailed" not in text, name
@@ -482,8 +513,13 @@ async def test_the_demo_runs_secured_with_one_user_per_role(tmp_path: Path) -> N
     records = [orjson.loads(line) for line in out.splitlines() if line.startswith(b"{")]
     assert any(r["schema"] == "attribution" for r in records)
     assert any(r["schema"] == "alert" for r in records)  # the idle notebook, after 20 s
-    assert b"one Kafka user per role, 16 ACLs" in err
-    expected = {"worker": "gpuattr-worker", "sink": "gpuattr-sink", "agent-": "gpuattr-agent"}
+    assert b"one Kafka user per role, 17 ACLs" in err
+    expected = {
+        "worker": "gpuattr-worker",
+        "sink": "gpuattr-sink",
+        "agent-": "gpuattr-agent",
+        "cluster": "gpuattr-cluster",
+    }
     logs = sorted(tmp_path.glob("*.log"))  # noqa: ASYNC240 (the demo has ended)
     for prefix, user in expected.items():
         mine = [log for log in logs if log.name.startswith(prefix)]

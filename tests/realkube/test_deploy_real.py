@@ -207,7 +207,7 @@ async def test_pod_security_restricted_for_all_but_the_agent(real_kube: LocalKub
     assert levels == {NAMESPACE: "restricted", AGENT_NAMESPACE: "privileged"}
     apply(real_kube, [d for d in docs if d["kind"] == "ServiceAccount"], dry_run=False)
     workloads = {d["metadata"]["name"]: d for d in docs if d["kind"] in ("DaemonSet", "Deployment")}
-    assert set(workloads) == {"gpuattr-agent", "gpuattr-worker", "gpuattr-sink"}
+    assert set(workloads) == {"gpuattr-agent", "gpuattr-cluster", "gpuattr-worker", "gpuattr-sink"}
     for name, workload in workloads.items():
         out = apply(real_kube, [pod_of(workload)], dry_run=True)
         assert out.strip().endswith("serverside-applied (server dry run)"), (name, out)
