@@ -32,3 +32,17 @@ IGNORED_PODRESOURCES = Counter(
     "PodResources entries read but not usable (per reply), by reason",
     ["reason"],
 )
+KUBELET_READY = Gauge(
+    "gpuattr_agent_kubelet_ready",
+    "0 while the kubelet's PodResources answers are held because it is not ready "
+    "(just restarted: no pods yet, or device plugins not registered)",
+)
+KUBELET_ANSWERS_HELD = Counter(
+    "gpuattr_agent_kubelet_answers_held_total",
+    "PodResources answers not published, by reason (not ready, or awaiting confirmation)",
+    ["reason"],
+)
+KUBELET_READY_TIMEOUTS = Counter(
+    "gpuattr_agent_kubelet_ready_timeouts_total",
+    "Answers of a kubelet still not ready (or unconfirmed) after the bounded wait, taken as is",
+)
