@@ -35,8 +35,8 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 log = logging.getLogger("gpuattr.localkube")
 
@@ -259,8 +259,7 @@ def resolve_dra_driver(cache_dir: Path, version: str = DRA_EXAMPLE_DRIVER_VERSIO
     return _resolve(root, version, _build_dra, f"the DRA example driver {version}")
 
 
-@dataclass(frozen=True, slots=True)
-class NodeBinaries:
+class NodeBinaries(NamedTuple):
     """Every binary a local node needs, once built."""
 
     control_plane: Path  # kube-apiserver, kubectl
