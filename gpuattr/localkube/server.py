@@ -113,6 +113,10 @@ class LocalKube:
         await wait_until(self._apiserver, self._apiserver_ready, self.ready_timeout_s)
         log.info("kube-apiserver ready on %s", self.url)
 
+    @property
+    def apiserver_running(self) -> bool:
+        return self._apiserver is not None
+
     def stop_apiserver(self, timeout_s: float = 15.0, *, kill: bool = False) -> None:
         """Stop the API server (``kill``: SIGKILL, a crash; else SIGTERM, then SIGKILL after
         ``timeout_s``: with watches open its graceful shutdown can hang past 30 s)."""

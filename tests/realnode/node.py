@@ -8,7 +8,8 @@ driver prepares their claims, and the fake runtime "runs" them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,37 @@ async def running(rest: Rest, ns: str, names: Iterable[str], timeout_s: float = 
         return all(phases.get(n) == "Running" for n in names)
 
     await wait_for_async(all_running, timeout_s=timeout_s, every_s=0.2, what=f"{ns} pods running")
+
+
+@contextlib.asynccontextmanager
+async def workload(rest: Rest, ns: str) -> AsyncIterator[None]:
+    """Every ``nvidia.com/gpu`` ID taken (the layout's two whole GPUs and the two replicas
+    beside them under that name: a mixed node), three of four renamed replicas by two pods, one
+    MIG device, a DRA claim from a template, one claim shared by two pods, and a CPU-only pod,
+    running; the namespace deleted after."""
+    await namespace(rest, ns)
+    base = f"/api/v1/namespaces/{ns}"
+    dra = f"/apis/resource.k8s.io/v1/namespaces/{ns}"
+    await rest.create(f"{dra}/resourceclaimtemplates", claim_template("one-gpu"))
+    await rest.create(f"{dra}/resourceclaims", shared_claim("shared-gpu"))
+    pods = [
+        pod("train", resource="nvidia.com/gpu"),
+        pod("batch", resource="nvidia.com/gpu", count=3),
+        pod("notebook", resource="nvidia.com/gpu.shared", count=2),
+        pod("infer", resource="nvidia.com/gpu.shared"),
+        pod("mig", resource="nvidia.com/mig-1g.10gb"),
+        pod("claimed", claim_template="one-gpu"),
+        pod("shared-a", claim="shared-gpu"),
+        pod("shared-b", claim="shared-gpu"),
+        pod("cpu-only"),
+    ]
+    try:
+        for p in pods:
+            await rest.create(f"{base}/pods", p)
+        await running(rest, ns, [p["metadata"]["name"] for p in pods])
+        yield
+    finally:
+        await delete_namespace(rest, ns)
 
 
 async def agent_pod(rest: Rest) -> str:

@@ -31,7 +31,6 @@ from tests.helpers import wait_for, wait_for_async
 from tests.kube_fixture import Rest
 from tests.realnode.node import (
     agent_pod,
-    claim_template,
     delete_namespace,
     fold,
     kubelet_list,
@@ -39,7 +38,7 @@ from tests.realnode.node import (
     namespace,
     pod,
     running,
-    shared_claim,
+    workload,
 )
 
 POLL_S = 0.2
@@ -96,34 +95,6 @@ async def agrees(seen: Collected, cluster: LocalCluster) -> bool:
     return seen.belief() == await kubelet_rows(cluster.node.podresources_socket)
 
 
-@contextlib.asynccontextmanager
-async def workload(rest: Rest, ns: str) -> AsyncIterator[None]:
-    """Whole GPUs, replicas renamed and not, a MIG device, a DRA claim from a template, one
-    claim shared by two pods, and a CPU-only pod, running; the namespace deleted after."""
-    await namespace(rest, ns)
-    base = f"/api/v1/namespaces/{ns}"
-    dra = f"/apis/resource.k8s.io/v1/namespaces/{ns}"
-    await rest.create(f"{dra}/resourceclaimtemplates", claim_template("one-gpu"))
-    await rest.create(f"{dra}/resourceclaims", shared_claim("shared-gpu"))
-    pods = [
-        pod("train", resource="nvidia.com/gpu"),
-        pod("notebook", resource="nvidia.com/gpu.shared", count=2),
-        pod("infer", resource="nvidia.com/gpu.shared"),
-        pod("mig", resource="nvidia.com/mig-1g.10gb"),
-        pod("claimed", claim_template="one-gpu"),
-        pod("shared-a", claim="shared-gpu"),
-        pod("shared-b", claim="shared-gpu"),
-        pod("cpu-only"),
-    ]
-    try:
-        for p in pods:
-            await rest.create(f"{base}/pods", p)
-        await running(rest, ns, [p["metadata"]["name"] for p in pods])
-        yield
-    finally:
-        await delete_namespace(rest, ns)
-
-
 async def test_the_collector_publishes_what_the_kubelet_lists(real_node: LocalCluster) -> None:
     rest = Rest.admin(real_node.kube)
     own = await agent_pod(rest)
@@ -135,6 +106,7 @@ async def test_the_collector_publishes_what_the_kubelet_lists(real_node: LocalCl
         rows = seen.belief()
         assert {r.pod for r in rows if r.namespace == "rn-list"} == {
             "train",
+            "batch",
             "notebook",
             "infer",
             "mig",
