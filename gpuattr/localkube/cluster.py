@@ -115,6 +115,11 @@ class LocalCluster:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def pids(self) -> list[int]:
+        """Every running process of the cluster."""
+        procs = [p.pid for p in (self._scheduler, self._controllers) if p and p.running()]
+        return self.kube.pids() + procs + (self._node.pids() if self._node else [])
+
     # --- internals
     def _spawn(self, name: str, cmd: list[str]) -> Proc:
         return spawn(name, cmd, self.workdir / f"{name}.log")

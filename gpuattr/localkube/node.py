@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpuattr.localkube")
 
 DRA_DRIVER = "gpu.example.com"
+#: sizeof(sockaddr_un.sun_path) on Linux: a socket path must be shorter
+UNIX_PATH_MAX = 108
 #: what the kubelet writes under /proc/sys unless told not to (pkg/kubelet/cm setupKernelTunables)
 KUBELET_SYSCTLS = (
     "vm/overcommit_memory",
@@ -129,6 +131,12 @@ class LocalNode:
     ) -> None:
         self.kube = kube
         self.workdir = workdir.resolve()
+        longest = self.root / "plugins_registry" / f"{DRA_DRIVER}-reg.sock"
+        if len(str(longest).encode()) >= UNIX_PATH_MAX:
+            raise LocalKubeError(
+                f"work directory {self.workdir} is too long: the DRA driver's socket {longest} "
+                f"would exceed the {UNIX_PATH_MAX - 1}-byte limit of a unix socket path"
+            )
         self.bins = bins
         self.name = name
         self.layout = layout
@@ -192,7 +200,15 @@ class LocalNode:
         await self.start_device_plugin()
         if self.dra_devices:
             self._dra = self._in_namespace("dra-driver", self._dra_cmd())
-        await wait_until(self._kubelet_proc(), self._node_ready, self.ready_timeout_s, "the node")
+        await self.settled()
+
+    async def settled(self) -> None:
+        """Wait until the node is Ready and untainted, its status lists every device of the
+        plugin's layout as allocatable, and the DRA driver's slice is published."""
+        plugins = tuple(p for p in (self._plugin, self._dra) if p is not None)
+        await wait_until(
+            self._kubelet_proc(), self._node_ready, self.ready_timeout_s, "the node", also=plugins
+        )
 
     async def start_kubelet(self) -> None:
         if self._kubelet is not None:
@@ -241,6 +257,11 @@ class LocalNode:
             setattr(self, attr, None)
             if proc is not None:
                 proc.stop(15.0)
+
+    def pids(self) -> list[int]:
+        """The node's running processes (namespace holder, runtime, kubelet, plugins)."""
+        procs = (self._holder, self._cri, self._kubelet, self._plugin, self._dra)
+        return [p.pid for p in procs if p is not None and p.running()]
 
     # --- the fake runtime's control socket: what a workload does
     def _control(self, method: str, path: str) -> Any:

@@ -78,14 +78,21 @@ def spawn(name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None 
 
 
 async def wait_until(
-    proc: Proc, ready: Callable[[], bool], timeout_s: float, what: str | None = None
+    proc: Proc,
+    ready: Callable[[], bool],
+    timeout_s: float,
+    what: str | None = None,
+    *,
+    also: tuple[Proc, ...] = (),
 ) -> None:
-    """Poll ``ready`` (in a thread) until it holds; fail if ``proc`` exits or time runs out."""
+    """Poll ``ready`` (in a thread) until it holds; fail if ``proc`` (or any of ``also``) exits
+    or time runs out."""
     deadline = time.monotonic() + timeout_s
     delay = 0.05
     while True:
-        if proc.popen.poll() is not None:
-            raise LocalKubeError(f"{proc.name} exited during start-up:\n{proc.tail()}")
+        for watched in (proc, *also):
+            if watched.popen.poll() is not None:
+                raise LocalKubeError(f"{watched.name} exited during start-up:\n{watched.tail()}")
         if await asyncio.to_thread(ready):
             return
         if time.monotonic() > deadline:

@@ -113,6 +113,10 @@ class LocalKube:
         await wait_until(self._apiserver, self._apiserver_ready, self.ready_timeout_s)
         log.info("kube-apiserver ready on %s", self.url)
 
+    def pids(self) -> list[int]:
+        """The running processes (etcd, the API server)."""
+        return [p.pid for p in (self._etcd, self._apiserver) if p is not None and p.running()]
+
     @property
     def apiserver_running(self) -> bool:
         return self._apiserver is not None

@@ -343,3 +343,4 @@ async def test_a_device_plugin_re_registering_with_replicas(real_node: LocalClus
     finally:
         await delete_namespace(rest, ns)
         await real_node.node.restart_device_plugin(original)
+        await real_node.node.settled()  # the node as the next test expects it
