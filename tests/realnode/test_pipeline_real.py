@@ -167,6 +167,11 @@ async def test_kubelet_restarts_change_no_holder_and_fire_no_alert(
                 timeout_s=60,
                 what=lambda: f"the agent's snapshot after a restart\n{p.logs()}",
             )
+        await events_after(p, now_ms(), devices)
+        after_ten = p.attribution(mark)
+        assert _holder_changes(after_ten) == 0, "ten restarts changed a holder"
+        check_every_event(after_ten, want)
+        assert len(p.alert_records()) == alerts_before, "ten restarts fired or resolved an alert"
         # once more, with the API server down: the kubelet lists nothing until well after
         # it is back; the outage lasts while the agent holds 30 answers (15 s at 2 polls/s)
         held_before = await p.agent_metric(held_total)
