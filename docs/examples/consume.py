@@ -28,11 +28,15 @@ def describe(event: dict) -> str:  # type: ignore[type-arg]
         )
         or "-"
     )
-    usage = event["usage"]["util_pct"]
-    scope = "device-wide" if event["credit"] == "device-wide" else "credited"
+    telemetry = event.get("telemetry") or {"status": "measured"}  # added in place to v1
+    if telemetry["status"] == "unknown":  # never 0, never idle: unknown, and why
+        reading = f"usage unknown ({telemetry.get('cause')}: {telemetry.get('reason')})"
+    else:
+        scope = "device-wide" if event["credit"] == "device-wide" else "credited"
+        reading = f"util={event['usage']['util_pct']}% ({scope})"
     return (
         f"{event['node']:10} {event['device_uuid'][:20]:20} {event['state']:11} "
-        f"{event['sharing']:12} util={usage}% ({scope}) holders: {holders}"
+        f"{event['sharing']:12} {reading} holders: {holders}"
     )
 
 

@@ -24,6 +24,12 @@ from streams.core.identity import Inventory, mig_uuid_for
 SHARED_SUFFIX = "-SHARED"
 
 
+def is_gpu_uuid(key: str) -> bool:
+    """A GPU UUID (or a MIG instance key on one): ``GPU-…`` as NVML and dcgm-exporter print it;
+    any case, as DRA drivers publish it in their slices (the example driver: ``gpu-…``)."""
+    return key[:4].upper() == "GPU-"
+
+
 def gpu_of(key: str) -> str:
     """The physical GPU a device key is on."""
     return key.partition("/gi")[0]
@@ -42,7 +48,7 @@ def known_gpus(
         gpus |= set(index.unplaced_mig)
     gpus |= {gpu_of(k) for k in dra_keys}
     gpus |= set(unplaced_parents)
-    return frozenset(g for g in gpus if g.startswith("GPU-"))
+    return frozenset(g for g in gpus if is_gpu_uuid(g))
 
 
 def _model(gpu_uuid: str, inventory: Inventory, product: str | None) -> str:
@@ -73,7 +79,7 @@ def devices(
     if index is not None:
         parents |= set(index.unplaced_mig)
     out: dict[str, DeviceFacts] = {}
-    for key in sorted(k for k in keys if k.startswith("GPU-") and k not in parents):
+    for key in sorted(k for k in keys if is_gpu_uuid(k) and k not in parents):
         gpu, sep, gi_text = key.partition("/gi")
         gi = int(gi_text) if sep and gi_text.isdigit() else None
         if sep and gi is None:
