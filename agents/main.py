@@ -109,6 +109,8 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
             poll_interval_s=kubelet.poll_interval_s,
             snapshot_interval_s=kubelet.snapshot_interval_s,
             rpc_timeout_s=kubelet.rpc_timeout_s,
+            own_pod=kubelet.own_pod,
+            ready_timeout_s=kubelet.ready_timeout_s,
             emit=allocation_emit,
             now_ms=now_ms,
         )

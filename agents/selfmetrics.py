@@ -37,3 +37,17 @@ REFUSED_VALUES = Counter(
     "Values refused where they enter (not finite, out of range, oversized), by what they were",
     ["what"],
 )
+KUBELET_READY = Gauge(
+    "gpuattr_agent_kubelet_ready",
+    "0 while the kubelet's PodResources answers are held because it is not ready "
+    "(just restarted: no pods yet, or device plugins not registered)",
+)
+KUBELET_ANSWERS_HELD = Counter(
+    "gpuattr_agent_kubelet_answers_held_total",
+    "PodResources answers not published, by reason (not ready, or awaiting confirmation)",
+    ["reason"],
+)
+KUBELET_READY_TIMEOUTS = Counter(
+    "gpuattr_agent_kubelet_ready_timeouts_total",
+    "Answers of a kubelet still not ready (or unconfirmed) after the bounded wait, taken as is",
+)

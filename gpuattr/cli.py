@@ -51,7 +51,15 @@ def _parser() -> argparse.ArgumentParser:
         "kube", help="run a real kube-apiserver on etcd (built from the Go module proxy once)"
     )
     kb.add_argument("--dir", type=Path, default=Path("./.gpuattr/kube"))
-    kb.add_argument("--build", action="store_true", help="only build (or find) the binaries")
+    kb.add_argument(
+        "--node",
+        action="store_true",
+        help="also kube-scheduler, kube-controller-manager and a kubelet on the fake runtime "
+        "with a device plugin and the DRA example driver, in a private mount namespace",
+    )
+    kb.add_argument(
+        "--build", action="store_true", help="only build (or find) every binary, node included"
+    )
 
     s = sub.add_parser("sim", help="serve a scenario's kubelet, API-server and exporter doubles")
     s.add_argument("--scenario", default="mixed")
@@ -235,16 +243,20 @@ def _main(argv: Sequence[str] | None) -> int:
         return asyncio.run(run_forever(config))
     if args.command == "kube":
         from gpuattr.localkafka import default_cache_dir
-        from gpuattr.localkube import LocalKubeError, resolve_binaries
+        from gpuattr.localkube import LocalKubeError, resolve_all
         from gpuattr.localkube import run_forever as run_kube
+        from gpuattr.localkube.cluster import run_forever as run_node
 
         if args.build:
             try:
-                print(resolve_binaries(default_cache_dir()))
+                for directory in resolve_all(default_cache_dir()):
+                    print(directory)
             except LocalKubeError as err:
                 print(f"gpuattr kube: {err}", file=sys.stderr)
                 return 1
             return 0
+        if args.node:
+            return asyncio.run(run_node(args.dir, default_cache_dir()))
         return asyncio.run(run_kube(args.dir, default_cache_dir()))
     if args.command == "sim":
         from sim.serve import serve

@@ -87,6 +87,13 @@ class KubeletSettings(BaseSettings):
     poll_interval_s: float = Field(default=1.0, gt=0)
     snapshot_interval_s: float = Field(default=60.0, gt=0)
     rpc_timeout_s: float = Field(default=5.0, gt=0)
+    #: the agent's own pod, ``<namespace>/<name>`` (the DaemonSet sets it from the downward
+    #: API): a kubelet that lists it has its pods, so its answers can be believed (see
+    #: agents/podresources/readiness.py); empty: judged without it
+    own_pod: str = Field(default="", pattern=r"^$|^[a-z0-9.-]+/[a-z0-9.-]+$")
+    #: how long a kubelet's answers are held while it is not ready (a plugin that does not
+    #: come back, a node without pods) before they are taken as they are
+    ready_timeout_s: float = Field(default=120.0, gt=0)
 
 
 class DcgmSettings(BaseSettings):

@@ -55,25 +55,44 @@ def _pod(namespace: str, name: str, rows: Iterable[DeviceAssignment]) -> pb.PodR
     )
 
 
-def list_response(assignments: Iterable[DeviceAssignment]) -> pb.ListPodResourcesResponse:
-    """The ``List`` reply for these assignments (pods ordered by namespace, then name)."""
-    by_pod: dict[tuple[str, str], list[DeviceAssignment]] = defaultdict(list)
-    for row in assignments:
-        by_pod[(row.namespace, row.pod)].append(row)
-    return pb.ListPodResourcesResponse(
-        pod_resources=[_pod(ns, name, rows) for (ns, name), rows in sorted(by_pod.items())]
+Pod = tuple[str, str]  # namespace, name
+
+
+def _bare(namespace: str, name: str) -> pb.PodResources:
+    """An active pod without devices: the kubelet lists it too, with its container."""
+    return pb.PodResources(
+        name=name, namespace=namespace, containers=[pb.ContainerResources(name="main")]
     )
 
 
+def list_response(
+    assignments: Iterable[DeviceAssignment], bare_pods: Iterable[Pod] = ()
+) -> pb.ListPodResourcesResponse:
+    """The ``List`` reply for these assignments and the active pods without devices
+    (``bare_pods``), pods ordered by namespace, then name."""
+    by_pod: dict[tuple[str, str], list[DeviceAssignment]] = defaultdict(list)
+    for row in assignments:
+        by_pod[(row.namespace, row.pod)].append(row)
+    bare = {pod for pod in bare_pods if pod not in by_pod}
+    pods = {**{pod: _pod(*pod, rows) for pod, rows in by_pod.items()}}
+    pods |= {pod: _bare(*pod) for pod in bare}
+    return pb.ListPodResourcesResponse(pod_resources=[pods[k] for k in sorted(pods)])
+
+
 def get_response(
-    assignments: Iterable[DeviceAssignment], namespace: str, name: str
+    assignments: Iterable[DeviceAssignment],
+    namespace: str,
+    name: str,
+    bare_pods: Iterable[Pod] = (),
 ) -> pb.GetPodResourcesResponse | None:
-    """The ``Get`` reply for one pod, or ``None`` when no assignment names it (the double only
-    knows pods that hold devices; the kubelet answers an unknown pod with an error)."""
+    """The ``Get`` reply for one active pod, or ``None`` when the pod is not active (the kubelet
+    answers that with an error)."""
     rows = [row for row in assignments if (row.namespace, row.pod) == (namespace, name)]
-    if not rows:
-        return None
-    return pb.GetPodResourcesResponse(pod_resources=_pod(namespace, name, rows))
+    if rows:
+        return pb.GetPodResourcesResponse(pod_resources=_pod(namespace, name, rows))
+    if (namespace, name) in set(bare_pods):
+        return pb.GetPodResourcesResponse(pod_resources=_bare(namespace, name))
+    return None
 
 
 def allocatable_response(devices: Iterable[AllocatableDevice]) -> pb.AllocatableResourcesResponse:

@@ -1,11 +1,20 @@
 """Poll the kubelet's PodResources ``List`` and publish snapshots and diffs.
 
-The API has no working ``Watch``: we poll ``List``. A full :class:`PodResourcesSnapshot` goes out
-first on every connection (at start, after a reconnect, also one gRPC made by itself when the
-kubelet restarted between two polls) and then every ``snapshot_interval_s`` (measured with the
-injected ``now_ms``), so a consumer can always rebuild state; in between, a
-:class:`PodResourcesDiff` only when something changed. Nothing is lost when ``emit`` raises:
-``previous`` only advances once ``emit`` returned, so the next poll sends the change again.
+The API has no working ``Watch``: every poll calls ``List`` and ``GetAllocatableResources``. A
+full :class:`PodResourcesSnapshot` goes out first on every connection (at start, after a
+reconnect, also one gRPC made by itself when the kubelet restarted between two polls), when the
+allocatable list changed, and then every ``snapshot_interval_s`` (measured with the injected
+``now_ms``), so a consumer can always rebuild state; in between, a :class:`PodResourcesDiff`
+only when something changed. What may go out, and when, is decided by
+:mod:`agents.podresources.readiness`: a kubelet that has just started answers "nothing" without
+an error, and that answer is held — the worker keeps the holders last published — until the
+kubelet is ready and a second answer confirms it. Nothing is lost when ``emit`` raises: the
+readiness state only advances once ``emit`` returned, so the next poll sends the change again.
+
+Held answers: ``gpuattr_agent_kubelet_ready`` (0 while held for a not-ready kubelet),
+``gpuattr_agent_kubelet_answers_held_total{reason}`` (``no_pod_listed``, ``own_pod_not_listed``,
+``allocatable_empty``, ``unconfirmed``) and ``gpuattr_agent_kubelet_ready_timeouts_total``; one
+log line when a hold begins and one when it ends.
 
 Failures cost one log line per episode, not one per retry:
 
@@ -24,21 +33,31 @@ gRPC status codes in lower case (``unavailable``, ``deadline_exceeded``, ...), `
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 
 from agents.health import SourceHealth
 from agents.podresources.diff import diff_assignments
+from agents.podresources.readiness import UNCONFIRMED, Answer, Readiness, Verdict, step
 from agents.podresources.translate import (
     DEFAULT_PREFIXES,
     Unusable,
+    listed_pods,
     read_allocatable,
     read_list,
 )
-from agents.selfmetrics import IGNORED_PODRESOURCES, SOURCE_ERRORS
+from agents.selfmetrics import (
+    IGNORED_PODRESOURCES,
+    KUBELET_ANSWERS_HELD,
+    KUBELET_READY,
+    KUBELET_READY_TIMEOUTS,
+    SOURCE_ERRORS,
+)
 from agents.types import AgentRecord, Emit, NowMs
 from contract.inputs import (
     AllocatableDevice,
@@ -64,6 +83,20 @@ CONNECTION_LOST = frozenset(
 )
 
 
+class Failed(enum.Enum):
+    """A call that failed (counted and logged): the poll it belongs to is skipped."""
+
+    FAILED = "failed"
+
+
+FAILED = Failed.FAILED
+
+
+class Listed(NamedTuple):
+    rows: frozenset[DeviceAssignment]
+    pods: frozenset[str]  # namespace/name of every pod listed, with devices or without
+
+
 def _allocatable_not_served(exc: grpc.aio.AioRpcError) -> bool:
     """Kubelets before 1.21 lack the method; 1.21-1.27 with the feature gate off answer with a
     plain error (UNKNOWN) "... GetAllocatableResources disabled"."""
@@ -87,6 +120,8 @@ class PodResourcesCollector:
         now_ms: NowMs,
         rpc_timeout_s: float = 5.0,
         resource_prefixes: tuple[str, ...] = DEFAULT_PREFIXES,
+        own_pod: str = "",
+        ready_timeout_s: float = 120.0,
     ) -> None:
         self.node = node
         self.socket_path = socket_path
@@ -96,8 +131,12 @@ class PodResourcesCollector:
         self.now_ms = now_ms
         self.rpc_timeout_s = rpc_timeout_s
         self.resource_prefixes = resource_prefixes
+        self.ready_timeout_ms = round(ready_timeout_s * 1000)
+        self.readiness = Readiness(own_pod=own_pod)
         self.health = SourceHealth(SOURCE, f"kubelet PodResources at {socket_path}", log)
         self._answered = False
+        self._held: str | None = None  # why answers are held now (None: not held)
+        self._held_since_ms = 0
         self._allocatable_missing_logged = False
         self._unusable_logged: set[str] = set()
         self._emit_failing = False
@@ -129,35 +168,105 @@ class PodResourcesCollector:
     async def _poll_loop(
         self, channel: grpc.aio.Channel, stub: pb_grpc.PodResourcesListerStub
     ) -> None:
-        previous: frozenset[DeviceAssignment] | None = None  # None: a snapshot is owed
-        last_snapshot_ms = 0
+        self.readiness = self.readiness.connected()
         while True:
             if channel.get_state() != grpc.ChannelConnectivity.READY:
                 # gRPC reconnects by itself when a kubelet restarts between two polls: a fresh
-                # connection owes a snapshot like a new channel does.
-                previous = None
-            current = await self._list(stub)
-            if current is not None:
-                now = self.now_ms()
-                elapsed_ms = now - last_snapshot_ms
-                if previous is None or not 0 <= elapsed_ms < self.snapshot_interval_ms:
-                    allocatable = await self._allocatable(stub)
-                    snapshot = PodResourcesSnapshot(
-                        self.node, now, tuple(sorted(current)), allocatable
-                    )
-                    if await self._publish(snapshot):
-                        previous, last_snapshot_ms = current, now
-                else:
-                    added, removed = diff_assignments(previous, current)
-                    diff = PodResourcesDiff(self.node, now, added, removed)
-                    if (added or removed) and await self._publish(diff):
-                        previous = current
+                # connection owes a snapshot like a new channel does, and may meet a kubelet
+                # that is not ready yet.
+                self.readiness = self.readiness.connected()
+            answer = await self._answer(stub)
+            if answer is not None:
+                await self._consider(answer)
             await asyncio.sleep(self.poll_interval_s)
 
-    async def _list(
-        self, stub: pb_grpc.PodResourcesListerStub
-    ) -> frozenset[DeviceAssignment] | None:
-        """One ``List``: the wanted assignments, or None when the reply was unusable (counted)."""
+    async def _answer(self, stub: pb_grpc.PodResourcesListerStub) -> Answer | None:
+        """One poll: ``List`` then ``GetAllocatableResources``; None if either was unusable."""
+        listed = await self._list(stub)
+        if listed is None:
+            return None
+        allocatable = await self._allocatable(stub)
+        if isinstance(allocatable, Failed):
+            return None
+        return Answer(listed.rows, listed.pods, allocatable)
+
+    async def _consider(self, answer: Answer) -> None:
+        """Publish what :func:`step` says of ``answer``, and account for what it holds."""
+        now = self.now_ms()
+        new, verdict = step(
+            self.readiness,
+            answer,
+            now,
+            snapshot_interval_ms=self.snapshot_interval_ms,
+            ready_timeout_ms=self.ready_timeout_ms,
+        )
+        if verdict.own_pod_dropped:
+            log.error(
+                "kubelet at %s lists %d pods but never this agent's own pod %s: "
+                "GPUATTR_KUBELET_OWN_POD looks wrong; judging readiness without it",
+                self.socket_path,
+                len(answer.pods),
+                self.readiness.own_pod,
+            )
+        if verdict.publish is None:
+            self.readiness = new
+            self._hold(verdict, now)
+            return
+        record: AgentRecord
+        if verdict.publish == "snapshot":
+            allocatable = answer.allocatable or ()
+            record = PodResourcesSnapshot(self.node, now, tuple(sorted(answer.rows)), allocatable)
+        else:
+            before = self.readiness.published
+            added, removed = diff_assignments(before.rows if before else None, answer.rows)
+            record = PodResourcesDiff(self.node, now, added, removed)
+        if await self._publish(record):
+            self.readiness = new
+            self._released(verdict, answer, now)
+
+    def _hold(self, verdict: Verdict, now: int) -> None:
+        reason = verdict.reason
+        if reason is None:
+            KUBELET_READY.set(1)
+            return
+        KUBELET_ANSWERS_HELD.labels(reason).inc()
+        KUBELET_READY.set(1 if reason == UNCONFIRMED else 0)
+        if self._held is None:
+            self._held_since_ms = now
+        if reason != self._held and reason != UNCONFIRMED:
+            published = self.readiness.published
+            log.info(
+                "kubelet at %s not ready (%s): its answers are held; the %d assignments "
+                "published last stand until it is ready and confirms",
+                self.socket_path,
+                reason,
+                len(published.rows) if published else 0,
+            )
+        self._held = reason
+
+    def _released(self, verdict: Verdict, answer: Answer, now: int) -> None:
+        KUBELET_READY.set(1)
+        if verdict.timed_out:
+            KUBELET_READY_TIMEOUTS.inc()
+            log.warning(
+                "kubelet at %s: still %s after %.0fs; taking its answer (%d assignments) as is",
+                self.socket_path,
+                self._held or UNCONFIRMED,
+                (now - self._held_since_ms) / 1000,
+                len(answer.rows),
+            )
+        elif self._held not in (None, UNCONFIRMED):
+            log.info(
+                "kubelet at %s ready after %.1fs: snapshot of %d assignments",
+                self.socket_path,
+                (now - self._held_since_ms) / 1000,
+                len(answer.rows),
+            )
+        self._held = None
+
+    async def _list(self, stub: pb_grpc.PodResourcesListerStub) -> Listed | None:
+        """One ``List``: the wanted assignments and every pod named, or None when the reply was
+        unusable (counted)."""
         try:
             resp = await stub.List(pb.ListPodResourcesRequest(), timeout=self.rpc_timeout_s)
         except grpc.aio.AioRpcError as exc:
@@ -171,12 +280,13 @@ class PodResourcesCollector:
         self._recovered()
         rows, bad = read_list(resp, self.resource_prefixes)
         self._note_unusable(bad)
-        return frozenset(rows)
+        return Listed(frozenset(rows), listed_pods(resp))
 
     async def _allocatable(
         self, stub: pb_grpc.PodResourcesListerStub
-    ) -> tuple[AllocatableDevice, ...]:
-        """The node's allocatable devices; () when this kubelet cannot tell."""
+    ) -> tuple[AllocatableDevice, ...] | Failed | None:
+        """The node's allocatable devices; ``None`` when this kubelet does not serve the method,
+        :data:`FAILED` when this call failed (counted; the poll is skipped)."""
         request = pb.AllocatableResourcesRequest()
         try:
             resp = await stub.GetAllocatableResources(request, timeout=self.rpc_timeout_s)
@@ -185,12 +295,12 @@ class PodResourcesCollector:
                 raise
             if _allocatable_not_served(exc):
                 self._log_allocatable_missing(exc)
-            else:
-                self._failed(exc.code().name.lower(), f"GetAllocatableResources failed: {exc}")
-            return ()
+                return None
+            self._failed(exc.code().name.lower(), f"GetAllocatableResources failed: {exc}")
+            return FAILED
         if resp is None:
             self._failed("garbled", "GetAllocatableResources reply could not be decoded")
-            return ()
+            return FAILED
         devices, bad = read_allocatable(resp, self.resource_prefixes)
         self._note_unusable(bad)
         return devices

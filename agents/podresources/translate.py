@@ -90,6 +90,11 @@ def read_list(
     """One pass over a ``List`` reply: one row per device ID per resource per container (sorted,
     without duplicates), and the wanted entries that cannot be used (in reply order).
 
+    Rows are a set: a DRA device a kubelet lists twice or three times for one container (after
+    a restart and a sandbox re-creation, kubernetes/kubernetes#140471, each copy with a longer
+    CDI list) is one row — merged by (claim, driver, pool, device, share); the CDI names are not
+    read. Pod and replica order change between calls and change nothing here.
+
     Pods and containers without a wanted device (CPU-only pods, other vendors) add nothing."""
     rows: set[DeviceAssignment] = set()
     bad: list[Unusable] = []
@@ -108,6 +113,13 @@ def read_list(
         if wanted and not named:
             bad.append(Unusable(POD_WITHOUT_NAME, where))
     return tuple(sorted(rows)), tuple(bad)
+
+
+def listed_pods(resp: pb.ListPodResourcesResponse) -> frozenset[str]:
+    """``namespace/name`` of every pod the reply names, with devices or without: a kubelet that
+    has its pods lists every active pod (how :mod:`agents.podresources.readiness` tells a
+    kubelet that has just started from an empty node)."""
+    return frozenset(f"{p.namespace}/{p.name}" for p in resp.pod_resources if p.name)
 
 
 def read_allocatable(

@@ -19,60 +19,23 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
-import contextlib
 import json
 import logging
-import os
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import sys
-import time
+import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gpuattr.localkube.binaries import LocalKubeError, require_tool, resolve_binaries
+from gpuattr.localkube.process import HOST, Proc, free_port, spawn, wait_until
 
 log = logging.getLogger("gpuattr.localkube")
-HOST = "127.0.0.1"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class _Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: IO[bytes]
-    log_path: Path
-
-    def tail(self, lines: int = 30) -> str:
-        with contextlib.suppress(OSError):
-            text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
-            return "\n".join(text)
-        return f"(no log at {self.log_path})"
-
-    def stop(self, timeout_s: float, *, kill: bool = False) -> int | None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in %.0fs; killing it", self.name, timeout_s)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait()
-        self.log.close()
-        return self.popen.returncode
 
 
 class LocalKube:
@@ -85,6 +48,7 @@ class LocalKube:
         *,
         watch_cache: bool = True,
         ready_timeout_s: float = 120.0,
+        users: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
         self.watch_cache = watch_cache  # off: every watch is served by etcd itself
@@ -94,9 +58,12 @@ class LocalKube:
         self.etcd_peer_port = free_port()
         self.port = free_port()
         self.admin_token = secrets.token_hex(24)
+        #: more static-token users (name → groups), e.g. a kubelet's ``system:node:<node>``
+        self.tokens = {name: secrets.token_hex(24) for name in users or {}}
+        self._groups = dict(users or {})
         self.bin_dir: Path | None = None
-        self._etcd: _Proc | None = None
-        self._apiserver: _Proc | None = None
+        self._etcd: Proc | None = None
+        self._apiserver: Proc | None = None
 
     # --- where things are
     @property
@@ -131,7 +98,7 @@ class LocalKube:
         atexit.register(self.stop_sync)
         try:
             self._etcd = self._spawn("etcd", self._etcd_cmd())
-            await self._wait(self._etcd, self._etcd_ready)
+            await wait_until(self._etcd, self._etcd_ready, self.ready_timeout_s)
             await self.start_apiserver()
         except BaseException:
             self.stop_sync()
@@ -143,8 +110,16 @@ class LocalKube:
         if self._apiserver is not None:
             raise LocalKubeError(f"kube-apiserver already running on {self.url}")
         self._apiserver = self._spawn("kube-apiserver", self._apiserver_cmd())
-        await self._wait(self._apiserver, self._apiserver_ready)
+        await wait_until(self._apiserver, self._apiserver_ready, self.ready_timeout_s)
         log.info("kube-apiserver ready on %s", self.url)
+
+    def pids(self) -> list[int]:
+        """The running processes (etcd, the API server)."""
+        return [p.pid for p in (self._etcd, self._apiserver) if p is not None and p.running()]
+
+    @property
+    def apiserver_running(self) -> bool:
+        return self._apiserver is not None
 
     def stop_apiserver(self, timeout_s: float = 15.0, *, kill: bool = False) -> None:
         """Stop the API server (``kill``: SIGKILL, a crash; else SIGTERM, then SIGKILL after
@@ -190,6 +165,29 @@ class LocalKube:
             out: dict[str, Any] = json.loads(resp.read())
         return out
 
+    # --- the API as the admin, blocking (for start-up and dev tools; tests have their client)
+    def api(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        timeout_s: float = 10.0,
+    ) -> Any:
+        """One JSON request as the admin: the decoded answer; :class:`LocalKubeError` on an
+        HTTP error status, naming it."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self.admin_token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s, context=self.ssl_context()) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            raise LocalKubeError(f"{method} {path}: HTTP {err.code}: {err.read()[:500]!r}") from err
+
     # --- kubeconfigs
     def write_kubeconfig(self, path: Path, *, token: str, user: str) -> Path:
         """A kubeconfig for ``token`` (the admin's, or a ServiceAccount's from TokenRequest)."""
@@ -221,7 +219,10 @@ class LocalKube:
                 [openssl, "genrsa", "-out", str(key), "2048"], capture_output=True, check=True
             )
         tokens = self.workdir / "tokens.csv"
-        tokens.write_text(f'{self.admin_token},admin,admin,"system:masters"\n')
+        lines = [f'{self.admin_token},admin,admin,"system:masters"']
+        for user, token in self.tokens.items():
+            lines.append(f'{token},{user},{user},"{",".join(self._groups[user])}"')
+        tokens.write_text("\n".join(lines) + "\n")
         tokens.chmod(0o600)
 
     def _etcd_cmd(self) -> list[str]:
@@ -264,33 +265,8 @@ class LocalKube:
             "--v=1",
         ]
 
-    def _spawn(self, name: str, cmd: list[str]) -> _Proc:
-        log_path = self.workdir / f"{name}.log"
-        out = log_path.open("ab")
-        popen = subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.info("started %s (pid %d, log %s)", name, popen.pid, log_path)
-        return _Proc(name, popen, out, log_path)
-
-    async def _wait(self, proc: _Proc, ready: Any) -> None:
-        deadline = time.monotonic() + self.ready_timeout_s
-        delay = 0.05
-        while True:
-            if proc.popen.poll() is not None:
-                raise LocalKubeError(f"{proc.name} exited during start-up:\n{proc.tail()}")
-            if await asyncio.to_thread(ready):
-                return
-            if time.monotonic() > deadline:
-                raise LocalKubeError(
-                    f"{proc.name} not ready after {self.ready_timeout_s:.0f}s:\n{proc.tail()}"
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 0.5)
+    def _spawn(self, name: str, cmd: list[str]) -> Proc:
+        return spawn(name, cmd, self.workdir / f"{name}.log")
 
     def _etcd_ready(self) -> bool:
         try:

@@ -28,7 +28,7 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-from agents.podresources.collect import MAX_REPLY_BYTES
+from agents.podresources.collect import FAILED, MAX_REPLY_BYTES
 from agents.podresources.translate import allocatable_from_response, assignments_from_list
 from agents.selfmetrics import IGNORED_PODRESOURCES
 from contract import codec
@@ -85,7 +85,8 @@ async def test_garbled_list_replies_are_counted_and_logged(wire: Wire, payload: 
     collector = wire.collector()
     before = errors("garbled")
     with captured("agents.podresources.collect") as logs:
-        rows = await collector._list(wire.stub)
+        listed = await collector._list(wire.stub)
+    rows = listed.rows if listed else None
     message = parsed(pb.ListPodResourcesResponse, payload)
     event("refused by protobuf" if message is None else "parsed by protobuf")
     if message is None:
@@ -108,9 +109,11 @@ async def test_valid_list_replies_become_exactly_our_records(
     wire.kubelet.list_reply = message.SerializeToString()
     before = errors("garbled")
     ignored_before = ignored()
-    rows = await wire.collector()._list(wire.stub)
-    assert rows is not None
+    listed = await wire.collector()._list(wire.stub)
+    assert listed is not None
+    rows = listed.rows
     assert set(rows) == oracle(message)
+    assert listed.pods == {f"{p.namespace}/{p.name}" for p in message.pod_resources if p.name}
     assert errors("garbled") == before
     # what could not be used is counted, by reason (never a silent drop)
     assert ignored() - ignored_before == unusable_oracle(message)
@@ -133,7 +136,7 @@ async def test_garbled_allocatable_replies_are_counted(wire: Wire, payload: byte
     message = parsed(pb.AllocatableResourcesResponse, payload)
     event("refused by protobuf" if message is None else "parsed by protobuf")
     if message is None:
-        assert devices_ == ()
+        assert devices_ is FAILED  # that poll is skipped: an empty list would mean "no devices"
         assert errors("garbled") == before + 1
         assert any("GetAllocatableResources" in m for m in logs.messages(logging.WARNING))
     else:
@@ -205,8 +208,9 @@ async def test_a_huge_node_is_read_whole(wire: Wire) -> None:
         )
     )
     wire.kubelet.list_reply = pb.ListPodResourcesResponse(pod_resources=pods).SerializeToString()
-    rows = await wire.collector()._list(wire.stub)
-    assert rows is not None
+    listed = await wire.collector()._list(wire.stub)
+    assert listed is not None
+    rows = listed.rows
     assert len(rows) == 22000
     assert len({r.pod for r in rows}) == 2001
 
@@ -255,7 +259,9 @@ async def test_unusable_entries_are_counted_every_time_and_logged_once(wire: Wir
     before = ignored()
     with captured("agents.podresources.collect") as logs:
         for _ in range(3):
-            assert await collector._list(wire.stub) == frozenset()
+            listed = await collector._list(wire.stub)
+            assert listed is not None
+            assert listed.rows == frozenset()
     assert ignored() - before == Counter({"pod_without_name": 3})
     (warning,) = logs.messages(logging.WARNING)
     assert "pod_without_name" in warning

@@ -203,6 +203,36 @@ def test_list_golden_survives_the_wire() -> None:
     assert assignments_from_list(pb.ListPodResourcesResponse.FromString(wire)) == GOLDEN
 
 
+def test_dra_devices_listed_again_and_any_order_give_the_same_rows() -> None:
+    """What a kubelet 1.35.4 answers after a restart and a sandbox re-creation
+    (kubernetes/kubernetes#140471): each claim device once more per re-creation, its CDI list
+    longer each time; and pods and device IDs in another order. The same rows."""
+    reply = pb.ListPodResourcesResponse()
+    reply.CopyFrom(LIST)
+    for pod in reply.pod_resources:
+        for ctr in pod.containers:
+            for dev in ctr.devices:
+                ids = list(reversed(dev.device_ids))
+                del dev.device_ids[:]
+                dev.device_ids.extend(ids)
+            for dyn in ctr.dynamic_resources:
+                copies = []
+                for n in (1, 2, 3):
+                    for res in dyn.claim_resources:
+                        again = pb.ClaimResource()
+                        again.CopyFrom(res)
+                        del again.cdi_devices[:]
+                        again.cdi_devices.extend(list(res.cdi_devices) * n)
+                        copies.append(again)
+                del dyn.claim_resources[:]
+                dyn.claim_resources.extend(copies)
+    pods = list(reversed(reply.pod_resources))
+    del reply.pod_resources[:]
+    reply.pod_resources.extend(pods)
+    assert sum(len(d.claim_resources) for d in pods[1].containers[0].dynamic_resources) == 9
+    assert assignments_from_list(reply) == GOLDEN
+
+
 def test_resource_prefixes_select_plugin_resources_only() -> None:
     rows = assignments_from_list(LIST, resource_prefixes=("intel.com/",))
     plugin = [r for r in rows if not r.resource.startswith("dra:")]
