@@ -75,6 +75,8 @@ class DeviceContext:
     dra_device: bool = False
     unplaced: tuple[str, ...] = ()
     holders_note: str = "no PodResources snapshot from this node yet: holders unknown"
+    #: how a held device was placed when not by a live slice (said in the event's notes)
+    placement_notes: tuple[str, ...] = ()
 
 
 def _usage(sample: DcgmSample) -> Usage:
@@ -431,6 +433,8 @@ def _attribute(
     if observers:
         names = sorted({f"{a.namespace}/{a.pod}" for a in observers})
         notes = (*notes, f"observers through adminAccess claims, not holders: {', '.join(names)}")
+    if rows and ctx.placement_notes:
+        notes = (*notes, *ctx.placement_notes)
     if not ctx.holders_known:
         state = "unknown"
         notes = (*notes, ctx.holders_note)

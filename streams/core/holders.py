@@ -84,6 +84,13 @@ class NodeDevices:
     unplaced_mig: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     #: the first snapshot's time: from then on the node's holders are known (additive)
     since_ms: int | None = None
+    #: held DRA devices no live slice lists, as the node's slices last described them
+    #: (additive): a kubelet restart deletes the node's ResourceSlices and the driver publishes
+    #: them again tens of seconds later, while the claims stay allocated
+    remembered: tuple[tuple[str, DraDevice], ...] = ()
+
+    def remembered_devices(self) -> dict[DeviceRef, DraDevice]:
+        return {ref: d for base, d in self.remembered if (ref := dra_ref(base)) is not None}
 
 
 def unplaced_dra(index: NodeDevices) -> tuple[str, ...]:
@@ -122,18 +129,41 @@ def dra_ref(base: str) -> DeviceRef | None:
     return (driver, pool, device) if driver and pool and device else None
 
 
+@dataclass(frozen=True, slots=True)
+class IndexKeys:
+    """Where a node's held base devices sit: device key → bases, the bases we cannot place, the
+    DRA MIG devices known only by their parent GPU, and the DRA devices placed from memory."""
+
+    keys: dict[str, tuple[str, ...]]
+    unresolved: tuple[str, ...]
+    unplaced_mig: dict[str, tuple[tuple[str, str], ...]]
+    remembered: tuple[tuple[str, DraDevice], ...]
+
+
 def index_keys(
-    bases: Iterable[str], inventory: Inventory, dra: DraDevices = NO_DRA
-) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...], dict[str, tuple[tuple[str, str], ...]]]:
+    bases: Iterable[str],
+    inventory: Inventory,
+    dra: DraDevices = NO_DRA,
+    kept: DraDevices = NO_DRA,
+) -> IndexKeys:
     """Group base device IDs by the device key they occupy; list the ones we cannot place, and
-    the DRA MIG devices known only by their parent GPU."""
+    the DRA MIG devices known only by their parent GPU.
+
+    ``dra`` is what the node's live slices publish. A held DRA device no live slice lists is
+    read as ``kept`` (the slices' last word on it) describes it: a claim's allocation does not
+    move while its driver publishes again. A live slice that lists the device decides anew."""
     keys: dict[str, list[str]] = defaultdict(list)
     unresolved: list[str] = []
     unplaced: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    remembered: list[tuple[str, DraDevice]] = []
     for base in sorted(set(bases)):
         ref = dra_ref(base)
         if ref is not None:
-            placement = place(ref, dra, inventory)
+            if ref not in dra and ref in kept:
+                remembered.append((base, kept[ref]))
+                placement = place(ref, kept, inventory)
+            else:
+                placement = place(ref, dra, inventory)
             if isinstance(placement, Placed):
                 keys[placement.key].append(base)
                 continue
@@ -146,10 +176,11 @@ def index_keys(
             unresolved.append(base)
         else:
             keys[key].append(base)
-    return (
+    return IndexKeys(
         {k: tuple(v) for k, v in keys.items()},
         tuple(unresolved),
         {k: tuple(v) for k, v in unplaced.items()},
+        tuple(remembered),
     )
 
 
@@ -224,7 +255,7 @@ def apply_podresources(
             if not holders_expired(bool(h.assignments), h.since_ms, record.ts_ms)
         )
     )
-    keys, unresolved, unplaced = index_keys(bases, inventory, dra)
+    placed = index_keys(bases, inventory, dra, index.remembered_devices())
     advertised = (
         index.advertised
         if allocatable == index.allocatable and index.advertised
@@ -233,21 +264,33 @@ def apply_podresources(
     new_index = NodeDevices(
         record.node,
         bases,
-        keys,
-        unresolved,
+        placed.keys,
+        placed.unresolved,
         allocatable,
         record.ts_ms,
         advertised,
-        unplaced,
+        placed.unplaced_mig,
         index.since_ms,
+        placed.remembered,
     )
     return new_index, changed
 
 
-def reindex(index: NodeDevices, inventory: Inventory, dra: DraDevices = NO_DRA) -> NodeDevices:
-    """Recompute device keys after the node's inventory or its DRA slices changed."""
-    keys, unresolved, unplaced = index_keys(index.bases, inventory, dra)
+def reindex(
+    index: NodeDevices,
+    inventory: Inventory,
+    dra: DraDevices = NO_DRA,
+    previous: DraDevices = NO_DRA,
+) -> NodeDevices:
+    """Recompute device keys after the node's inventory or its DRA slices changed (``previous``:
+    what the slices published before the change)."""
+    placed = index_keys(index.bases, inventory, dra, {**previous, **index.remembered_devices()})
     advertised = advertised_by_key(index.allocatable, inventory)
     return replace(
-        index, keys=keys, unresolved=unresolved, advertised=advertised, unplaced_mig=unplaced
+        index,
+        keys=placed.keys,
+        unresolved=placed.unresolved,
+        advertised=advertised,
+        unplaced_mig=placed.unplaced_mig,
+        remembered=placed.remembered,
     )

@@ -73,6 +73,8 @@ def read_node(t: Tables, node: str) -> NodeView:
 
     node_slices = t.dra_slices.get(node)
     dra = device_map(node_slices.slices) if node_slices else {}
+    if index is not None and index.remembered:  # held devices no live slice lists
+        dra = {**index.remembered_devices(), **dra}
     inventory = t.inventories.get(node, EMPTY_INVENTORY)
     parents = {m.parent_uuid for m in inventory.migs.values()}
     if index is not None:
@@ -163,11 +165,26 @@ def _context(
         dra_devices=view.dra_devices,
         dra_device=key in view.dra_keys or key.startswith("dra:"),
         unplaced=unplaced,
+        placement_notes=_remembered_notes(index, key),
         holders_note=(
             PREDATES
             if index is not None
             else "no PodResources snapshot from this node yet: holders unknown"
         ),
+    )
+
+
+def _remembered_notes(index: NodeDevices | None, key: str) -> tuple[str, ...]:
+    if index is None or not index.remembered:
+        return ()
+    remembered = {base for base, _ in index.remembered}
+    kept = [b for b in index.keys.get(key, ()) if b in remembered]
+    if not kept:
+        return ()
+    return (
+        f"DRA device(s) {', '.join(kept)} kept where the node's ResourceSlices last placed them: "
+        "no slice lists them now (their driver is publishing again, e.g. after a kubelet "
+        "restart) and their claims are still allocated",
     )
 
 

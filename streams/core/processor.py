@@ -256,7 +256,10 @@ class Processor:
         index = t.node_devices.get(record.node)
         if index is not None:
             t.node_devices[record.node] = reindex(
-                index, self._inventory(record.node), device_map(new.slices)
+                index,
+                self._inventory(record.node),
+                device_map(new.slices),
+                previous=device_map(old.slices),
             )
 
     def _on_claim(self, record: ResourceClaimRecord) -> None:

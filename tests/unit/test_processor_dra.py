@@ -29,6 +29,7 @@ from contract.outputs import AttributionEvent
 from gpuattr.report import accumulate
 from infra.settings import AlertSettings
 from streams.core.alerts import step
+from streams.core.lifetimes import HISTORY_MS
 from streams.core.processor import Processor, Tables
 from streams.core.views import device_row, usage_text
 
@@ -245,20 +246,80 @@ def test_a_deleted_claim_leaves_the_holder_without_its_word() -> None:
     assert not processor.tables.dra_claims.get(f"{NODE}/ml/train")
 
 
-def test_slices_leaving_the_node_unplace_its_devices() -> None:
+def test_held_devices_no_slice_has_placed_are_unknown_not_unallocated() -> None:
     processor = Processor(Tables.in_memory())
-    for record in SETUP:
+    for record in (INVENTORY, *CLAIMS, PODRESOURCES):  # the driver has published nothing yet
         processor.handle(record)
-    gone = ResourceSliceRecord(NODE, T + 1, SLICE.name, D, NODE, 1, (), deleted=True)
-    processor.handle(gone)
     assert NODE not in processor.tables.dra_slices
     outputs = processor.handle(SCRAPE)
     ev = next(o for o in outputs if isinstance(o, AttributionEvent) and o.device_uuid == GPU[1])
-    # the pods still hold gpu-1, but nothing says which GPU that is: unknown, not unallocated
+    # the pods hold gpu-1, but nothing says which GPU that is: unknown, not unallocated
     assert (ev.state, ev.holders, ev.allocation) == ("unknown", (), "dra")
     assert any("in no ResourceSlice" in n for n in ev.notes)
     index = processor.tables.node_devices[NODE]
     assert f"dra:{D}/{NODE}/gpu-1" in index.unresolved
+    assert index.remembered == ()
+
+
+def test_slices_deleted_while_claims_stay_allocated_keep_held_devices_where_they_were() -> None:
+    """A kubelet restart deletes the node's ResourceSlices; the driver publishes them again
+    (under a new name) tens of seconds later, while every claim stays allocated. Seen on the
+    real node (tests/realnode): the held GPUs must not lose their holders in that window."""
+    processor = Processor(Tables.in_memory())
+    for record in SETUP:
+        processor.handle(record)
+    processor.handle(ResourceSliceRecord(NODE, T + 1, SLICE.name, D, NODE, 1, (), deleted=True))
+    assert NODE not in processor.tables.dra_slices
+    during = {o.device_uuid: o for o in processor.handle(SCRAPE) if isinstance(o, AttributionEvent)}
+    assert not [d for d in during if d.startswith("dra:")], "no held device became unplaced"
+    for uuid in (GPU[1], GPU[2], GPU[3]):
+        assert holders(during[uuid]) == holders(EVENTS[uuid]), uuid
+        assert during[uuid].state == EVENTS[uuid].state
+    assert any(
+        "kept where the node's ResourceSlices last placed" in n for n in during[GPU[1]].notes
+    )
+    index = processor.tables.node_devices[NODE]
+    assert f"dra:{D}/{NODE}/gpu-1" in dict(index.remembered)
+    # the dynamic MIG placement was never placed: it stays what it was, known by its parent
+    assert f"dra:{D}/{NODE}/gpu-0-mig-3g40gb-9-4" in index.unresolved
+
+    processor.handle(replace(SLICE, ts_ms=T + 2, name=SLICE.name + "-z8x7p"))
+    after = {o.device_uuid: o for o in processor.handle(SCRAPE) if isinstance(o, AttributionEvent)}
+    assert processor.tables.node_devices[NODE].remembered == ()
+    assert holders(after[GPU[1]]) == holders(EVENTS[GPU[1]])
+    assert not any("kept where" in n for n in after[GPU[1]].notes)
+
+
+def test_a_republished_slice_decides_anew_and_a_remembered_device_leaves_with_its_holders() -> None:
+    processor = Processor(Tables.in_memory())
+    for record in SETUP:
+        processor.handle(record)
+    processor.handle(ResourceSliceRecord(NODE, T + 1, SLICE.name, D, NODE, 1, (), deleted=True))
+    index = processor.tables.node_devices[NODE]
+    assert f"dra:{D}/{NODE}/gpu-3" in dict(index.remembered)
+    # the training pod ends (and the exporter's observer claim leaves gpu-3) while no slice
+    # lists the device: it is remembered as long as its holder history is (a late sample
+    # still finds who held it), then forgotten
+    kept = tuple(sorted(r for r in ROWS if not r.device_id.endswith("/gpu-3")))
+    processor.handle(PodResourcesSnapshot(NODE, T + 2, kept))
+    assert f"dra:{D}/{NODE}/gpu-3" in dict(processor.tables.node_devices[NODE].remembered)
+    processor.handle(PodResourcesSnapshot(NODE, T + 3 + HISTORY_MS, kept))
+    index = processor.tables.node_devices[NODE]
+    assert f"dra:{D}/{NODE}/gpu-3" not in dict(index.remembered)
+    assert all(f"dra:{D}/{NODE}/gpu-3" not in bases for bases in index.keys.values())
+    # the driver comes back and names gpu-1 another GPU: the slice, not the memory, decides
+    moved = tuple(
+        replace(d, uuid=GPU[4])
+        if d.name == "gpu-1"
+        else replace(d, uuid=GPU[1])
+        if d.name == "gpu-4"
+        else d
+        for d in SLICE.devices
+    )
+    processor.handle(replace(SLICE, ts_ms=T + 4 + HISTORY_MS, pool_generation=2, devices=moved))
+    index = processor.tables.node_devices[NODE]
+    assert index.remembered == ()
+    assert f"dra:{D}/{NODE}/gpu-1" in index.keys[GPU[4]]
 
 
 def exporter_view(uuid: str, *claims: tuple[str, str | None]) -> tuple[bool, str, str]:
