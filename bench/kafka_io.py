@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Set
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -82,21 +82,29 @@ async def read_present(bootstrap: str, topic: str) -> list[bytes]:
     return [value for _, _, value in await read_records(bootstrap, topic)]
 
 
-async def wait_distinct(
-    bootstrap: str, topic: str, expected: int, timeout_s: float
+async def wait_covered(
+    bootstrap: str,
+    topic: str,
+    wanted: Set[Hashable],
+    identity: Callable[[bytes], Hashable],
+    timeout_s: float,
 ) -> tuple[list[bytes], float]:
-    """Read the topic until it holds ``expected`` distinct records: (all records, time done).
+    """Read the topic until every identity in ``wanted`` is on it: (all records, time done).
 
-    After a rebalance a worker may write some outputs twice (at-least-once); those duplicates
-    are byte-identical and counted, not mistaken for coverage."""
+    After a rebalance a worker writes some outputs twice (at least once). A second copy is
+    usually byte-identical, but an input processed again sees the state already recovered, so
+    it can differ in content (docs/RELIABILITY.md); counting distinct bytes would take such a
+    copy for coverage and stop before the last outputs arrived. Identities cannot."""
     deadline = time.monotonic() + timeout_s
     while True:
         records = await read_present(bootstrap, topic)
-        if len(set(records)) >= expected:
+        missing = wanted - {identity(r) for r in records}
+        if not missing:
             return records, time.monotonic()
         if time.monotonic() > deadline:
             raise TimeoutError(
-                f"{topic}: {len(set(records))} distinct of {expected} after {timeout_s:.0f}s"
+                f"{topic}: {len(missing)} of {len(wanted)} identities missing after "
+                f"{timeout_s:.0f}s, e.g. {sorted(map(repr, missing))[:3]}"
             )
         await asyncio.sleep(0.5)
 

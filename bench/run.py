@@ -107,15 +107,30 @@ def _workers(kafka: KafkaSettings, n: int, workdir: Path) -> list[Child]:
     ]
 
 
-def expected_events(nodes: int, intervals: int) -> int:
-    """How many attribution events the worker emits for the fleet's stream: one per GPU sample,
-    and the allocation spine's (allocation changes, heartbeats), computed by the same core."""
+Identity = tuple[str, str, int, str]
+
+
+def identity(event: AttributionEvent | dict[str, Any]) -> Identity:
+    """What names one attribution event: a second copy written after a rebalance has the same
+    identity (docs/RELIABILITY.md), whatever its bytes."""
+    if isinstance(event, AttributionEvent):
+        return (event.node, event.device_uuid, event.ts_ms, event.origin)
+    return (event["node"], event["device_uuid"], event["ts_ms"], event["origin"])
+
+
+def expected_events(nodes: int, intervals: int) -> set[Identity]:
+    """The attribution events the worker emits for the fleet's stream: one per GPU sample, and
+    the allocation spine's (allocation changes, heartbeats), computed by the same core."""
     proc = Processor(Tables.in_memory())
-    return sum(
-        isinstance(out, AttributionEvent)
+    wanted = [
+        identity(out)
         for record in stream(nodes, intervals, start_ms=1_700_000_000_000)
         for out in proc.handle(record)
-    )
+        if isinstance(out, AttributionEvent)
+    ]
+    if len(wanted) != len(set(wanted)):
+        raise RuntimeError("two attribution events of one run share an identity")
+    return set(wanted)
 
 
 async def throughput(
@@ -129,7 +144,8 @@ async def throughput(
     """Load the input first, then start the workers: they run at saturation until done."""
     kafka = await _prepared(bootstrap, f"w{workers}")
     samples = sample_count(nodes, intervals)
-    expected = expected_events(nodes, intervals)
+    wanted = expected_events(nodes, intervals)
+    expected = len(wanted)
     inputs = await kafka_io.produce(
         bootstrap, kafka.topic("node-events"), stream(nodes, intervals, start_ms=1_700_000_000_000)
     )
@@ -144,8 +160,12 @@ async def throughput(
         )
         await cpu.stop()
         rss = sum(psutil.Process(c.proc.pid).memory_info().rss for c in children if c.proc)
-        outputs, _ = await kafka_io.wait_distinct(
-            bootstrap, kafka.topic("attribution"), expected, timeout_s=timeout_s
+        outputs, _ = await kafka_io.wait_covered(
+            bootstrap,
+            kafka.topic("attribution"),
+            wanted,
+            lambda raw: identity(orjson.loads(raw)),
+            timeout_s=timeout_s,
         )
     finally:
         await cpu.stop()
