@@ -30,6 +30,7 @@ from aiokafka import AIOKafkaConsumer
 
 from bench import kafka_io
 from bench.fleet import UtilTrace, fleet, sample_count, scrape, setup, stream
+from contract import codec
 from contract.outputs import AttributionEvent
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
 from gpuattr.procs import Child, settings_env
@@ -107,23 +108,12 @@ def _workers(kafka: KafkaSettings, n: int, workdir: Path) -> list[Child]:
     ]
 
 
-Identity = tuple[str, str, int, str]
-
-
-def identity(event: AttributionEvent | dict[str, Any]) -> Identity:
-    """What names one attribution event: a second copy written after a rebalance has the same
-    identity (docs/RELIABILITY.md), whatever its bytes."""
-    if isinstance(event, AttributionEvent):
-        return (event.node, event.device_uuid, event.ts_ms, event.origin)
-    return (event["node"], event["device_uuid"], event["ts_ms"], event["origin"])
-
-
-def expected_events(nodes: int, intervals: int) -> set[Identity]:
+def expected_events(nodes: int, intervals: int) -> set[tuple[str, str, int, str]]:
     """The attribution events the worker emits for the fleet's stream: one per GPU sample, and
     the allocation spine's (allocation changes, heartbeats), computed by the same core."""
     proc = Processor(Tables.in_memory())
     wanted = [
-        identity(out)
+        out.identity()
         for record in stream(nodes, intervals, start_ms=1_700_000_000_000)
         for out in proc.handle(record)
         if isinstance(out, AttributionEvent)
@@ -131,6 +121,13 @@ def expected_events(nodes: int, intervals: int) -> set[Identity]:
     if len(wanted) != len(set(wanted)):
         raise RuntimeError("two attribution events of one run share an identity")
     return set(wanted)
+
+
+def _identity(raw: bytes) -> tuple[str, str, int, str]:
+    event = codec.decode(raw)
+    if not isinstance(event, AttributionEvent):
+        raise TypeError(f"not an attribution event on the attribution topic: {event!r}")
+    return event.identity()
 
 
 async def throughput(
@@ -164,7 +161,7 @@ async def throughput(
             bootstrap,
             kafka.topic("attribution"),
             wanted,
-            lambda raw: identity(orjson.loads(raw)),
+            _identity,
             timeout_s=timeout_s,
         )
     finally:

@@ -170,6 +170,11 @@ class AttributionEvent:
     telemetry: Telemetry = Telemetry()
     pods: tuple[PodShare, ...] = ()
 
+    def identity(self) -> tuple[str, str, int, str]:
+        """What names this event: a copy written again after a crash or rebalance has the same
+        identity whatever its bytes (consumers keep the last copy per identity)."""
+        return (self.node, self.device_uuid, self.ts_ms, self.origin)
+
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:

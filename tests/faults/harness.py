@@ -160,11 +160,10 @@ def compare(name: str, ref: Outcome, run: Outcome) -> dict[str, int]:
     return figures
 
 
-def _identity(raw: bytes) -> tuple[str, str, int]:
-    """What identifies an attribution event: a device at a sample time."""
+def _identity(raw: bytes) -> tuple[str, str, int, str]:
     ev = codec.decode(raw)
     assert isinstance(ev, AttributionEvent)
-    return ev.node, ev.device_uuid, ev.ts_ms
+    return ev.identity()
 
 
 def _table_diff(ref: Outcome, run: Outcome) -> str:
