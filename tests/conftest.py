@@ -30,9 +30,15 @@ async def _no_leaked_tasks(request: pytest.FixtureRequest) -> AsyncIterator[None
     def leaked() -> set[asyncio.Task[object]]:
         return {t for t in asyncio.all_tasks() - before if t is not current and not t.done()}
 
-    for _ in range(50):  # let cancelled tasks finish unwinding (bounded)
-        if not leaked():
-            return
-        await asyncio.sleep(0.01)
-    names = sorted(t.get_name() + ":" + repr(t.get_coro()) for t in leaked())
-    pytest.fail(f"{request.node.nodeid} leaked asyncio tasks: {names}")
+    # Cancelled tasks may still be unwinding (an aiohttp connector closing, a watch's finally):
+    # wait on the tasks themselves, bounded, re-reading the set since an unwinding task may
+    # start another. The failure names exactly the tasks that were still running at the bound.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10.0
+    pending = leaked()
+    while pending and loop.time() < deadline:
+        await asyncio.wait(pending, timeout=deadline - loop.time())
+        pending = leaked()
+    if pending:
+        names = sorted(t.get_name() + ":" + repr(t.get_coro()) for t in pending)
+        pytest.fail(f"{request.node.nodeid} leaked asyncio tasks: {names}")
