@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from infra.endpoints import endpoint
 
-TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags"]
+TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags", "node-status"]
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 MICROK8S_KUBELET_SOCKET = Path(

@@ -46,6 +46,10 @@ class NodeView:
     dra_devices: DraDevices
     dra_keys: frozenset[str]  # device keys (GPU UUIDs) a DRA driver publishes on this node
     dra_lost: tuple[str, ...]  # held DRA devices no slice places (not MIG): any GPU may be one
+    #: the GPU stack's word on the node's telemetry (its last node-status): why it is unknown,
+    #: and whether the exporter is off on purpose
+    stack_reason: str | None = None
+    stack_intended: bool = False
 
     def known_gpus(self) -> frozenset[str]:
         unplaced = set()
@@ -74,6 +78,8 @@ def read_node(t: Tables, node: str) -> NodeView:
     node_slices = t.dra_slices.get(node)
     dra = device_map(node_slices.slices) if node_slices else {}
     inventory = t.inventories.get(node, EMPTY_INVENTORY)
+    node_stack = t.node_stack.get(node)
+    stack = node_stack.last if node_stack is not None else None
     parents = {m.parent_uuid for m in inventory.migs.values()}
     if index is not None:
         parents |= {k.partition("/gi")[0] for k in index.keys if "/gi" in k}
@@ -91,6 +97,8 @@ def read_node(t: Tables, node: str) -> NodeView:
         dra_devices=dra,
         dra_keys=placed_keys(dra, inventory) if dra else frozenset(),
         dra_lost=unplaced_dra(index) if index is not None else (),
+        stack_reason=stack.telemetry_reason if stack is not None else None,
+        stack_intended=stack.telemetry_disabled if stack is not None else False,
     )
 
 
