@@ -594,6 +594,8 @@ def telemetry_reason(planes: Sequence[Plane]) -> tuple[str | None, bool]:
             how = "disabled" if kind == "disabled" else "paused"
             where = "" if exporter.intent.decided_by == "cluster-policy" else " on this node"
             return f"dcgm-exporter {how}{where} by {by}", True
+        if exporter.pod is not None:  # one runs, not of the operator's intent: nothing to add
+            return None, False
         return f"dcgm-exporter not deployed on this node: {exporter.intent.detail}", False
     if exporter.state == "waiting" and exporter.waits_on is not None:
         root = next((p for p in planes if p.name == exporter.waits_on), None)
