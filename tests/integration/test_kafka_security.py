@@ -523,7 +523,7 @@ async def test_the_demo_runs_secured_with_one_user_per_role(tmp_path: Path) -> N
     records = [orjson.loads(line) for line in out.splitlines() if line.startswith(b"{")]
     assert any(r["schema"] == "attribution" for r in records)
     assert any(r["schema"] == "alert" for r in records)  # the idle notebook, after 20 s
-    assert b"one Kafka user per role, 17 ACLs" in err
+    assert b"one Kafka user per role, 19 ACLs" in err
     expected = {
         "worker": "gpuattr-worker",
         "sink": "gpuattr-sink",
