@@ -30,7 +30,9 @@ TOPICS: tuple[TopicDoc, ...] = (
         "node-events",
         "node",
         "everything a node agent publishes, in publish order: podresources.snapshot, "
-        "podresources.diff, dcgm.scrape, dcgm.sample, k8s.pod, k8s.pod-list, k8s.node, inventory",
+        "podresources.diff, dcgm.scrape, dcgm.sample, k8s.pod, k8s.pod-list, k8s.node, inventory, "
+        "k8s.resourceslice, k8s.resourceclaim, agent.status, k8s.operand-pods; the cluster "
+        "role's k8s.node deletions, clock.tick and k8s.clusterpolicy (into every partition)",
         3 * DAY_MS,
     ),
     TopicDoc("attribution", "node/device-uuid", "attribution events, one per sample", 7 * DAY_MS),
