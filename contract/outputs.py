@@ -368,6 +368,14 @@ class NodeStatus:
     telemetry_disabled: bool = False  # the exporter is off on purpose (no alert for it)
 
 
+@dataclass(frozen=True, slots=True)
+class NodeStatusRetired:
+    """The node left (deleted in the API, or silent past its TTL): its key on the compacted
+    node-status topic is removed with a tombstone (a null value). Never encoded: no kind."""
+
+    node: str
+
+
 #: Record kinds the workers publish, with their schema versions (see :mod:`contract.codec`).
 KINDS: dict[str, tuple[type, int]] = {
     "attribution": (AttributionEvent, 1),

@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from infra.endpoints import endpoint
 
-TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags"]
+TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags", "node-status"]
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 MICROK8S_KUBELET_SOCKET = Path(
@@ -151,6 +151,9 @@ class KubeSettings(BaseSettings):
     #: also watch the node's ResourceSlices and the ResourceClaims allocated on it (DRA); on an
     #: API server that does not serve resource.k8s.io/v1 these watchers stop after one warning
     dra: bool = True
+    #: the GPU Operator's namespace: the agent publishes the operand pods it runs on this node
+    #: (``k8s.operand-pods``); empty: not watched
+    operator_namespace: str = "gpu-operator"
 
 
 class ClusterSettings(BaseSettings):

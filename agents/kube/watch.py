@@ -5,7 +5,9 @@ It scales with the cluster (each agent sees only its node's pods, the API server
 its records are keyed by node like every other input, so they land in the partition where that
 node's holders are joined. Only pods that can hold a GPU are published (and listed in the
 ``k8s.pod-list`` record): :func:`agents.kube.translate.can_hold_gpu`. Nodes: one watcher with
-``fieldSelector=metadata.name=<node>``.
+``fieldSelector=metadata.name=<node>``. The GPU Operator's operand pods on the node (its
+namespace, ``fieldSelector=spec.nodeName=<node>,metadata.namespace=<ns>``: the pods the agent may
+already list): :class:`OperandWatcher` publishes them whole on every change.
 
 Each step is a small method; every outage is one warning and one recovery line, counted.
 """
@@ -26,11 +28,17 @@ from kubernetes_asyncio.watch import Watch
 
 from agents.health import SourceHealth
 from agents.kube.dra import claim_record, slice_record
+from agents.kube.gpuoperator import operand_pods
 from agents.kube.translate import can_hold_gpu, exporter_pod, node_record, pod_record
 from agents.locate import ExporterLocator, ExporterPod
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import AgentRecord, Emit, NowMs
-from contract.inputs import PodListSnapshot, ResourceClaimRecord, ResourceSliceRecord
+from contract.inputs import (
+    OperandPod,
+    PodListSnapshot,
+    ResourceClaimRecord,
+    ResourceSliceRecord,
+)
 from infra.backoff import Backoff
 from infra.settings import KubeSettings
 
@@ -204,6 +212,82 @@ class PodWatcher(_Watcher):
             )
         )
         await self.emit(PodListSnapshot(self.node, self.now_ms(), uids, rv))
+
+
+class OperandWatcher(_Watcher):
+    """The GPU Operator's operand pods on this node (the operator's namespace): published whole
+    (``k8s.operand-pods``) after every list and whenever a watch event changes what they say —
+    a pod's readiness, restarts, reason or init progress; a pod gone. The pods it holds are the
+    node's operand pods, a handful."""
+
+    kind = "operand pod"
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        api: Any,
+        emit: Emit,
+        now_ms: NowMs,
+        settings: KubeSettings,
+        namespace: str,
+    ) -> None:
+        super().__init__(node=node, api=api, emit=emit, now_ms=now_ms, settings=settings)
+        self.namespace = namespace
+        self.serialize = api.sanitize_for_serialization  # a client model → the API's JSON
+        self.pods: dict[str, Mapping[str, Any]] = {}  # name → the pod as the API server has it
+        self.published: tuple[OperandPod, ...] | None = None
+        self._listing = False
+
+    def _list_call(self) -> Callable[..., Any]:
+        return self.core.list_pod_for_all_namespaces  # type: ignore[no-any-return]
+
+    def _selector(self) -> str:
+        return f"spec.nodeName={self.node},metadata.namespace={self.namespace}"
+
+    def _json(self, obj: Any) -> Mapping[str, Any]:
+        raw = obj if isinstance(obj, Mapping) else self.serialize(obj)
+        return raw if isinstance(raw, Mapping) else {}
+
+    def _changed(self) -> list[AgentRecord]:
+        record = operand_pods(
+            self.pods.values(),
+            node=self.node,
+            namespace=self.namespace,
+            ts_ms=self.now_ms(),
+            resource_version=self.position,
+        )
+        if record.pods == self.published:
+            return []
+        self.published = record.pods
+        return [record]
+
+    async def relist(self) -> str:
+        self._listing = True  # the list's items are published once, whole, after it
+        try:
+            return await super().relist()
+        finally:
+            self._listing = False
+
+    def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
+        if self._listing:
+            return []
+        raw = self._json(obj)
+        name = str((raw.get("metadata") or {}).get("name") or "")
+        if not name:
+            return []
+        if deleted:
+            self.pods.pop(name, None)
+        else:
+            self.pods[name] = raw
+        return self._changed()
+
+    async def _after_list(self, items: list[Any], rv: str) -> None:
+        listed = [self._json(obj) for obj in items]
+        self.pods = {str((r.get("metadata") or {}).get("name")): r for r in listed}
+        self.position = rv
+        for record in self._changed():
+            await self.emit(record)
 
 
 class ExporterWatcher(_Watcher):

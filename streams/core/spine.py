@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from contract.outputs import Alert, AttributionEvent, Origin, Telemetry
+from contract.outputs import Alert, AttributionEvent, NodeStatusRetired, Origin, Telemetry
 from streams.core import lifetimes, nodestate, telemetry
 from streams.core.attribution import DeviceFacts
 from streams.core.holders import NodeDevices
@@ -32,7 +32,7 @@ from streams.core.nodeview import (
 from streams.core.roster import device_ids
 from streams.core.tables import Tables, alert_key
 
-Event = AttributionEvent | Alert
+Event = AttributionEvent | Alert | NodeStatusRetired
 #: steps one device's alerts by one event (the processor's: policy, annotations, alert state)
 StepAlerts = Callable[[AttributionEvent], list[Alert]]
 
@@ -158,6 +158,8 @@ class Spine:
                 why,
                 reason="a MIG-enabled GPU: dcgm-exporter reports its instances, not the GPU itself",
             )
+        if why is not None:
+            return telemetry.with_stack(why, view.stack_reason, view.stack_intended)
         return why
 
     def allocation(self, node: str, bases: set[str], ts_ms: int) -> list[Event]:
@@ -237,6 +239,7 @@ class Spine:
         for g in index.gone:
             if g.ts_ms == ts_ms:  # processed again: what this tick's leaving emitted
                 outputs += [*self._gone_events(g.node, g.devices, ts_ms, g.why), *g.alerts]
+                outputs.append(NodeStatusRetired(g.node))
         for node in index.nodes:
             state = self.state(node)
             if state is None:
@@ -262,15 +265,16 @@ class Spine:
         return outputs
 
     def leave(self, node: str, ts_ms: int, why: str, partition: int) -> list[Event]:
-        """The node is gone: its devices' last events, its alerts resolved, every key it has
-        deleted (:func:`streams.core.lifetimes.node_keys`); its partition remembers what went
-        out."""
+        """The node is gone: its devices' last events, its alerts resolved, its node-status
+        retired (a tombstone), every key it has deleted (:func:`streams.core.lifetimes.node_keys`);
+        its partition remembers what went out."""
         state = self.state(node)
         if state is None:
             again = self._index(partition).gone_at(node, ts_ms)
             if again is None:
                 return []
-            return [*self._gone_events(node, again.devices, ts_ms, again.why), *again.alerts]
+            gone_events = self._gone_events(node, again.devices, ts_ms, again.why)
+            return [*gone_events, *again.alerts, NodeStatusRetired(node)]
         view = read_node(self.tables, node)
         devices = dict(state.devices)
         devices.update(dict(device_ids(roster(view, self._scraped(state, ts_ms)))))
@@ -284,7 +288,7 @@ class Spine:
         alerts = tuple(o for o in outputs if isinstance(o, Alert))
         left = GoneNode(node, ts_ms, why, tuple(sorted(devices.items())), alerts)
         self._put_index(state.partition, index, index.left(left))
-        return outputs
+        return [*outputs, NodeStatusRetired(node)]  # its node-status key goes too
 
     def _drop(self, key: str, table: str = "alert_state") -> None:
         mapping = getattr(self.tables, table)
