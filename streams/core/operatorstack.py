@@ -613,11 +613,16 @@ def operator_seen(
     policy: ClusterPolicyRecord | None,
     pods: OperandPods | None,
 ) -> bool:
-    """Whether anything of the GPU Operator is seen for the node: a ClusterPolicy in charge
-    (not deleted, not ``ignored``), a deploy label, or an operand pod."""
+    """Whether the GPU Operator is seen to manage the node: a ClusterPolicy in charge (not
+    deleted, not ``ignored``) or a deploy label (the operator labels every GPU node it manages).
+
+    Operand-looking pods alone are not enough: a dcgm-exporter installed by its own chart (or
+    labelled like the operator's) says nothing about what an operator intended, and judging
+    its node's unlabelled planes would call a healthy node's stack disabled."""
+    del pods  # kept in the signature: what is seen is decided here, in one place
     in_charge = policy is not None and not policy.deleted and policy.state != "ignored"
     labelled = any(k.startswith(DEPLOY) for k in labels or {})
-    return in_charge or labelled or bool(pods is not None and pods.pods)
+    return in_charge or labelled
 
 
 def node_status(
@@ -664,9 +669,9 @@ def node_status(
     migs = mig(labels, policy, planes.get("mig-manager"))
     tele, on_purpose = telemetry_reason(ordered)
     if not operator_seen(labels, policy, pods):
-        summary = (
-            f"no GPU Operator seen on {node} (no ClusterPolicy, deploy labels or operand pods)"
-        )
+        summary = f"no GPU Operator seen on {node} (no ClusterPolicy or deploy labels)"
+        if operand_pods:
+            summary += "; its operand-like pods alone do not say what was intended"
         # nothing it intends here: the telemetry rule's own causes say why usage is unknown
         return NodeStatus(node, ts_ms, "unknown", summary, ordered, migs, None, (), standing_)
     first = next((p for p in ordered if p.state in BROKEN), None)

@@ -359,8 +359,18 @@ CASES = {
         policy=None,
         status=agent("disabled", reason="no-exporter-pod"),
         state="unknown",
-        summary="no GPU Operator seen on gpu-a (no ClusterPolicy, deploy labels or operand pods)",
+        summary="no GPU Operator seen on gpu-a (no ClusterPolicy or deploy labels)",
         telemetry=None,  # nothing intended here: the telemetry rule's own causes speak
+    ),
+    "an exporter pod alone (its own chart, or labelled like the operator's)": Case(
+        pods=(ready_pod("nvidia-dcgm-exporter"),),
+        labels={},
+        policy=None,
+        status=agent("ok"),
+        state="unknown",
+        summary="no GPU Operator seen on gpu-a (no ClusterPolicy or deploy labels); its "
+        "operand-like pods alone do not say what was intended",
+        telemetry=None,
     ),
     "operand pods not seen yet": Case(
         pods=None,
