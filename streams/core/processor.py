@@ -138,6 +138,8 @@ class Processor:
     def _handle(self, record: object, partition: int) -> list[Output]:
         if isinstance(record, ClockTick):
             return list(self.spine.tick(record.partition, record.ts_ms))
+        if getattr(record, "node", None) == "":  # no node is named "": its keys would be ""
+            raise UnusableRecord(f"{type(record).__name__} names no node")
         if isinstance(record, NodeRecord) and record.deleted:
             why = "the node was deleted from the API"
             return list(self.spine.leave(record.node, record.ts_ms, why, partition))
