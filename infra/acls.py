@@ -6,7 +6,8 @@ the embedded broker's tests create them the same way, and ``deploy/kustomize/bas
 that the two agree.
 
 - agent: writes ``node-events``.
-- cluster (the cluster role): writes ``node-events`` (Node deletions, the partitions' clock ticks).
+- cluster (the cluster role): writes ``node-events`` (Node deletions, the ClusterPolicy, the
+  partitions' clock ticks).
 - worker: reads ``node-events`` in its group (the app id), writes ``attribution``, ``alerts``,
   ``flags``, ``node-status`` and ``deadletter``, and owns every topic named ``<app id>-…`` (its
   changelogs and Faust's internal topics: create, read, write).

@@ -158,12 +158,16 @@ class KubeSettings(BaseSettings):
 
 class ClusterSettings(BaseSettings):
     """The cluster role (``gpuattr cluster``): one leader among its replicas (a
-    ``coordination.k8s.io`` Lease) reads what no node agent can — Node deletions cluster-wide —
-    and gives every input partition its clock (``clock.tick`` every ``tick_interval_s``)."""
+    ``coordination.k8s.io`` Lease) reads what no node agent can — Node deletions and the GPU
+    Operator's ClusterPolicies, cluster-wide — and gives every input partition its clock
+    (``clock.tick`` every ``tick_interval_s``)."""
 
     model_config = SettingsConfigDict(env_prefix="GPUATTR_CLUSTER_", frozen=True)
 
     tick_interval_s: float = Field(default=15.0, gt=0)
+    #: while the API server does not serve ``clusterpolicies.nvidia.com`` (no GPU Operator),
+    #: how often the ClusterPolicy list is tried again
+    policy_crd_retry_s: float = Field(default=60.0, gt=0)
     leader_election: bool = True
     lease_name: str = "gpuattr-cluster"
     lease_namespace: str = "gpuattr"
