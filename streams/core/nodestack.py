@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from contract.inputs import ClusterPolicyRecord
-from contract.outputs import NodeStatus
+from contract.outputs import Alert, NodeStatus
+from streams.core.stackalerts import StackEpisode
 
 #: emissions remembered per node (more than can happen between two commits of a partition)
 REMEMBERED = 4
@@ -60,10 +61,22 @@ class Emission:
 
 
 @dataclass(frozen=True, slots=True)
+class AlertEmission:
+    """The ``stack-broken`` alerts the record whose fingerprint is ``by`` caused at ``ts_ms``."""
+
+    ts_ms: int
+    by: str
+    alerts: tuple[Alert, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NodeStack:
-    """What the node's stack last said (newest first)."""
+    """What the node's stack last said (newest first), and its ``stack-broken`` alert
+    (:mod:`streams.core.stackalerts`): the open episode and the last emissions (newest first)."""
 
     emitted: tuple[Emission, ...] = ()
+    broken: StackEpisode | None = None  # additive (v1)
+    alerted: tuple[AlertEmission, ...] = ()  # additive (v1)
 
     @property
     def last(self) -> NodeStatus | None:
@@ -96,4 +109,21 @@ def step(
     if same(old.last, status) or (not seen and old.last is None):
         return None, ()
     emitted = (Emission(ts_ms, by, status), *old.emitted)[:REMEMBERED]
-    return NodeStack(emitted), (status,)
+    return replace(old, emitted=emitted), (status,)
+
+
+def alert_again(old: NodeStack | None, ts_ms: int, by: str) -> tuple[Alert, ...] | None:
+    """The ``stack-broken`` alerts the record (``ts_ms``, ``by``) caused when it was first
+    processed (``None``: it caused none, or it is new)."""
+    for e in old.alerted if old is not None else ():
+        if (e.ts_ms, e.by) == (ts_ms, by):
+            return e.alerts
+    return None
+
+
+def alerted(
+    old: NodeStack, episode: StackEpisode | None, ts_ms: int, by: str, alerts: tuple[Alert, ...]
+) -> NodeStack:
+    """The node's stack memory after a record moved its ``stack-broken`` alert."""
+    emission = AlertEmission(ts_ms, by, alerts)
+    return replace(old, broken=episode, alerted=(emission, *old.alerted)[:REMEMBERED])

@@ -42,7 +42,7 @@ from contract.outputs import (
 )
 from contract.quantity import valid as valid_quantity
 from infra.settings import AlertSettings
-from streams.core import nodestack, nodestate, telemetry
+from streams.core import nodestack, nodestate, stackalerts, telemetry
 from streams.core.alerts import policy_for, step
 from streams.core.dra import NodeSlices, device_map
 from streams.core.holders import DraDevices, apply_podresources, base_of, reindex
@@ -124,7 +124,7 @@ class Processor:
         self.tables = tables
         self.policy = policy or AlertSettings.model_construct()  # defaults, no environment read
         self.life = life or Lifetimes()
-        self.spine = Spine(tables, self.life, self._alerts)
+        self.spine = Spine(tables, self.life, self._alerts, self._stack_gone)
 
     # --- dispatch
 
@@ -167,6 +167,7 @@ class Processor:
             outputs += self._stack(node, ts_ms, record)
         if isinstance(record, CHANGES_DEVICES):
             outputs += self.spine.sync(node, ts_ms)
+        outputs += self._stack_alert(node, ts_ms, record)
         outputs += self.spine.beat(node, ts_ms, record)
         return outputs
 
@@ -218,6 +219,7 @@ class Processor:
         for node in index.nodes if index is not None else ():
             if self._state(node) is not None:
                 outputs += self._stack(node, record.ts_ms, record)
+                outputs += self._stack_alert(node, record.ts_ms, record)
         return outputs
 
     def _stack(self, node: str, ts_ms: int, record: object) -> list[Output]:
@@ -246,6 +248,32 @@ class Processor:
         if new is not None:
             t.node_stack[node] = new
         return list(emit)
+
+    def _stack_alert(self, node: str, ts_ms: int, record: object) -> list[Output]:
+        """The node's ``stack-broken`` alert (:mod:`streams.core.stackalerts`) after a record:
+        its status now and the GPUs held there. A record that moved it before (processed again
+        after a crash) emits what it emitted then and changes nothing."""
+        t = self.tables
+        old = t.node_stack.get(node)
+        if old is None:
+            return []  # no status ever: the GPU Operator is not seen on this node
+        by = fingerprint(record)
+        if (again := nodestack.alert_again(old, ts_ms, by)) is not None:
+            return list(again)
+        status = old.last
+        if old.broken is None and (status is None or status.state != "broken"):
+            return []  # nothing open, nothing to open: no need to read the held GPUs
+        held = self.spine.held(node, ts_ms)
+        episode, alerts = stackalerts.step(old.broken, status, held, node, ts_ms)
+        if not alerts:
+            return []
+        t.node_stack[node] = nodestack.alerted(old, episode, ts_ms, by, tuple(alerts))
+        return list(alerts)
+
+    def _stack_gone(self, node: str, ts_ms: int, why: str) -> list[Alert]:
+        """The node leaves: its open ``stack-broken`` alert resolves (its keys go after)."""
+        old = self.tables.node_stack.get(node)
+        return stackalerts.gone(old.broken if old is not None else None, ts_ms, why)
 
     # --- the node's life: streams.core.spine
 

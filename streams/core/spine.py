@@ -30,11 +30,18 @@ from streams.core.nodeview import (
     unplaced_reason,
 )
 from streams.core.roster import device_ids
+from streams.core.stackalerts import HeldDevice
 from streams.core.tables import Tables, alert_key
 
 Event = AttributionEvent | Alert | NodeStatusRetired
 #: steps one device's alerts by one event (the processor's: policy, annotations, alert state)
 StepAlerts = Callable[[AttributionEvent], list[Alert]]
+#: what a node's leaving resolves of its own (node-wide) alerts: (node, ts_ms, why)
+NodeGone = Callable[[str, int, str], list[Alert]]
+
+
+def _nothing(node: str, ts_ms: int, why: str) -> list[Alert]:
+    return []
 
 
 def fingerprint(record: object) -> str:
@@ -51,10 +58,13 @@ def _gone_facts(node: str, key: str, device_id: str) -> DeviceFacts:
 
 
 class Spine:
-    def __init__(self, tables: Tables, life: Lifetimes, alerts: StepAlerts) -> None:
+    def __init__(
+        self, tables: Tables, life: Lifetimes, alerts: StepAlerts, node_gone: NodeGone = _nothing
+    ) -> None:
         self.tables = tables
         self.life = life
         self.alerts = alerts
+        self.node_gone = node_gone
         self._pending: dict[str, NodeState] = {}
 
     def describe(
@@ -161,6 +171,23 @@ class Spine:
         if why is not None:
             return telemetry.with_stack(why, view.stack_reason, view.stack_intended)
         return why
+
+    def held(self, node: str, ts_ms: int) -> tuple[HeldDevice, ...]:
+        """The devices pods hold on the node now, with their holders (as the spine's events name
+        them) and whether a fresh trusted reading speaks for each."""
+        state = self.state(node)
+        if state is None:
+            return ()
+        view = read_node(self.tables, node)
+        out = []
+        for key, facts in roster(view, self._scraped(state, ts_ms)).items():
+            why = self.unknown(view, state, key, ts_ms)
+            event = spine_event(
+                self.tables, view, key, facts, ts_ms, "heartbeat", why or Telemetry(), holders=True
+            )
+            if event.holders and event.state != "mig-parent":
+                out.append(HeldDevice(event.device_uuid, event.holders, measured=why is None))
+        return tuple(out)
 
     def allocation(self, node: str, bases: set[str], ts_ms: int) -> list[Event]:
         """Every device whose holders changed: its holders now; usage not measured since."""
@@ -283,6 +310,7 @@ class Spine:
         for key, device_id in sorted(devices.items()):
             facts = _gone_facts(node, key, device_id)
             outputs += self.describe(view, key, facts, ts_ms, "gone", gone, False)
+        outputs += self.node_gone(node, ts_ms, why)  # before its keys go
         self._forget(node, state, view.index, devices.values())
         index = self._index(state.partition)
         alerts = tuple(o for o in outputs if isinstance(o, Alert))

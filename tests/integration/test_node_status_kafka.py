@@ -6,7 +6,9 @@ every partition, without a key) and writes each node's status to the compacted
 - gpu-a's dcgm-exporter is off by its deploy label: every held GPU is in the heartbeats with its
   holders, usage unknown "disabled by intent", its stack ``ready`` and no alert;
 - gpu-b's exporter crash loops: its stack is ``broken`` at the exporter, and its GPUs' usage
-  unknown says so.
+  unknown says so; its ``stack-broken`` alert fires on the alerts topic naming the holders (with
+  their UIDs) of the GPUs left without telemetry, and resolves, under the same id, when the
+  exporter's pod is ready again. gpu-a, disabled on purpose, never has one.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from infra.topics import topic_specs
 from tests.helpers import wait_for
 from tests.integration.pipeline import collect
 from tests.unit.test_node_stack import OFF, node_record, operands
-from tests.unit.test_operatorstack import EXPORTER, READY_POLICY, crashloop, with_pods
-from tests.unit.test_spine import G0, G1, NODE, OTHER, S_, T0, dcgm, setup
+from tests.unit.test_operatorstack import EXPORTER, HEALTHY, READY_POLICY, crashloop, with_pods
+from tests.unit.test_spine import G0, G1, NODE, OTHER, S_, T0, TENANTS, TRAINER, dcgm, setup, uid
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 3
@@ -72,6 +74,16 @@ async def keyed(kafka: KafkaSettings) -> AsyncIterator[Keyed]:
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await consumer.stop()
+
+
+def stack_alerts(records: list[object], node: str) -> list[Alert]:
+    """The node's stack-broken alerts, once per idempotency key (delivery is at least once)."""
+    unique = {
+        (a.id, a.status): a
+        for a in records
+        if isinstance(a, Alert) and a.kind == "stack-broken" and a.node == node
+    }
+    return list(unique.values())
 
 
 def statuses(k: Keyed, node: str) -> list[NodeStatus]:
@@ -183,6 +195,44 @@ async def test_node_status_on_kafka_disabled_by_intent_versus_crash_looping(
                     assert e.usage.util_pct is None
             cause = {e.telemetry.cause for e in heartbeats if e.node == NODE}
             assert cause == {"no-exporter"}
+
+            # gpu-b: the stack-broken alert names every holder of the GPUs left without telemetry
+            await wait_for(
+                lambda: stack_alerts(alerts.records, OTHER), 60.0, what=lambda: worker.tail(40)
+            )
+            [fired] = stack_alerts(alerts.records, OTHER)
+            print(f"gpu-b alert: {fired.summary}")
+            assert fired.status == "firing"
+            assert fired.stack is not None
+            assert (fired.stack.plane, fired.stack.unmeasured) == ("dcgm-exporter", (G0, G1))
+            assert "CrashLoopBackOff, 12 restarts" in fired.stack.reason
+            assert {(h.namespace, h.pod, h.uid) for h in fired.holders} == {
+                (a.namespace, a.pod, uid(a.pod)) for a in (*TENANTS, TRAINER)
+            }
+            # the exporter's pod is ready again, the agent scrapes it: resolved, same id
+            healed_at = T0 + 140 * S_
+            await publish(
+                kafka,
+                [
+                    operands(healed_at, HEALTHY, node=OTHER),
+                    AgentStatus(OTHER, healed_at, (dcgm("ok", "", T0),)),
+                ],
+            )
+            await wait_for(
+                lambda: len(stack_alerts(alerts.records, OTHER)) >= 2,
+                60.0,
+                what=lambda: worker.tail(40),
+            )
+            fired_, resolved = stack_alerts(alerts.records, OTHER)
+            assert fired_ == fired
+            assert (resolved.id, resolved.status, resolved.ts_ms) == (
+                fired.id,
+                "resolved",
+                healed_at,
+            )
+            assert resolved.holders == fired.holders
+            assert statuses(status, OTHER)[-1].state == "ready"
+            assert stack_alerts(alerts.records, NODE) == []  # disabled on purpose: never
 
             # gpu-a leaves: its last events, and its node-status key gets a tombstone
             await publish(kafka, [NodeRecord(NODE, T0 + 200 * S_, (), deleted=True)])
