@@ -199,8 +199,8 @@ async def test_operator_lab_demo_tells_each_nodes_stack(kafka_bootstrap: str) ->
         await until(toolkit_is_the_boundary, 180)
         await until(exporter_off_on_purpose, 60)
         await until(lambda r: disabled_by_intent(r) >= HELD_ON_B, 60)
-        await until(crashloop_then_ready, 120)
-        await until(mig_pending_then_failed, 120)
+        await until(crashloop_then_ready, 240)  # ready from 105 s of scenario time
+        await until(mig_pending_then_failed, 240)  # failed from 120 s
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)  # the demo stops cleanly, exit 0

@@ -73,7 +73,7 @@ def test_operand_pods_look_like_the_operators_daemonset_pods() -> None:
     assert tuple(c["name"] for c in validator["spec"]["initContainers"]) == VALIDATIONS
 
 
-@pytest.mark.parametrize("t", [5, 20, 45])
+@pytest.mark.parametrize("t", [5, 60, 125])
 async def test_the_client_library_reads_every_object_as_the_agent_does(t: float) -> None:
     """The agent's watches hand the API server's JSON to the client's models first (V1Pod
     validates required fields such as a container status's image)."""
@@ -112,15 +112,15 @@ def test_the_crash_looping_exporter_reads_back_with_its_restarts_then_ready() ->
         record = operand_pods(pods_at(t), node="lab-c", namespace=NAMESPACE, ts_ms=0)
         return next(p for p in record.pods if p.app == "nvidia-dcgm-exporter")
 
-    early, later, recovered = exporter(5), exporter(20), exporter(40)
+    early, later, recovered = exporter(5), exporter(60), exporter(110)
     assert (early.ready, early.reason, early.restarts) == (False, "CrashLoopBackOff", 11)
     assert (later.reason, later.restarts) == ("CrashLoopBackOff", 12)
     assert recovered.ready
     assert recovered.restarts == 12
     lab_c = LAB.node("lab-c")
-    assert [exporter_answers(LAB, lab_c, t) for t in (5, 20, 40)] == [False, False, True]
+    assert [exporter_answers(LAB, lab_c, t) for t in (5, 60, 110)] == [False, False, True]
     # its pod is where the agent scrapes: pod IP and the port named metrics
-    pod = next(p for p in pods_at(40) if p["metadata"]["name"] == recovered.name)
+    pod = next(p for p in pods_at(110) if p["metadata"]["name"] == recovered.name)
     (port,) = pod["spec"]["containers"][0]["ports"]
     assert (port["name"], port["containerPort"], pod["status"]["podIP"]) == (
         "metrics",
@@ -163,10 +163,10 @@ def test_the_cluster_policy_reads_back() -> None:
         ),
         pytest.param("lab-b", 5, "ready", None, (), id="exporter-off-by-label"),
         pytest.param("lab-c", 5, "broken", "dcgm-exporter", (), id="exporter-crashloop"),
-        pytest.param("lab-c", 40, "ready", None, (), id="exporter-recovered"),
+        pytest.param("lab-c", 110, "ready", None, (), id="exporter-recovered"),
         pytest.param("lab-d", 5, "ready", None, (), id="mig-applied"),
-        pytest.param("lab-d", 20, "reconciling", None, (), id="mig-pending"),
-        pytest.param("lab-d", 45, "broken", "mig-manager", (), id="mig-failed"),
+        pytest.param("lab-d", 60, "reconciling", None, (), id="mig-pending"),
+        pytest.param("lab-d", 125, "broken", "mig-manager", (), id="mig-failed"),
     ],
 )
 def test_the_lab_through_the_verdict(
@@ -184,8 +184,8 @@ def test_the_verdicts_words() -> None:
         "dcgm-exporter disabled on this node by nvidia.com/gpu.deploy.dcgm-exporter=false"
     )
     assert "11 restarts" in status_at("lab-c", 5).summary
-    assert status_at("lab-d", 20).mig.state == "pending"
-    assert status_at("lab-d", 45).mig.state == "failed"
+    assert status_at("lab-d", 60).mig.state == "pending"
+    assert status_at("lab-d", 125).mig.state == "failed"
 
 
 def test_no_exporter_pod_where_it_is_disabled_and_no_plain_exporter_pod_on_operator_nodes() -> None:
