@@ -12,36 +12,23 @@ stops the demo with SIGTERM (it cleans up and exits 0):
 - lab-d: MIG reconciling (pending), then broken at the MIG manager (failed).
 
 The ClusterPolicy (standalone DCGM off, among others) reaches the worker through the cluster
-role, which reads it from the simulated API server. Where the cluster role has no ClusterPolicy
-watcher yet (``agents.kube.policywatch``), the test publishes what it would, the translator's
-record of the simulator's own object, into every partition of node-events.
+role's watcher (``agents.kube.policywatch``), which reads it from the simulated API server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib.util
 import os
-import re
 import signal
 import sys
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 
-from agents.kube.gpuoperator import cluster_policy
-from contract import codec
-from infra.settings import KafkaSettings
-from sim.gpuoperator import cluster_policy_objects
-from sim.scenario import load
 from tests.contract import assert_valid
-from tests.helpers import wait_for, wait_for_async
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -108,28 +95,6 @@ def mig_pending_then_failed(records: list[dict[str, Any]]) -> bool:
     )
 
 
-async def stand_in_for_the_policy_watcher(bootstrap: str, prefix: str) -> None:
-    """What the cluster role's ClusterPolicy watcher publishes: the policy into every
-    partition of node-events, without a key."""
-    kafka = KafkaSettings(bootstrap=bootstrap, topic_prefix=prefix)
-    topic = kafka.topic("node-events")
-    (obj,) = cluster_policy_objects(load("operator-lab"), time.time())
-    record = cluster_policy(obj, ts_ms=int(time.time() * 1000))
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-    await producer.start()
-    try:
-
-        async def partitions() -> set[int] | None:
-            with contextlib.suppress(KafkaError):
-                return await producer.partitions_for(topic)
-            return None
-
-        for p in sorted(await wait_for_async(partitions, 60, what=f"topic {topic}")):
-            await producer.send_and_wait(topic, codec.encode(record), partition=p)
-    finally:
-        await producer.stop()
-
-
 async def test_operator_lab_demo_tells_each_nodes_stack(kafka_bootstrap: str) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -170,15 +135,6 @@ async def test_operator_lab_demo_tells_each_nodes_stack(kafka_bootstrap: str) ->
 
     readers = [asyncio.create_task(read_out()), asyncio.create_task(read_err())]
     try:
-        if importlib.util.find_spec("agents.kube.policywatch") is None:
-            found = await wait_for(
-                lambda: next(
-                    (m for line in err if (m := re.search(rb"topics (\S+)\*", line))), None
-                ),
-                60,
-                what=lambda: f"the demo's topic prefix; stderr:\n{logs()}",
-            )
-            await stand_in_for_the_policy_watcher(kafka_bootstrap, found.group(1).decode())
 
         def told(records: list[dict[str, Any]]) -> str:
             said = [
