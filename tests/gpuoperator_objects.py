@@ -33,7 +33,11 @@ def seed_policy(name: str = "cluster-policy", *, uid: str | None = None) -> dict
             "dcgmExporter": {"enabled": True},
             "gfd": {"enabled": True},
             "mig": {"strategy": "single"},
-            "migManager": {"enabled": False},
+            # the seed's "migManager defaulted to all-disabled": on, its default MIG layout none
+            "migManager": {
+                "enabled": True,
+                "config": {"name": "default-mig-parted-config", "default": "all-disabled"},
+            },
             "nodeStatusExporter": {"enabled": False},
         },
     }

@@ -113,7 +113,7 @@ async def test_a_missing_crd_is_a_state_retried_until_the_operator_is_installed(
                 OperandSpec("devicePlugin", True),
                 OperandSpec("driver", False),
                 OperandSpec("gfd", True),
-                OperandSpec("migManager", False),
+                OperandSpec("migManager", True),
                 OperandSpec("nodeStatusExporter", False),
                 OperandSpec("toolkit", True),
             ),

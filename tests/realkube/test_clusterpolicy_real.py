@@ -229,7 +229,7 @@ async def test_the_cluster_role_publishes_the_policy_and_its_status_into_every_p
         operands = {o.operand: o.enabled for o in record.operands}
         assert operands["driver"] is False  # the host's
         assert operands["toolkit"] is True
-        assert operands["migManager"] is False
+        assert operands["migManager"] is True  # on, defaulting nodes to all-disabled
         assert OperandSpec("dcgmExporter", True) in record.operands
         assert [(c.type, c.status, c.message) for c in record.conditions] == [
             ("Ready", "False", ""),
