@@ -248,18 +248,18 @@ async def test_agent_token_watches_its_nodes_operand_pods_with_the_shipped_clust
     operator_ns, other_ns = "rk-gpu-operator", "rk-operands-other"
     await rest.namespace(operator_ns)
     await rest.namespace(other_ns)
-    for node in ("rk8-a", "rk8-b"):
+    for node in ("opw-a", "opw-b"):
         await create_node(rest, node, {"nvidia.com/gpu.deploy.dcgm-exporter": "true"}, 1)
     pods = f"/api/v1/namespaces/{operator_ns}/pods"
 
     def operand(name: str, node: str, app: str) -> dict[str, Any]:
         return gpu_pod(name, node, gpus=0, labels={"app": app})
 
-    await rest.create(pods, operand("toolkit-a", "rk8-a", "nvidia-container-toolkit-daemonset"))
-    await rest.create(pods, operand("exporter-a", "rk8-a", "nvidia-dcgm-exporter"))
-    await rest.create(pods, operand("exporter-b", "rk8-b", "nvidia-dcgm-exporter"))
+    await rest.create(pods, operand("toolkit-a", "opw-a", "nvidia-container-toolkit-daemonset"))
+    await rest.create(pods, operand("exporter-a", "opw-a", "nvidia-dcgm-exporter"))
+    await rest.create(pods, operand("exporter-b", "opw-b", "nvidia-dcgm-exporter"))
     await rest.create(
-        f"/api/v1/namespaces/{other_ns}/pods", operand("lookalike", "rk8-a", "nvidia-dcgm-exporter")
+        f"/api/v1/namespaces/{other_ns}/pods", operand("lookalike", "opw-a", "nvidia-dcgm-exporter")
     )
     config = real_kube.write_kubeconfig(
         tmp_path / "agent.kubeconfig", token=agent_token, user="gpuattr-agent"
@@ -301,7 +301,7 @@ async def test_agent_token_watches_its_nodes_operand_pods_with_the_shipped_clust
     settings = KubeSettings(kubeconfig=config, watch_timeout_s=300, max_backoff_s=0.5)
     api = await make_api_client(settings)
     watcher = OperandWatcher(
-        node="rk8-a", api=api, emit=emit, now_ms=lambda: 1, settings=settings, namespace=operator_ns
+        node="opw-a", api=api, emit=emit, now_ms=lambda: 1, settings=settings, namespace=operator_ns
     )
     task = asyncio.create_task(watcher.run())
     try:
@@ -317,7 +317,7 @@ async def test_agent_token_watches_its_nodes_operand_pods_with_the_shipped_clust
         await rest.delete(f"{pods}/exporter-a", grace_s=0)
         await wait_for(lambda: set(latest()) == {"toolkit-a"}, 30, what="deleted")
         records = [r for r in out if isinstance(r, OperandPods)]
-        assert {r.node for r in records} == {"rk8-a"}
+        assert {r.node for r in records} == {"opw-a"}
         assert all(p.namespace == operator_ns for r in records for p in r.pods)
         # published on change only: list, crash, ready, (terminating,) gone
         assert 4 <= len(records) <= 5, records
