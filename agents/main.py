@@ -134,6 +134,7 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
             from agents.kube.watch import (
                 ExporterWatcher,
                 NodeWatcher,
+                OperandWatcher,
                 PodWatcher,
                 ResourceClaimWatcher,
                 ResourceSliceWatcher,
@@ -154,6 +155,15 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
                 if name == "pods":
                     healths["apiserver"] = running.health
                 tasks[name] = running.run()
+            if settings.kube.operator_namespace:
+                tasks["operand-pods"] = OperandWatcher(
+                    node=node,
+                    api=api,
+                    emit=emit,
+                    now_ms=now_ms,
+                    settings=settings.kube,
+                    namespace=settings.kube.operator_namespace,
+                ).run()
             if locator is not None:
                 tasks["exporter-pods"] = ExporterWatcher(
                     node=node,

@@ -17,7 +17,7 @@ from aiokafka.errors import KafkaError
 from agents.selfmetrics import RECORDS_PUBLISHED, SOURCE_ERRORS
 from agents.types import AgentRecord
 from contract import codec
-from contract.inputs import ClockTick
+from contract.inputs import ClockTick, ClusterPolicyRecord
 from contract.topics import TopicRole
 from infra.backoff import Backoff
 from infra.kafka import client_options
@@ -90,6 +90,12 @@ class Publisher:
     async def publish_tick(self, tick: ClockTick) -> None:
         """A partition's clock tick: no key, into that very partition."""
         await self._send(tick, None, tick.partition)
+
+    async def publish_to_every_partition(self, record: ClusterPolicyRecord) -> None:
+        """A record every partition's join reads (the ClusterPolicy): no key, into each
+        partition the input topic has now, as clock ticks are."""
+        for partition in range(await self.partitions()):
+            await self._send(record, None, partition)
 
     async def _send(self, record: object, key: bytes | None, partition: int | None) -> None:
         if self._producer is None:

@@ -221,7 +221,8 @@ class TelemetryRefused:
     rows: int  # how many rows (GPUs and MIG instances) were refused
 
 
-AlertKind = Literal["idle", "xid", "orphaned-memory"]
+#: ``stack-broken`` is a node's (its GPU stack, :class:`StackBreak`), the others a device's
+AlertKind = Literal["idle", "xid", "orphaned-memory", "stack-broken"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +255,9 @@ class Alert:
     ts_ms: int
     device_wide: bool
     summary: str
+    #: additive (v1): a ``stack-broken`` alert's break (a node's alert: ``device_uuid`` and
+    #: ``gpu_uuid`` are empty, ``holders`` are the pods on the GPUs it leaves without telemetry)
+    stack: StackBreak | None = None
 
 
 #: the planes of a node's GPU stack, in dependency order (:mod:`streams.core.operatorstack`)
@@ -371,6 +375,27 @@ class NodeStatus:
     #: node by nvidia.com/gpu.deploy.dcgm-exporter=false"; None when the stack says nothing
     telemetry_reason: str | None = None
     telemetry_disabled: bool = False  # the exporter is off on purpose (no alert for it)
+
+
+@dataclass(frozen=True, slots=True)
+class StackBreak:
+    """What a ``stack-broken`` alert is about: the node's first broken plane (one the operator
+    was meant to run there: a plane disabled by intent never breaks), its reason, the planes
+    that wait on it, and the node's held devices — those left without telemetry apart."""
+
+    plane: PlaneName
+    reason: str  # the plane's own line: "dcgm-exporter CrashLoopBackOff, 12 restarts"
+    blocked: tuple[PlaneName, ...]  # the planes that wait on it
+    held: tuple[str, ...]  # device UUIDs a pod holds on the node
+    unmeasured: tuple[str, ...]  # of those, the ones without a trusted reading
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatusRetired:
+    """The node left (deleted in the API, or silent past its TTL): its key on the compacted
+    node-status topic is removed with a tombstone (a null value). Never encoded: no kind."""
+
+    node: str
 
 
 #: Record kinds the workers publish, with their schema versions (see :mod:`contract.codec`).

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags"]
+TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags", "node-status"]
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -19,7 +19,10 @@ class TopicDoc:
     role: TopicRole
     key: str
     carries: str
-    retention_ms: int
+    retention_ms: int  # of a topic deleted by age (not of a compacted one)
+    #: compacted (the latest record per key is kept; a key's tombstone removes it), not
+    #: deleted by age
+    compacted: bool = False
 
 
 TOPICS: tuple[TopicDoc, ...] = (
@@ -27,7 +30,9 @@ TOPICS: tuple[TopicDoc, ...] = (
         "node-events",
         "node",
         "everything a node agent publishes, in publish order: podresources.snapshot, "
-        "podresources.diff, dcgm.scrape, dcgm.sample, k8s.pod, k8s.pod-list, k8s.node, inventory",
+        "podresources.diff, dcgm.scrape, dcgm.sample, k8s.pod, k8s.pod-list, k8s.node, inventory, "
+        "k8s.resourceslice, k8s.resourceclaim, agent.status, k8s.operand-pods; the cluster "
+        "role's k8s.node deletions, clock.tick and k8s.clusterpolicy (into every partition)",
         3 * DAY_MS,
     ),
     TopicDoc("attribution", "node/device-uuid", "attribution events, one per sample", 7 * DAY_MS),
@@ -39,6 +44,14 @@ TOPICS: tuple[TopicDoc, ...] = (
         "node/device-uuid",
         "exporter.misattribution: exporter credits a non-holder",
         7 * DAY_MS,
+    ),
+    TopicDoc(
+        "node-status",
+        "node",
+        "node-status: each node's GPU stack (intended versus reconciled, the first broken "
+        "boundary), on every change; a tombstone when the node leaves",
+        7 * DAY_MS,
+        compacted=True,
     ),
     TopicDoc(
         "deadletter",
@@ -63,4 +76,7 @@ TABLES: dict[str, str] = {
     "dra_claims": "dra-claims",
     "node_state": "node-state",
     "partition_nodes": "partition-nodes",
+    "operand_pods": "operand-pods",
+    "node_stack": "node-stack",
+    "cluster_policies": "cluster-policies",
 }

@@ -92,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser(
         "cluster",
-        help="the cluster role: node deletions and every partition's clock (one leader, Lease)",
+        help="the cluster role: node deletions, the GPU Operator's ClusterPolicy and every "
+        "partition's clock (one leader, Lease)",
     )
     sub.add_parser("worker", help="run a Faust worker (scale out by running more)")
     sub.add_parser("sink", help="deliver alerts to Slack and webhooks (scale out by running more)")

@@ -54,6 +54,7 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
     consumer = AIOKafkaConsumer(
         kafka.topic("attribution"),
         kafka.topic("alerts"),
+        kafka.topic("node-status"),
         bootstrap_servers=kafka.bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -64,10 +65,11 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
     count = 0
     latest: dict[str, dict[str, object]] = {}
     alerts: list[dict[str, object]] = []
+    stacks: dict[str, dict[str, object]] = {}  # node → its latest node-status
     live = (
         None
         if json_out
-        else Live(render(latest, alerts, title), console=Console(), auto_refresh=False)
+        else Live(render(latest, alerts, title, stacks), console=Console(), auto_refresh=False)
     )
     try:
         if live:
@@ -76,19 +78,25 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
             batch = await consumer.getmany(timeout_ms=500)
             for messages in batch.values():
                 for msg in messages:
+                    key = (msg.key or b"").decode()
+                    if msg.value is None:  # a node-status tombstone: the node left
+                        stacks.pop(key, None)
+                        continue
                     count += 1
                     if json_out:
-                        sys.stdout.buffer.write((msg.value or b"") + b"\n")
+                        sys.stdout.buffer.write(msg.value + b"\n")
                         continue
-                    event = codec.to_dict(codec.decode(msg.value or b""))
+                    event = codec.to_dict(codec.decode(msg.value))
                     if event["schema"] == "alert":
                         alerts.append(event)
+                    elif event["schema"] == "node-status":
+                        stacks[key] = event
                     else:
-                        latest[(msg.key or b"").decode()] = event
+                        latest[key] = event
             if json_out:
                 sys.stdout.flush()
             elif live:
-                live.update(render(latest, alerts, title), refresh=True)
+                live.update(render(latest, alerts, title, stacks), refresh=True)
     finally:
         if live:
             live.stop()
@@ -211,7 +219,7 @@ async def run_demo(
             print(
                 orjson.dumps({"demo": scenario.name, "events": count}).decode()
                 if json_out
-                else f"{count} attribution events",
+                else f"{count} records (attribution events, alerts, node statuses)",
                 file=sys.stderr,
             )
     return 0

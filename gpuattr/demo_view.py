@@ -1,4 +1,6 @@
-"""The demo's live table: the latest attribution event per device, refreshed in place."""
+"""The demo's live view, refreshed in place: each node's GPU stack in one line (the latest
+node-status: its state and summary, the first broken boundary first), the latest attribution
+event per device, the latest alerts."""
 
 from __future__ import annotations
 
@@ -35,8 +37,34 @@ def _usage(ev: Mapping[str, Any]) -> str:
     return util + mem
 
 
+STACK_STYLE = {"ready": "green", "broken": "red", "reconciling": "yellow"}
+
+
+def _stack_line(status: Mapping[str, Any]) -> str:
+    """``broken at container-toolkit · container toolkit not ready on … ; … wait on it``."""
+    state = str(status["state"])
+    first = status.get("first_broken")
+    head = f"{state} at {first}" if first else state
+    line = f"[{STACK_STYLE.get(state, 'default')}]{head}[/] · {status['summary']}"
+    if status.get("telemetry_disabled") and status.get("telemetry_reason"):
+        line += f" · telemetry off on purpose: {status['telemetry_reason']}"
+    return line
+
+
+def stack_table(stacks: Mapping[str, Mapping[str, Any]]) -> Table:
+    table = Table(title="GPU stack per node (GPU Operator)", expand=True, show_header=False)
+    table.add_column("node", no_wrap=True)
+    table.add_column("stack", overflow="fold")
+    for node in sorted(stacks):
+        table.add_row(node, _stack_line(stacks[node]))
+    return table
+
+
 def render(
-    latest: Mapping[str, Mapping[str, Any]], alerts: Sequence[Mapping[str, Any]], title: str
+    latest: Mapping[str, Mapping[str, Any]],
+    alerts: Sequence[Mapping[str, Any]],
+    title: str,
+    stacks: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Group:
     table = Table(title=title, expand=True)
     for col in ("node", "device", "model", "state", "holders", "usage", "exporter says"):
@@ -64,4 +92,6 @@ def render(
         recent.add_row(f"{mark} {a['summary']}")
     if not alerts:
         recent.add_row("none yet")
+    if stacks:  # only nodes the GPU Operator manages have one
+        return Group(stack_table(stacks), table, recent)
     return Group(table, recent)

@@ -2,7 +2,10 @@
 
 One row per device or MIG instance, from any worker's query API (``/api/v1/devices``; the worker
 gathers the others). A shared device shows "N tenants · device-wide X%" and every holder, never
-a per-pod usage figure. ``--once --json`` prints the rows for scripts.
+a per-pod usage figure. Above the devices, each node's GPU stack in one line, broken nodes first
+and the broken boundary first in the line ("gpu-a  BROKEN  container toolkit not ready on gpu-a
+(…); device plugin, dcgm-exporter and GFD wait on it"). ``--once --json`` prints the rows for
+scripts.
 """
 
 from __future__ import annotations
@@ -21,7 +24,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from streams.core.noderows import NODE_ROWS, NodeRow, node_line
 from streams.core.views import ROWS, SORT_KEYS, DeviceRow, usage_text
+
+#: how each stack state is drawn
+STACK_STYLE = {"broken": "bold red", "unknown": "yellow", "reconciling": "cyan", "disabled": "dim"}
 
 
 def query_url(base: str, filters: dict[str, Any], sort: str) -> str:
@@ -58,7 +65,18 @@ def _holders(row: DeviceRow) -> Text:
     return Text("\n".join(lines))
 
 
+def stack_lines(nodes: Sequence[NodeRow]) -> Text:
+    """Each node's GPU stack in one line (broken first, as the API orders them)."""
+    text = Text()
+    for i, row in enumerate(nodes):
+        if i:
+            text.append("\n")
+        text.append(node_line(row), style=STACK_STYLE.get(row.state, "green"))
+    return text
+
+
 def render(body: dict[str, Any], rows: Sequence[DeviceRow], title: str) -> Group:
+    nodes = NODE_ROWS.validate_python(body.get("nodes", []))
     table = Table(title=title, expand=True, show_lines=True)
     for name in ("node", "gpu", "model", "sharing", "holders", "usage", "memory", "idle", "alerts"):
         table.add_column(name.upper(), overflow="fold")
@@ -87,7 +105,7 @@ def render(body: dict[str, Any], rows: Sequence[DeviceRow], title: str) -> Group
             _duration(r.idle_s),
             Text(", ".join(r.open_alerts), style="bold red") if r.open_alerts else "",
         )
-    notes: list[Table | Text] = [table]
+    notes: list[Table | Text] = [stack_lines(nodes), table] if nodes else [table]
     if body.get("unavailable"):
         missing = ", ".join(body["unavailable"])
         notes.append(Text(f"workers not answering: {missing}", style="yellow"))

@@ -6,13 +6,14 @@ the embedded broker's tests create them the same way, and ``deploy/kustomize/bas
 that the two agree.
 
 - agent: writes ``node-events``.
-- cluster (the cluster role): writes ``node-events`` (Node deletions, the partitions' clock ticks).
+- cluster (the cluster role): writes ``node-events`` (Node deletions, the ClusterPolicy, the
+  partitions' clock ticks).
 - worker: reads ``node-events`` in its group (the app id), writes ``attribution``, ``alerts``,
-  ``flags`` and ``deadletter``, and owns every topic named ``<app id>-…`` (its changelogs and
-  Faust's internal topics: create, read, write).
+  ``flags``, ``node-status`` and ``deadletter``, and owns every topic named ``<app id>-…`` (its
+  changelogs and Faust's internal topics: create, read, write).
 - sink: reads ``alerts`` in its group, writes ``deadletter``.
-- reader (``gpuattr report``, the demo's view, dashboards): reads ``attribution``, ``alerts``
-  and ``flags``, without a group.
+- reader (``gpuattr report``, the demo's view, dashboards): reads ``attribution``, ``alerts``,
+  ``flags`` and ``node-status``, without a group.
 
 Nothing else: with ``allow.everyone.if.no.acl.found=false`` every other request is denied.
 """
@@ -81,6 +82,7 @@ def role_acls(
             topic("attribution", "Write"),
             topic("alerts", "Write"),
             topic("flags", "Write"),
+            topic("node-status", "Write"),
             topic("deadletter", "Write"),
             # changelogs and Faust's own topics (its leader topic is created at start)
             *(("topic", f"{worker_app_id}-", "prefix", op) for op in PREFIX_OPS),
@@ -90,7 +92,12 @@ def role_acls(
             ("group", sink_group, "literal", "Read"),
             topic("deadletter", "Write"),
         ],
-        "reader": [topic("attribution", "Read"), topic("alerts", "Read"), topic("flags", "Read")],
+        "reader": [
+            topic("attribution", "Read"),
+            topic("alerts", "Read"),
+            topic("flags", "Read"),
+            topic("node-status", "Read"),
+        ],
     }
     return {
         role: tuple(sorted(Acl(principals[role], *grant) for grant in role_grants))

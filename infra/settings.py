@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from infra.endpoints import endpoint
 
-TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags"]
+TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags", "node-status"]
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 MICROK8S_KUBELET_SOCKET = Path(
@@ -151,16 +151,23 @@ class KubeSettings(BaseSettings):
     #: also watch the node's ResourceSlices and the ResourceClaims allocated on it (DRA); on an
     #: API server that does not serve resource.k8s.io/v1 these watchers stop after one warning
     dra: bool = True
+    #: the GPU Operator's namespace: the agent publishes the operand pods it runs on this node
+    #: (``k8s.operand-pods``); empty: not watched
+    operator_namespace: str = "gpu-operator"
 
 
 class ClusterSettings(BaseSettings):
     """The cluster role (``gpuattr cluster``): one leader among its replicas (a
-    ``coordination.k8s.io`` Lease) reads what no node agent can — Node deletions cluster-wide —
-    and gives every input partition its clock (``clock.tick`` every ``tick_interval_s``)."""
+    ``coordination.k8s.io`` Lease) reads what no node agent can — Node deletions and the GPU
+    Operator's ClusterPolicies, cluster-wide — and gives every input partition its clock
+    (``clock.tick`` every ``tick_interval_s``)."""
 
     model_config = SettingsConfigDict(env_prefix="GPUATTR_CLUSTER_", frozen=True)
 
     tick_interval_s: float = Field(default=15.0, gt=0)
+    #: while the API server does not serve ``clusterpolicies.nvidia.com`` (no GPU Operator),
+    #: how often the ClusterPolicy list is tried again
+    policy_crd_retry_s: float = Field(default=60.0, gt=0)
     leader_election: bool = True
     lease_name: str = "gpuattr-cluster"
     lease_namespace: str = "gpuattr"

@@ -32,7 +32,11 @@ def topic_specs(kafka: KafkaSettings, app_id: str | None = None) -> list[TopicSp
             name=kafka.topic(doc.role),
             partitions=kafka.partitions,
             replication=kafka.replication,
-            config={"retention.ms": str(doc.retention_ms), "cleanup.policy": "delete"},
+            config=(
+                {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+                if doc.compacted
+                else {"retention.ms": str(doc.retention_ms), "cleanup.policy": "delete"}
+            ),
         )
         for doc in TOPICS
     ]

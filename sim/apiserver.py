@@ -1,8 +1,11 @@
 """A protocol-faithful API-server double: list and watch for pods and nodes over real HTTP.
 
 Field selectors (``a.b=v``) and label selectors (``k=v``, comma-separated) as the real server
-reads them; ``coordination.k8s.io/v1`` Leases (get, create, replace with optimistic
-concurrency: a stale ``resourceVersion`` answers 409 Conflict) for the cluster role's election.
+reads them; the GPU Operator's ``clusterpolicies.nvidia.com/v1`` when the scenario has the CRD
+(:attr:`ApiServerDouble.serves_cluster_policies`; without it, the real server's plain-text
+``404 page not found`` for a path no API group serves); ``coordination.k8s.io/v1`` Leases (get,
+create, replace with optimistic concurrency: a stale ``resourceVersion`` answers 409 Conflict)
+for the cluster role's election.
 
 Like the real one: every change gets a new ``resourceVersion``; ``?watch=1&resourceVersion=RV``
 streams newline-delimited JSON events (``ADDED|MODIFIED|DELETED|BOOKMARK|ERROR``) with chunked
@@ -32,9 +35,14 @@ PLURAL = {
     "Node": "nodes",
     "ResourceSlice": "resourceslices",
     "ResourceClaim": "resourceclaims",
+    "ClusterPolicy": "clusterpolicies",
 }
 KIND = {plural: kind for kind, plural in PLURAL.items()}
-GROUP_VERSION = {"resourceslices": "resource.k8s.io/v1", "resourceclaims": "resource.k8s.io/v1"}
+GROUP_VERSION = {
+    "resourceslices": "resource.k8s.io/v1",
+    "resourceclaims": "resource.k8s.io/v1",
+    "clusterpolicies": "nvidia.com/v1",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +119,7 @@ class ApiServerDouble:
         objects: Objects,
         *,
         dra_objects: Callable[[], list[dict[str, Any]]] | None = None,
+        cluster_policies: Callable[[], list[dict[str, Any]]] | None = None,
         tick_s: float = 0.1,
         bookmark_s: float = 1.0,
         history: int = 2000,
@@ -119,6 +128,9 @@ class ApiServerDouble:
     ) -> None:
         self.objects = objects
         self.dra_objects = dra_objects or (lambda: [])
+        self.cluster_policies = cluster_policies or (lambda: [])
+        #: the ClusterPolicy CRD is installed (the GPU Operator is): may be switched either way
+        self.serves_cluster_policies = cluster_policies is not None
         self.tick_s = tick_s
         self.bookmark_s = bookmark_s
         self.history = history
@@ -179,7 +191,7 @@ class ApiServerDouble:
         pods, nodes = self.objects()
         desired = {
             (PLURAL[o["kind"]], o["metadata"]["uid"]): o
-            for o in (*pods, *nodes, *self.dra_objects())
+            for o in (*pods, *nodes, *self.dra_objects(), *self.cluster_policies())
         }
         events: list[tuple[str, str, dict[str, Any]]] = []
         for key, obj in desired.items():
@@ -222,6 +234,9 @@ class ApiServerDouble:
                 _status(code, "InternalError", "injected failure"), status=code
             )
         plural = request.match_info["plural"]
+        if plural == "clusterpolicies" and not self.serves_cluster_policies:
+            # no API group serves the path: the real server's plain-text answer, list or watch
+            return web.Response(status=404, text="404 page not found\n")
         selector = _Selector(
             request.query.get("fieldSelector", ""), request.query.get("labelSelector", "")
         )
@@ -378,6 +393,7 @@ class ApiServerDouble:
         app.router.add_get(
             "/apis/resource.k8s.io/v1/{plural:resourceslices|resourceclaims}", self._handle
         )
+        app.router.add_get("/apis/nvidia.com/v1/{plural:clusterpolicies}", self._handle)
         self._runner, self._site, self.port = await start_site(app, self.host, self.port, 0.5)
         self._ticker = asyncio.create_task(self._tick(), name="apiserver-double-tick")
 

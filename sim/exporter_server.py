@@ -53,6 +53,7 @@ class ExporterDouble:
         self._fail: deque[int] = deque()
         self._delay: deque[float] = deque()
         self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
 
     # -- fault switches: each applies to the next n responses -------------------------------
 
@@ -68,6 +69,22 @@ class ExporterDouble:
     def delay_next(self, n: int, seconds: float) -> None:
         self._delay.extend([seconds] * n)
 
+    @property
+    def listening(self) -> bool:
+        return self._site is not None
+
+    async def down(self) -> None:
+        """Stop listening (connections are refused), as a crash-looping exporter's port is."""
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+
+    async def up(self) -> None:
+        """Listen again, on the same port."""
+        if self._site is None and self._runner is not None:
+            self._site = web.TCPSite(self._runner, self.host, self.port)
+            await self._site.start()
+
     # -- HTTP ---------------------------------------------------------------------------------
 
     @property
@@ -76,6 +93,10 @@ class ExporterDouble:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         self.requests += 1
+        if self._site is None:  # down: a connection kept alive from before is dropped too
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response(status=503)
         if self._delay:
             await asyncio.sleep(self._delay.popleft())
         if self._fail:
@@ -92,12 +113,13 @@ class ExporterDouble:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
-        self._runner, _, self.port = await start_site(app, self.host, self.port)
+        self._runner, self._site, self.port = await start_site(app, self.host, self.port)
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+            self._site = None
 
     async def __aenter__(self) -> ExporterDouble:
         await self.start()

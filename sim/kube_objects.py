@@ -8,15 +8,12 @@ containers have stopped and it is gone. Owner references follow the controllers'
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
 from typing import Any
 
 from sim.cluster import holds_at, resource_name
+from sim.gpuoperator import node_labels
 from sim.scenario import NodeSpec, PodSpec, Scenario, parse_slot
-
-
-def rfc3339(epoch_s: float) -> str:
-    return datetime.fromtimestamp(int(epoch_s), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+from sim.timefmt import rfc3339
 
 
 def _owner(pod: PodSpec) -> tuple[dict[str, Any] | None, dict[str, str]]:
@@ -115,7 +112,11 @@ def node_objects(scenario: Scenario, t: float = 0.0) -> list[dict[str, Any]]:
                 "metadata": {
                     "name": node.name,
                     "uid": f"node-{node.name}",
-                    "labels": {**dict(node.labels), "kubernetes.io/hostname": node.name},
+                    "labels": {
+                        **dict(node.labels),
+                        **node_labels(node, t),
+                        "kubernetes.io/hostname": node.name,
+                    },
                 },
                 "status": {"allocatable": alloc, "capacity": alloc},
             }
@@ -133,10 +134,11 @@ def exporter_pod_objects(
     """Each node's dcgm-exporter pod, as the GPU Operator's DaemonSet makes it: labelled
     ``app=nvidia-dcgm-exporter``, its container port named ``metrics``, reached by pod IP (here
     every exporter double listens on ``host``, each on its own port). A node whose exporter is
-    not deployed (``exporter = "none"``) has none; a deleted node's pod is gone with it."""
+    not deployed (``exporter = "none"``) has none; a deleted node's pod is gone with it; a node
+    the GPU Operator manages has its operand pod instead (:mod:`sim.gpuoperator`)."""
     out = []
     for node in scenario.nodes:
-        if node.exporter == "none" or node.name not in ports:
+        if node.exporter == "none" or node.name not in ports or node.operator is not None:
             continue
         name = f"nvidia-dcgm-exporter-{node.name}"
         out.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import time
@@ -16,6 +17,7 @@ from sim.apiserver import ApiServerDouble
 from sim.cluster import Cluster
 from sim.exporter_rows import ExporterRow
 from sim.exporter_server import ExporterDouble
+from sim.gpuoperator import cluster_policy_objects, exporter_answers, operand_pod_objects
 from sim.kube_objects import exporter_pod_objects, node_objects, pod_objects
 from sim.kubelet_server import KubeletDouble, State
 from sim.scenario import Scenario
@@ -27,6 +29,12 @@ def closed_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 class ScenarioClock:
@@ -124,8 +132,29 @@ class SimulatedCluster:
         gone = {n.name for n in self.scenario.nodes if n.deleted_s is not None and t >= n.deleted_s}
         ports = {n: port for n, port in self.exporter_ports.items() if n not in gone}
         exporters = exporter_pod_objects(self.scenario, ports, self.epoch_s, self.host)
-        pods = [*pod_objects(self.scenario, t, self.epoch_s), *exporters]
+        operands = operand_pod_objects(
+            self.scenario, t, self.epoch_s, host=self.host, exporter_ports=ports
+        )
+        pods = [*pod_objects(self.scenario, t, self.epoch_s), *exporters, *operands]
         return pods, node_objects(self.scenario, t)
+
+    async def _exporters_follow_scenario(self, every_s: float = 0.1) -> None:
+        """An exporter whose operand pod is not running (crash looping, in an init container)
+        does not listen: its double's port refuses connections until the pod runs again."""
+        while True:
+            await self._sync_exporters()
+            await asyncio.sleep(every_s)
+
+    async def _sync_exporters(self) -> None:
+        t = self.clock()
+        for spec in self.scenario.nodes:
+            exporter = self.exporters.get(spec.name)
+            if exporter is None:
+                continue
+            if exporter_answers(self.scenario, spec, t):
+                await exporter.up()
+            else:
+                await exporter.down()
 
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -134,6 +163,12 @@ class SimulatedCluster:
             ApiServerDouble(
                 self._objects,
                 dra_objects=lambda: self.cluster.dra_objects(self.epoch_s),
+                # served only where the scenario has one: elsewhere no GPU Operator, no CRD
+                cluster_policies=(
+                    (lambda: cluster_policy_objects(self.scenario, self.epoch_s))
+                    if self.scenario.cluster_policy is not None
+                    else None
+                ),
                 host=self.host,
                 port=self.api_port,
             )
@@ -150,6 +185,10 @@ class SimulatedCluster:
             self.exporter_ports[node] = exporter.port if spec.exporter != "down" else closed_port()
             self.inventory_file(node).write_bytes(orjson.dumps(self.cluster.inventory(node)))
         self.clock.start()
+        if any(n.operator is not None for n in self.scenario.nodes):
+            await self._sync_exporters()
+            follow = asyncio.create_task(self._exporters_follow_scenario(), name="sim-exporters")
+            self._stack.push_async_callback(_cancel, follow)
 
     async def stop(self) -> None:
         await self._stack.aclose()

@@ -5,6 +5,11 @@ shared; pods declare which slots they hold and when. Slot notation on a pod: ``"
 ``"0::3"`` replica 3 of GPU 0, ``"0/gi3"`` MIG GPU instance 3 of GPU 0, ``"0/gi3::1"`` a replica
 of that MIG device. Times are scenario seconds; a pod holds its slots from ``start_s`` until
 ``stop_s + grace_s`` (deletion at ``stop_s``, containers stop after the grace period).
+
+A node may be managed by the GPU Operator (``[nodes.operator]``): its deploy labels
+(``nvidia.com/gpu.deploy.<operand>``), its operand pods' states over scenario time and its MIG
+configuration labels over time; the cluster's ``ClusterPolicy`` is ``[cluster_policy]``
+(:mod:`sim.gpuoperator` makes the objects).
 """
 
 from __future__ import annotations
@@ -57,6 +62,59 @@ class MigSpec:
     instances: tuple[int, ...]
 
 
+#: an operand pod's state: ``ready``; ``crashloop`` (its first container in CrashLoopBackOff);
+#: ``init`` (stuck in init container ``init``: running, or failing with ``reason``); ``absent``
+OperandState = Literal["ready", "crashloop", "init", "absent"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperandStep:
+    """From ``at_s`` on, the operand's pod on the node is in ``state``."""
+
+    at_s: float = 0.0
+    state: OperandState = "ready"
+    init: str = ""  # state init: the init container it is stuck in
+    reason: str = ""  # a waiting reason (CrashLoopBackOff, …); empty: the container runs
+    restarts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MigStep:
+    """From ``at_s`` on: ``nvidia.com/mig.config`` and ``nvidia.com/mig.config.state``."""
+
+    at_s: float
+    config: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSpec:
+    """The GPU Operator on one node: deploy label values that differ from the operator's own
+    (every operand ``true``; ``driver = "pre-installed"`` for a host driver, ``false`` to
+    disable one), operand pods whose state is not simply Ready (operand → steps), MIG labels."""
+
+    deploy: tuple[tuple[str, str], ...] = ()
+    pods: tuple[tuple[str, tuple[OperandStep, ...]], ...] = ()
+    mig: tuple[MigStep, ...] = ()
+
+    def step(self, operand: str, t: float) -> OperandStep:
+        steps = dict(self.pods).get(operand, ())
+        return next((s for s in reversed(steps) if t >= s.at_s), OperandStep())
+
+    def mig_at(self, t: float) -> MigStep | None:
+        return next((s for s in reversed(self.mig) if t >= s.at_s), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPolicySpec:
+    """The cluster's ``ClusterPolicy`` (``nvidia.com/v1``): its spec as written, its status."""
+
+    name: str
+    spec: dict[str, Any]
+    state: str = ""  # ready | notReady | ignored; "" before the operator wrote a status
+    message: str = ""  # the Error condition's message when not ready
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
     name: str
@@ -78,6 +136,8 @@ class NodeSpec:
     exporter: ExporterDeploy = "pod"
     #: the Node object is deleted at this scenario second (the node left the cluster)
     deleted_s: float | None = None
+    #: the GPU Operator manages the node (deploy labels, operand pods); None: it does not
+    operator: OperatorSpec | None = None
 
     def replicas_of(self, gpu: int) -> int:
         """How many replicas the device plugin advertises of GPU ``gpu`` (1: handed out whole)."""
@@ -157,6 +217,7 @@ class Scenario:
     nodes: tuple[NodeSpec, ...]
     pods: tuple[PodSpec, ...] = field(default=())
     claims: tuple[ClaimSpec, ...] = field(default=())
+    cluster_policy: ClusterPolicySpec | None = None
 
     def node(self, name: str) -> NodeSpec:
         return next(n for n in self.nodes if n.name == name)
@@ -167,6 +228,49 @@ class Scenario:
 
 def _pairs(table: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in (table or {}).items()))
+
+
+def _operator(doc: dict[str, Any] | None) -> OperatorSpec | None:
+    if doc is None:
+        return None
+    pods = tuple(
+        (
+            str(operand),
+            tuple(
+                OperandStep(
+                    at_s=float(s.get("at_s", 0)),
+                    state=s.get("state", "ready"),
+                    init=str(s.get("init", "")),
+                    reason=str(s.get("reason", "")),
+                    restarts=int(s.get("restarts", 0)),
+                )
+                for s in steps
+            ),
+        )
+        for operand, steps in sorted((doc.get("pods") or {}).items())
+    )
+    mig = tuple(
+        MigStep(float(m.get("at_s", 0)), str(m["config"]), str(m["state"]))
+        for m in doc.get("mig", [])
+    )
+    deploy = tuple(
+        sorted(
+            (str(k), str(v).lower() if isinstance(v, bool) else str(v))
+            for k, v in (doc.get("deploy") or {}).items()
+        )
+    )
+    return OperatorSpec(deploy, pods, mig)
+
+
+def _policy(doc: dict[str, Any] | None) -> ClusterPolicySpec | None:
+    if doc is None:
+        return None
+    return ClusterPolicySpec(
+        str(doc["name"]),
+        dict(doc.get("spec") or {}),
+        str(doc.get("state", "")),
+        str(doc.get("message", "")),
+    )
 
 
 def parse(doc: dict[str, Any]) -> Scenario:
@@ -192,6 +296,7 @@ def parse(doc: dict[str, Any]) -> Scenario:
                 dynamic_mig=bool(n.get("dynamic_mig", False)),
                 exporter=n.get("exporter", "pod"),
                 deleted_s=float(n["deleted_s"]) if "deleted_s" in n else None,
+                operator=_operator(n.get("operator")),
             )
         )
     pods = []
@@ -236,7 +341,14 @@ def parse(doc: dict[str, Any]) -> Scenario:
         )
         for c in doc.get("claims", [])
     )
-    return Scenario(doc["name"], doc.get("description", ""), tuple(nodes), tuple(pods), claims)
+    return Scenario(
+        doc["name"],
+        doc.get("description", ""),
+        tuple(nodes),
+        tuple(pods),
+        claims,
+        _policy(doc.get("cluster_policy")),
+    )
 
 
 def builtin_names() -> list[str]:

@@ -55,7 +55,35 @@ def webhook_request(
     return alert_payload, headers
 
 
-_EMOJI = {"idle": ":zzz:", "xid": ":rotating_light:", "orphaned-memory": ":ghost:"}
+_EMOJI = {
+    "idle": ":zzz:",
+    "xid": ":rotating_light:",
+    "orphaned-memory": ":ghost:",
+    "stack-broken": ":construction:",
+}
+
+
+def _where(alert: Alert) -> tuple[dict[str, str], dict[str, str]]:
+    """The two fields beside the summary: the device and its sharing, or for a node's alert
+    (``stack-broken``) the broken plane and the GPUs it costs."""
+    if alert.stack is not None:
+        b = alert.stack
+        plane = f"`{alert.node}` · *{b.plane}*: {b.reason}"
+        if b.blocked:
+            plane += f"\nwaiting on it: {', '.join(b.blocked)}"
+        blind = ", ".join(f"`{u}`" for u in b.unmeasured) or "none"
+        gpus = f"{len(b.held)} held; without telemetry: {blind}"
+        return (
+            {"type": "mrkdwn", "text": f"*Broken plane*\n{plane}"[:1900]},
+            {"type": "mrkdwn", "text": f"*GPUs*\n{gpus}"[:1900]},
+        )
+    device = f"`{alert.node}` · {alert.model} · `{alert.device_uuid}`"
+    if alert.mig:
+        device += f" (MIG {alert.mig.profile}, GI {alert.mig.instance_id})"
+    return (
+        {"type": "mrkdwn", "text": f"*Device*\n{device}"},
+        {"type": "mrkdwn", "text": f"*Sharing*\n{alert.sharing}"},
+    )
 
 
 def slack_message(alert: Alert) -> dict[str, Any]:
@@ -72,7 +100,7 @@ def slack_message(alert: Alert) -> dict[str, Any]:
             else ""
         )
         for h in alert.holders
-    ] or ["• no pod holds this device"]
+    ] or ["• no pod holds a GPU on this node" if alert.stack else "• no pod holds this device"]
     f = alert.figures
     figures = []
     if f.util_pct is not None:
@@ -84,9 +112,6 @@ def slack_message(alert: Alert) -> dict[str, Any]:
         figures.append(f"*memory used* {f.fb_used_mib:g} MiB")
     if f.xid is not None:
         figures.append(f"*XID* {f.xid}")
-    device = f"`{alert.node}` · {alert.model} · `{alert.device_uuid}`"
-    if alert.mig:
-        device += f" (MIG {alert.mig.profile}, GI {alert.mig.instance_id})"
     return {
         "text": alert.summary,  # notification fallback
         "blocks": [
@@ -97,10 +122,7 @@ def slack_message(alert: Alert) -> dict[str, Any]:
             {"type": "section", "text": {"type": "mrkdwn", "text": alert.summary[:2900]}},
             {
                 "type": "section",
-                "fields": [
-                    {"type": "mrkdwn", "text": f"*Device*\n{device}"},
-                    {"type": "mrkdwn", "text": f"*Sharing*\n{alert.sharing}"},
-                ],
+                "fields": list(_where(alert)),
             },
             {
                 "type": "section",

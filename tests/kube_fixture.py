@@ -8,6 +8,7 @@ the status subresource, ReplicaSets with ownerReferences) and ask what a token m
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,8 +65,11 @@ class Rest:
                 method, self.url + path, json=body, headers=headers, ssl=self.ssl_context
             ) as resp,
         ):
-            data = await resp.json(content_type=None)
-            return resp.status, data
+            text = await resp.text()
+            try:
+                return resp.status, json.loads(text) if text else None
+            except ValueError:  # e.g. "404 page not found": a path no API group serves
+                return resp.status, text
 
     async def ok(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         status, data = await self.call(method, path, body, **kw)

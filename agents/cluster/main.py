@@ -1,7 +1,9 @@
 """The cluster role (``gpuattr cluster``, a Deployment): what no node agent can read.
 
 Under one leader (:mod:`agents.cluster.lease`): Node deletions cluster-wide, published keyed by
-the node (:class:`agents.kube.watch.ClusterNodeWatcher`), and every input partition's clock
+the node (:class:`agents.kube.watch.ClusterNodeWatcher`); the GPU Operator's ClusterPolicies,
+published into every input partition with no key (:class:`agents.kube.policywatch.
+ClusterPolicyWatcher`: every node's join reads them); and every input partition's clock
 (:mod:`agents.cluster.ticker`). Without leader election (one replica, a test) it simply runs.
 """
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 
 from agents.cluster.lease import lead_while_elected
 from agents.cluster.ticker import tick
+from agents.kube.policywatch import ClusterPolicyWatcher
 from agents.kube.watch import ClusterNodeWatcher, make_api_client
 from agents.publish import Publisher
 from agents.types import NowMs
@@ -51,8 +54,16 @@ async def run_cluster(settings: ClusterRoleSettings, now_ms: NowMs = wall_clock_
             nodes = ClusterNodeWatcher(
                 node="", api=api, emit=publisher.publish, now_ms=now_ms, settings=settings.kube
             )
+            policies = ClusterPolicyWatcher(
+                api=api,
+                emit=publisher.publish_to_every_partition,
+                now_ms=now_ms,
+                settings=settings.kube,
+                retry_s=settings.cluster.policy_crd_retry_s,
+            )
             async with asyncio.TaskGroup() as group:
                 group.create_task(nodes.run(), name="cluster-nodes")
+                group.create_task(policies.run(), name="cluster-policies")
                 group.create_task(
                     tick(publisher, settings.cluster.tick_interval_s, now_ms), name="ticker"
                 )

@@ -5,7 +5,9 @@ It scales with the cluster (each agent sees only its node's pods, the API server
 its records are keyed by node like every other input, so they land in the partition where that
 node's holders are joined. Only pods that can hold a GPU are published (and listed in the
 ``k8s.pod-list`` record): :func:`agents.kube.translate.can_hold_gpu`. Nodes: one watcher with
-``fieldSelector=metadata.name=<node>``.
+``fieldSelector=metadata.name=<node>``. The GPU Operator's operand pods on the node (its
+namespace, ``fieldSelector=spec.nodeName=<node>,metadata.namespace=<ns>``: the pods the agent may
+already list): :class:`OperandWatcher` publishes them whole on every change.
 
 Each step is a small method; every outage is one warning and one recovery line, counted.
 """
@@ -16,8 +18,8 @@ import dataclasses
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 from kubernetes_asyncio import client, config
@@ -26,15 +28,28 @@ from kubernetes_asyncio.watch import Watch
 
 from agents.health import SourceHealth
 from agents.kube.dra import claim_record, slice_record
+from agents.kube.gpuoperator import operand_pods
 from agents.kube.translate import can_hold_gpu, exporter_pod, node_record, pod_record
 from agents.locate import ExporterLocator, ExporterPod
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import AgentRecord, Emit, NowMs
-from contract.inputs import PodListSnapshot, ResourceClaimRecord, ResourceSliceRecord
+from contract.inputs import (
+    OperandPod,
+    PodListSnapshot,
+    ResourceClaimRecord,
+    ResourceSliceRecord,
+)
 from infra.backoff import Backoff
 from infra.settings import KubeSettings
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+
+#: what the API server answers, as plain text, for a path no API serves (a CRD not installed, or
+#: removed): the client library hands a watch this line as it is
+NOT_FOUND_PAGE = "404 page not found"
 
 
 class StreamCut(Exception):
@@ -59,13 +74,23 @@ async def make_api_client(settings: KubeSettings) -> Any:
     return client.ApiClient(configuration=conf)
 
 
-class _Watcher:
+class ListWatcher(Generic[R]):
+    """The list-then-watch loop every watcher shares; subclasses say what to list and what
+    records an object makes (``R``: what ``emit`` takes)."""
+
     kind = ""
-    #: an API group the cluster may not serve (DRA before 1.34): a 404 ends the watcher quietly
+    #: an API the cluster may not serve (DRA before 1.34, a CRD not installed): a 404 is
+    #: :meth:`_not_served` (by default: said once, and the watcher ends)
     optional_api = False
 
     def __init__(
-        self, *, node: str, api: Any, emit: Emit, now_ms: NowMs, settings: KubeSettings
+        self,
+        *,
+        node: str,
+        api: Any,
+        emit: Callable[[R], Awaitable[None]],
+        now_ms: NowMs,
+        settings: KubeSettings,
     ) -> None:
         self.node = node
         self.core = client.CoreV1Api(api)
@@ -89,8 +114,21 @@ class _Watcher:
         label = self._label_selector()
         return {"field_selector": self._selector(), **({"label_selector": label} if label else {})}
 
-    def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
+    def _records(self, obj: Any, deleted: bool) -> list[R]:
         raise NotImplementedError
+
+    async def _not_served(self) -> bool:
+        """The API server answered 404 for an optional API: say so once and stop watching.
+        ``True`` instead: this watcher has waited and lists again."""
+        SOURCE_ERRORS.labels("apiserver", "not_served").inc()
+        log.warning(
+            "%s watch: the API server does not serve it (404): no %s input from "
+            "this agent; restart the agent once the cluster serves it",
+            self.kind,
+            self.kind,
+        )
+        self._up()  # not a failing source: an API this cluster does not have
+        return False
 
     async def _after_list(self, items: list[Any], rv: str) -> None:
         """Hook, after the list's records: publish a listing snapshot (pods)."""
@@ -107,15 +145,10 @@ class _Watcher:
                 backoff.reset()
             except ApiException as exc:
                 if exc.status == 404 and self.optional_api:
-                    SOURCE_ERRORS.labels("apiserver", "not_served").inc()
-                    log.warning(
-                        "%s watch: the API server does not serve it (404): no %s input from "
-                        "this agent; restart the agent once the cluster serves it",
-                        self.kind,
-                        self.kind,
-                    )
-                    self._up()  # not a failing source: an API this cluster does not have
-                    return
+                    if not await self._not_served():
+                        return
+                    rv = None
+                    continue
                 if exc.status == 410:
                     SOURCE_ERRORS.labels("apiserver", "expired").inc()
                     log.info(
@@ -162,6 +195,8 @@ class _Watcher:
         async with stream:
             async for event in stream:
                 if not isinstance(event, dict):
+                    if str(event).strip() == NOT_FOUND_PAGE:  # the API is not served (any more)
+                        raise ApiException(status=404, reason="Not Found")
                     raise StreamCut(f"watch stream cut: {str(event)[:80]!r}")
                 self._up()
                 kind = event["type"]
@@ -181,7 +216,7 @@ class _Watcher:
         self.health.ok()
 
 
-class PodWatcher(_Watcher):
+class PodWatcher(ListWatcher[AgentRecord]):
     kind = "pod"
 
     def _list_call(self) -> Callable[..., Any]:
@@ -206,7 +241,83 @@ class PodWatcher(_Watcher):
         await self.emit(PodListSnapshot(self.node, self.now_ms(), uids, rv))
 
 
-class ExporterWatcher(_Watcher):
+class OperandWatcher(ListWatcher[AgentRecord]):
+    """The GPU Operator's operand pods on this node (the operator's namespace): published whole
+    (``k8s.operand-pods``) after every list and whenever a watch event changes what they say —
+    a pod's readiness, restarts, reason or init progress; a pod gone. The pods it holds are the
+    node's operand pods, a handful."""
+
+    kind = "operand pod"
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        api: Any,
+        emit: Emit,
+        now_ms: NowMs,
+        settings: KubeSettings,
+        namespace: str,
+    ) -> None:
+        super().__init__(node=node, api=api, emit=emit, now_ms=now_ms, settings=settings)
+        self.namespace = namespace
+        self.serialize = api.sanitize_for_serialization  # a client model → the API's JSON
+        self.pods: dict[str, Mapping[str, Any]] = {}  # name → the pod as the API server has it
+        self.published: tuple[OperandPod, ...] | None = None
+        self._listing = False
+
+    def _list_call(self) -> Callable[..., Any]:
+        return self.core.list_pod_for_all_namespaces  # type: ignore[no-any-return]
+
+    def _selector(self) -> str:
+        return f"spec.nodeName={self.node},metadata.namespace={self.namespace}"
+
+    def _json(self, obj: Any) -> Mapping[str, Any]:
+        raw = obj if isinstance(obj, Mapping) else self.serialize(obj)
+        return raw if isinstance(raw, Mapping) else {}
+
+    def _changed(self) -> list[AgentRecord]:
+        record = operand_pods(
+            self.pods.values(),
+            node=self.node,
+            namespace=self.namespace,
+            ts_ms=self.now_ms(),
+            resource_version=self.position,
+        )
+        if record.pods == self.published:
+            return []
+        self.published = record.pods
+        return [record]
+
+    async def relist(self) -> str:
+        self._listing = True  # the list's items are published once, whole, after it
+        try:
+            return await super().relist()
+        finally:
+            self._listing = False
+
+    def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
+        if self._listing:
+            return []
+        raw = self._json(obj)
+        name = str((raw.get("metadata") or {}).get("name") or "")
+        if not name:
+            return []
+        if deleted:
+            self.pods.pop(name, None)
+        else:
+            self.pods[name] = raw
+        return self._changed()
+
+    async def _after_list(self, items: list[Any], rv: str) -> None:
+        listed = [self._json(obj) for obj in items]
+        self.pods = {str((r.get("metadata") or {}).get("name")): r for r in listed}
+        self.position = rv
+        for record in self._changed():
+            await self.emit(record)
+
+
+class ExporterWatcher(ListWatcher[AgentRecord]):
     """The dcgm-exporter pods on this node (``spec.nodeName=<node>`` and a label selector): where
     the agent scrapes (:class:`agents.dcgm.locate.ExporterLocator`). Publishes nothing."""
 
@@ -249,7 +360,7 @@ class ExporterWatcher(_Watcher):
         self.locator.relisted(self._pod(obj) for obj in items)
 
 
-class NodeWatcher(_Watcher):
+class NodeWatcher(ListWatcher[AgentRecord]):
     kind = "node"
 
     def _list_call(self) -> Callable[..., Any]:
@@ -262,7 +373,7 @@ class NodeWatcher(_Watcher):
         return [node_record(obj, ts_ms=self.now_ms(), deleted=deleted)]
 
 
-class ClusterNodeWatcher(_Watcher):
+class ClusterNodeWatcher(ListWatcher[AgentRecord]):
     """Every Node of the cluster (the cluster role's, not an agent's): publishes each deletion,
     keyed by that node, so the worker lets the node's devices go at once instead of after its
     TTL. A node's labels come from its own agent; nothing else is published."""
@@ -282,7 +393,7 @@ class ClusterNodeWatcher(_Watcher):
 DraRecord = ResourceSliceRecord | ResourceClaimRecord
 
 
-class _DraWatcher(_Watcher):
+class _DraWatcher(ListWatcher[AgentRecord]):
     """A ``resource.k8s.io/v1`` object watcher (plain JSON through the custom-objects client).
 
     It remembers what it published for this node (bounded by what is live there), so an object

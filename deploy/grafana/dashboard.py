@@ -377,6 +377,83 @@ def idle() -> list[Any]:
     ]
 
 
+def stack() -> list[Any]:
+    """Each node's GPU Operator stack (its node-status, as the worker judges it): how many nodes
+    are broken, the stack-broken alerts open, and which planes broke over time. Every query
+    answers 0 where no node is judged (``or on() vector(0)``): a cluster without the GPU Operator
+    has no node-status at all. The per-node line, broken boundary first, is in ``gpuattr top``
+    and the query API."""
+    broken = f'max by (node) (gpuattr_node_stack_state{{state="broken", {NODE}}})'
+    alert = f"max by (node) (gpuattr_node_stack_alert_open{{{NODE}}})"
+    stats = [
+        ("Nodes whose GPU stack is broken", f"count({broken} == 1) or on() vector(0)", "red"),
+        (
+            "Open stack-broken alerts (GPUs held)",
+            f"count({alert} == 1) or on() vector(0)",
+            "orange",
+        ),
+    ]
+    panels: list[Any] = [
+        stat.Panel()
+        .title(title)
+        .description(
+            "A node's stack is broken when a plane the GPU Operator was meant to run there "
+            "(ClusterPolicy and the node's nvidia.com/gpu.deploy.* labels) is not ready at its "
+            "own boundary; a plane disabled on purpose never counts. The stack-broken alert is "
+            "open while such a node has GPUs held."
+        )
+        .datasource(DS)
+        .with_target(query(expr, "A", title))
+        .grid_pos(at(6 * i, 75, 6, 4))
+        .color_mode(BigValueColorMode.BACKGROUND)
+        .graph_mode(BigValueGraphMode.AREA)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]))
+        .thresholds(
+            ThresholdsConfig()
+            .mode(ThresholdsMode.ABSOLUTE)
+            .steps([Threshold(color="green", value=None), Threshold(color=color, value=1.0)])
+        )
+        for i, (title, expr, color) in enumerate(stats)
+    ]
+    states = (
+        timeseries.Panel()
+        .title("Nodes by GPU stack state, and broken planes")
+        .description(
+            "Nodes in each stack state (ready, broken, reconciling: a MIG reconfiguration, "
+            "disabled: every plane off on purpose, unknown), and how many nodes have each plane "
+            "broken at its own boundary (a plane waiting on a lower broken one is not counted: "
+            "the lowest is the one to fix)."
+        )
+        .datasource(DS)
+        .grid_pos(at(12, 75, 12, 8))
+        .legend(
+            VizLegendOptions()
+            .display_mode(LegendDisplayMode.LIST)
+            .placement(LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+        .with_target(
+            query(
+                "count by (state) "
+                f"(max by (node, state) (gpuattr_node_stack_state{{{NODE}}}) == 1) "
+                "or on() vector(0)",
+                "A",
+                "{{state}}",
+            )
+        )
+        .with_target(
+            query(
+                "count by (plane) "
+                f"(max by (node, plane) (gpuattr_node_plane_broken{{{NODE}}}) == 1) "
+                "or on() vector(0)",
+                "B",
+                "{{plane}} broken",
+            )
+        )
+    )
+    return [*panels, states]
+
+
 def build() -> dict[str, Any]:
     dashboard = (
         Dashboard("GPU attribution")
@@ -419,6 +496,7 @@ def build() -> dict[str, Any]:
         ("GPU-hours held (chargeback)", gpu_hours()),
         ("dcgm-exporter misattribution over time", misattribution()),
         ("Idle allocated GPUs", idle()),
+        ("GPU Operator stack per node", stack()),
     ]
     ids = iter(range(1, 1000))
     for title, panels in sections:

@@ -116,6 +116,8 @@ PER_NODE_TABLES = (
     "nodes",
     "dra_slices",
     "node_state",
+    "operand_pods",
+    "node_stack",
 )
 
 

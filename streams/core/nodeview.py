@@ -46,6 +46,10 @@ class NodeView:
     dra_devices: DraDevices
     dra_keys: frozenset[str]  # device keys (GPU UUIDs) a DRA driver publishes on this node
     dra_lost: tuple[str, ...]  # held DRA devices no slice places (not MIG): any GPU may be one
+    #: the GPU stack's word on the node's telemetry (its last node-status): why it is unknown,
+    #: and whether the exporter is off on purpose
+    stack_reason: str | None = None
+    stack_intended: bool = False
 
     def known_gpus(self) -> frozenset[str]:
         unplaced = set()
@@ -76,6 +80,8 @@ def read_node(t: Tables, node: str) -> NodeView:
     if index is not None and index.remembered:  # held devices no live slice lists
         dra = {**index.remembered_devices(), **dra}
     inventory = t.inventories.get(node, EMPTY_INVENTORY)
+    node_stack = t.node_stack.get(node)
+    stack = node_stack.last if node_stack is not None else None
     parents = {m.parent_uuid for m in inventory.migs.values()}
     if index is not None:
         parents |= {k.partition("/gi")[0] for k in index.keys if "/gi" in k}
@@ -93,6 +99,8 @@ def read_node(t: Tables, node: str) -> NodeView:
         dra_devices=dra,
         dra_keys=placed_keys(dra, inventory) if dra else frozenset(),
         dra_lost=unplaced_dra(index) if index is not None else (),
+        stack_reason=stack.telemetry_reason if stack is not None else None,
+        stack_intended=stack.telemetry_disabled if stack is not None else False,
     )
 
 

@@ -594,6 +594,8 @@ def telemetry_reason(planes: Sequence[Plane]) -> tuple[str | None, bool]:
             how = "disabled" if kind == "disabled" else "paused"
             where = "" if exporter.intent.decided_by == "cluster-policy" else " on this node"
             return f"dcgm-exporter {how}{where} by {by}", True
+        if exporter.pod is not None:  # one runs, not of the operator's intent: nothing to add
+            return None, False
         return f"dcgm-exporter not deployed on this node: {exporter.intent.detail}", False
     if exporter.state == "waiting" and exporter.waits_on is not None:
         root = next((p for p in planes if p.name == exporter.waits_on), None)
@@ -604,6 +606,23 @@ def telemetry_reason(planes: Sequence[Plane]) -> tuple[str | None, bool]:
     if exporter.state in ("unreachable", "refused"):
         return exporter.reason, False
     return None, False
+
+
+def operator_seen(
+    labels: Mapping[str, str] | None,
+    policy: ClusterPolicyRecord | None,
+    pods: OperandPods | None,
+) -> bool:
+    """Whether the GPU Operator is seen to manage the node: a ClusterPolicy in charge (not
+    deleted, not ``ignored``) or a deploy label (the operator labels every GPU node it manages).
+
+    Operand-looking pods alone are not enough: a dcgm-exporter installed by its own chart (or
+    labelled like the operator's) says nothing about what an operator intended, and judging
+    its node's unlabelled planes would call a healthy node's stack disabled."""
+    del pods  # kept in the signature: what is seen is decided here, in one place
+    in_charge = policy is not None and not policy.deleted and policy.state != "ignored"
+    labelled = any(k.startswith(DEPLOY) for k in labels or {})
+    return in_charge or labelled
 
 
 def node_status(
@@ -649,14 +668,12 @@ def node_status(
     ordered = tuple(planes.values())
     migs = mig(labels, policy, planes.get("mig-manager"))
     tele, on_purpose = telemetry_reason(ordered)
-    labelled = any(k.startswith(DEPLOY) for k in labels or {})
-    if policy is None and not operand_pods and not labelled:
-        summary = (
-            f"no GPU Operator seen on {node} (no ClusterPolicy, deploy labels or operand pods)"
-        )
-        return NodeStatus(
-            node, ts_ms, "unknown", summary, ordered, migs, None, (), standing_, tele, on_purpose
-        )
+    if not operator_seen(labels, policy, pods):
+        summary = f"no GPU Operator seen on {node} (no ClusterPolicy or deploy labels)"
+        if operand_pods:
+            summary += "; its operand-like pods alone do not say what was intended"
+        # nothing it intends here: the telemetry rule's own causes say why usage is unknown
+        return NodeStatus(node, ts_ms, "unknown", summary, ordered, migs, None, (), standing_)
     first = next((p for p in ordered if p.state in BROKEN), None)
     if first is not None:
         blocked = tuple(p.name for p in ordered if p.waits_on == first.name)

@@ -19,10 +19,12 @@ from dataclasses import replace
 from contract.inputs import (
     AgentStatus,
     ClockTick,
+    ClusterPolicyRecord,
     DcgmSample,
     DcgmScrape,
     DeviceInventory,
     NodeRecord,
+    OperandPods,
     PodListSnapshot,
     PodRecord,
     PodResourcesDiff,
@@ -34,11 +36,13 @@ from contract.outputs import (
     Alert,
     AttributionEvent,
     ExporterMisattribution,
+    NodeStatus,
+    NodeStatusRetired,
     TelemetryRefused,
 )
 from contract.quantity import valid as valid_quantity
 from infra.settings import AlertSettings
-from streams.core import nodestate, telemetry
+from streams.core import nodestack, nodestate, stackalerts, telemetry
 from streams.core.alerts import policy_for, step
 from streams.core.dra import NodeSlices, device_map
 from streams.core.holders import DraDevices, apply_podresources, base_of, reindex
@@ -49,11 +53,13 @@ from streams.core.identity import (
     device_key,
 )
 from streams.core.lifetimes import Lifetimes
+from streams.core.nodestack import PartitionPolicies
 from streams.core.nodestate import NodeState
 from streams.core.nodeview import (
     read_node,
     sample_event,
 )
+from streams.core.operatorstack import node_status, operator_seen
 from streams.core.pods import (
     NodePods,
     PodNames,
@@ -62,12 +68,19 @@ from streams.core.pods import (
     name_key,
     settle,
 )
-from streams.core.spine import Spine
+from streams.core.spine import Spine, fingerprint
 from streams.core.tables import Tables, alert_key, claim_key, holder_key
 
 __all__ = ["Output", "Processor", "Tables", "UnusableRecord", "inventory_of"]
 
-Output = AttributionEvent | ExporterMisattribution | Alert | TelemetryRefused
+Output = (
+    AttributionEvent
+    | ExporterMisattribution
+    | Alert
+    | TelemetryRefused
+    | NodeStatus
+    | NodeStatusRetired
+)
 
 
 #: records that can change the devices a node has (its roster)
@@ -79,6 +92,10 @@ CHANGES_DEVICES = (
     DcgmScrape,
     DcgmSample,
 )
+
+#: a node's GPU stack inputs (besides the partition's ClusterPolicy and the exporter's answers
+#: being refused): a change recomputes its node-status
+STACK_INPUTS = (OperandPods, NodeRecord, AgentStatus)
 
 
 class UnusableRecord(ValueError):
@@ -107,7 +124,7 @@ class Processor:
         self.tables = tables
         self.policy = policy or AlertSettings.model_construct()  # defaults, no environment read
         self.life = life or Lifetimes()
-        self.spine = Spine(tables, self.life, self._alerts)
+        self.spine = Spine(tables, self.life, self._alerts, self._stack_gone)
 
     # --- dispatch
 
@@ -121,9 +138,13 @@ class Processor:
     def _handle(self, record: object, partition: int) -> list[Output]:
         if isinstance(record, ClockTick):
             return list(self.spine.tick(record.partition, record.ts_ms))
+        if getattr(record, "node", None) == "":  # no node is named "": its keys would be ""
+            raise UnusableRecord(f"{type(record).__name__} names no node")
         if isinstance(record, NodeRecord) and record.deleted:
             why = "the node was deleted from the API"
             return list(self.spine.leave(record.node, record.ts_ms, why, partition))
+        if isinstance(record, ClusterPolicyRecord):
+            return self._on_policy(record, partition)
         node = getattr(record, "node", None)
         ts_ms = getattr(record, "ts_ms", None)
         if not isinstance(node, str) or not isinstance(ts_ms, int):
@@ -138,9 +159,15 @@ class Processor:
                 f"{gone.ts_ms} ({gone.why})"
             )
         self.spine.heard(node, ts_ms, partition)
+        before = self._state(node)
         outputs = self._apply(record)
+        after = self._state(node)
+        refusal_moved = before is not None and after is not None and before.refused != after.refused
+        if isinstance(record, STACK_INPUTS) or refusal_moved:
+            outputs += self._stack(node, ts_ms, record)
         if isinstance(record, CHANGES_DEVICES):
             outputs += self.spine.sync(node, ts_ms)
+        outputs += self._stack_alert(node, ts_ms, record)
         outputs += self.spine.beat(node, ts_ms, record)
         return outputs
 
@@ -166,9 +193,87 @@ class Processor:
             self._on_claim(record)
         elif isinstance(record, AgentStatus):
             self._on_status(record)
+        elif isinstance(record, OperandPods):
+            if self.tables.operand_pods.get(record.node) != record:
+                self.tables.operand_pods[record.node] = record
         else:
             raise UnusableRecord(f"the worker does not handle {type(record).__name__}")
         return []
+
+    # --- the node's GPU stack: streams.core.operatorstack, streams.core.nodestack
+
+    def _on_policy(self, record: ClusterPolicyRecord, partition: int) -> list[Output]:
+        """A ClusterPolicy (published into every partition): kept for the partition; every node
+        of the partition judged anew."""
+        t = self.tables
+        key = str(partition)
+        old = t.cluster_policies.get(key, PartitionPolicies())
+        new = old.apply(record)
+        if new != old:
+            if new.policies:
+                t.cluster_policies[key] = new
+            elif key in t.cluster_policies:
+                del t.cluster_policies[key]
+        index = t.partition_nodes.get(key)
+        outputs: list[Output] = []
+        for node in index.nodes if index is not None else ():
+            if self._state(node) is not None:
+                outputs += self._stack(node, record.ts_ms, record)
+                outputs += self._stack_alert(node, record.ts_ms, record)
+        return outputs
+
+    def _stack(self, node: str, ts_ms: int, record: object) -> list[Output]:
+        """The node's stack judged from what the tables hold now; emitted when it changed (or
+        again, for a record processed again: :func:`streams.core.nodestack.step`)."""
+        t = self.tables
+        state = self._state(node)
+        assert state is not None  # heard, or in the partition's index
+        node_rec = t.nodes.get(node)
+        policies = t.cluster_policies.get(str(state.partition))
+        labels = dict(node_rec.labels) if node_rec is not None else None
+        policy = policies.in_charge() if policies is not None else None
+        pods = t.operand_pods.get(node)
+        status = node_status(
+            node,
+            ts_ms,
+            labels,
+            policy,
+            pods,
+            AgentStatus(node, ts_ms, state.sources) if state.sources else None,
+            state.refused.reason if state.refused is not None else None,
+        )
+        seen = operator_seen(labels, policy, pods)
+        old = t.node_stack.get(node)
+        new, emit = nodestack.step(old, status, ts_ms, fingerprint(record), seen)
+        if new is not None:
+            t.node_stack[node] = new
+        return list(emit)
+
+    def _stack_alert(self, node: str, ts_ms: int, record: object) -> list[Output]:
+        """The node's ``stack-broken`` alert (:mod:`streams.core.stackalerts`) after a record:
+        its status now and the GPUs held there. A record that moved it before (processed again
+        after a crash) emits what it emitted then and changes nothing."""
+        t = self.tables
+        old = t.node_stack.get(node)
+        if old is None:
+            return []  # no status ever: the GPU Operator is not seen on this node
+        by = fingerprint(record)
+        if (again := nodestack.alert_again(old, ts_ms, by)) is not None:
+            return list(again)
+        status = old.last
+        if old.broken is None and (status is None or status.state != "broken"):
+            return []  # nothing open, nothing to open: no need to read the held GPUs
+        held = self.spine.held(node, ts_ms)
+        episode, alerts = stackalerts.step(old.broken, status, held, node, ts_ms)
+        if not alerts:
+            return []
+        t.node_stack[node] = nodestack.alerted(old, episode, ts_ms, by, tuple(alerts))
+        return list(alerts)
+
+    def _stack_gone(self, node: str, ts_ms: int, why: str) -> list[Alert]:
+        """The node leaves: its open ``stack-broken`` alert resolves (its keys go after)."""
+        old = self.tables.node_stack.get(node)
+        return stackalerts.gone(old.broken if old is not None else None, ts_ms, why)
 
     # --- the node's life: streams.core.spine
 

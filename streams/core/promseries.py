@@ -16,6 +16,11 @@ Allocation is the spine: a device no fresh sample speaks for is here all the sam
 and shares with it, and ``gpuattr_device_telemetry_unknown{cause}`` says why there is no
 utilisation series. A stale device (its node fell silent) keeps only its info series, marked
 ``stale="true"``: nothing is charged for it; a device that is gone leaves.
+
+Each node's GPU stack (its last ``node-status``, :mod:`streams.core.noderows`) is one series per
+stack state (``gpuattr_node_stack_state``, 1 for the current one, 0 for the others) and one per
+plane of its stack (``gpuattr_node_plane_broken``, 1 where the plane's own boundary is broken),
+so a node's label sets stay the same while its state moves; they leave with the node.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from streams.core.noderows import STATE_ORDER, NodeRow
 from streams.core.views import DeviceRow
 
 Labels = tuple[tuple[str, str], ...]
@@ -39,7 +45,38 @@ def _device(row: DeviceRow) -> Labels:
     return (("node", row.node), ("device_uuid", row.device_uuid))
 
 
-def families(rows: Iterable[DeviceRow]) -> list[Family]:
+#: a plane's own boundary is broken (not merely waiting on a lower one, or disabled)
+PLANE_BROKEN = frozenset({"not-ready", "unreachable", "refused"})
+
+
+def node_families(nodes: Iterable[NodeRow]) -> list[Family]:
+    state = Family(
+        "gpuattr_node_stack_state",
+        "The node's GPU Operator stack, one series per state (value 1 for the current one): "
+        "ready, broken, reconciling, disabled or unknown",
+    )
+    plane = Family(
+        "gpuattr_node_plane_broken",
+        "1 where a plane of the node's GPU stack is broken at its own boundary (not ready, or "
+        "ready but unreachable or not this node's); 0 when ready, waiting on a lower plane, "
+        "disabled or unknown",
+    )
+    alert = Family(
+        "gpuattr_node_stack_alert_open",
+        "1 while the node's stack-broken alert is open (an intended plane broken, GPUs held)",
+    )
+    for row in nodes:
+        node = (("node", row.node),)
+        for name in STATE_ORDER:
+            state.samples.append(((*node, ("state", name)), 1.0 if row.state == name else 0.0))
+        for p in row.planes:
+            broken = 1.0 if p.state in PLANE_BROKEN else 0.0
+            plane.samples.append(((*node, ("plane", p.name)), broken))
+        alert.samples.append((node, 1.0 if row.alert else 0.0))
+    return [state, plane, alert]
+
+
+def families(rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = ()) -> list[Family]:
     info = Family("gpuattr_device_info", "A device (GPU or MIG instance) and how it is held")
     holder = Family(
         "gpuattr_device_holder_info", "A pod holding a device, from our own join (value 1)"
@@ -134,4 +171,5 @@ def families(rows: Iterable[DeviceRow]) -> list[Family]:
             alerts.samples.append(((*device, ("alert", alert)), 1.0))
         verdict = (("verdict", row.exporter_verdict), ("mode", row.exporter_mode))
         exporter.samples.append(((*device, *verdict), 1.0))
-    return [info, holder, share, unknown, tenants, util, memory, idle, alerts, exporter]
+    devices = [info, holder, share, unknown, tenants, util, memory, idle, alerts, exporter]
+    return [*devices, *node_families(nodes)]

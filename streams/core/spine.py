@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from contract.outputs import Alert, AttributionEvent, Origin, Telemetry
+from contract.outputs import Alert, AttributionEvent, NodeStatusRetired, Origin, Telemetry
 from streams.core import lifetimes, nodestate, telemetry
 from streams.core.attribution import DeviceFacts
 from streams.core.holders import NodeDevices
@@ -30,11 +30,18 @@ from streams.core.nodeview import (
     unplaced_reason,
 )
 from streams.core.roster import device_ids
+from streams.core.stackalerts import HeldDevice
 from streams.core.tables import Tables, alert_key
 
-Event = AttributionEvent | Alert
+Event = AttributionEvent | Alert | NodeStatusRetired
 #: steps one device's alerts by one event (the processor's: policy, annotations, alert state)
 StepAlerts = Callable[[AttributionEvent], list[Alert]]
+#: what a node's leaving resolves of its own (node-wide) alerts: (node, ts_ms, why)
+NodeGone = Callable[[str, int, str], list[Alert]]
+
+
+def _nothing(node: str, ts_ms: int, why: str) -> list[Alert]:
+    return []
 
 
 def fingerprint(record: object) -> str:
@@ -51,10 +58,13 @@ def _gone_facts(node: str, key: str, device_id: str) -> DeviceFacts:
 
 
 class Spine:
-    def __init__(self, tables: Tables, life: Lifetimes, alerts: StepAlerts) -> None:
+    def __init__(
+        self, tables: Tables, life: Lifetimes, alerts: StepAlerts, node_gone: NodeGone = _nothing
+    ) -> None:
         self.tables = tables
         self.life = life
         self.alerts = alerts
+        self.node_gone = node_gone
         self._pending: dict[str, NodeState] = {}
 
     def describe(
@@ -158,7 +168,26 @@ class Spine:
                 why,
                 reason="a MIG-enabled GPU: dcgm-exporter reports its instances, not the GPU itself",
             )
+        if why is not None:
+            return telemetry.with_stack(why, view.stack_reason, view.stack_intended)
         return why
+
+    def held(self, node: str, ts_ms: int) -> tuple[HeldDevice, ...]:
+        """The devices pods hold on the node now, with their holders (as the spine's events name
+        them) and whether a fresh trusted reading speaks for each."""
+        state = self.state(node)
+        if state is None:
+            return ()
+        view = read_node(self.tables, node)
+        out = []
+        for key, facts in roster(view, self._scraped(state, ts_ms)).items():
+            why = self.unknown(view, state, key, ts_ms)
+            event = spine_event(
+                self.tables, view, key, facts, ts_ms, "heartbeat", why or Telemetry(), holders=True
+            )
+            if event.holders and event.state != "mig-parent":
+                out.append(HeldDevice(event.device_uuid, event.holders, measured=why is None))
+        return tuple(out)
 
     def allocation(self, node: str, bases: set[str], ts_ms: int) -> list[Event]:
         """Every device whose holders changed: its holders now; usage not measured since."""
@@ -237,6 +266,7 @@ class Spine:
         for g in index.gone:
             if g.ts_ms == ts_ms:  # processed again: what this tick's leaving emitted
                 outputs += [*self._gone_events(g.node, g.devices, ts_ms, g.why), *g.alerts]
+                outputs.append(NodeStatusRetired(g.node))
         for node in index.nodes:
             state = self.state(node)
             if state is None:
@@ -262,15 +292,16 @@ class Spine:
         return outputs
 
     def leave(self, node: str, ts_ms: int, why: str, partition: int) -> list[Event]:
-        """The node is gone: its devices' last events, its alerts resolved, every key it has
-        deleted (:func:`streams.core.lifetimes.node_keys`); its partition remembers what went
-        out."""
+        """The node is gone: its devices' last events, its alerts resolved, its node-status
+        retired (a tombstone), every key it has deleted (:func:`streams.core.lifetimes.node_keys`);
+        its partition remembers what went out."""
         state = self.state(node)
         if state is None:
             again = self._index(partition).gone_at(node, ts_ms)
             if again is None:
                 return []
-            return [*self._gone_events(node, again.devices, ts_ms, again.why), *again.alerts]
+            gone_events = self._gone_events(node, again.devices, ts_ms, again.why)
+            return [*gone_events, *again.alerts, NodeStatusRetired(node)]
         view = read_node(self.tables, node)
         devices = dict(state.devices)
         devices.update(dict(device_ids(roster(view, self._scraped(state, ts_ms)))))
@@ -279,12 +310,13 @@ class Spine:
         for key, device_id in sorted(devices.items()):
             facts = _gone_facts(node, key, device_id)
             outputs += self.describe(view, key, facts, ts_ms, "gone", gone, False)
+        outputs += self.node_gone(node, ts_ms, why)  # before its keys go
         self._forget(node, state, view.index, devices.values())
         index = self._index(state.partition)
         alerts = tuple(o for o in outputs if isinstance(o, Alert))
         left = GoneNode(node, ts_ms, why, tuple(sorted(devices.items())), alerts)
         self._put_index(state.partition, index, index.left(left))
-        return outputs
+        return [*outputs, NodeStatusRetired(node)]  # its node-status key goes too
 
     def _drop(self, key: str, table: str = "alert_state") -> None:
         mapping = getattr(self.tables, table)

@@ -11,6 +11,7 @@ from streams.core.alerts import DeviceAlerts
 from streams.core.dra import NodeSlices
 from streams.core.holders import NodeDevices, SlotHolders
 from streams.core.identity import Inventory
+from streams.core.nodestack import NodeStack, PartitionPolicies
 from streams.core.nodestate import NodeState, PartitionNodes
 from streams.core.pods import NodePods, PodNames
 
@@ -25,7 +26,10 @@ KINDS: dict[str, tuple[type, int]] = {
     "state.node_slices": (NodeSlices, 1),
     "state.node_state": (NodeState, 1),
     "state.partition_nodes": (PartitionNodes, 1),
+    "state.node_stack": (NodeStack, 1),
+    "state.partition_policies": (PartitionPolicies, 1),
 }
 
-#: What the tables hold: these state kinds and the input records kept as they came (nodes)
+#: What the tables hold: these state kinds and the input records kept as they came (nodes,
+#: claims, operand pods)
 TABLE_CODEC = Codec(inputs.KINDS, KINDS)

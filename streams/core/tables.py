@@ -3,7 +3,8 @@
 Tables are plain ``MutableMapping`` objects here — Faust tables in the worker, dicts in tests —
 and every new value is *assigned* back (Faust persists to the changelog only on assignment).
 Every key starts with the node, the key of the input topic, so all state for a node lives in the
-partition its records arrive on; ``partition-nodes`` is keyed by that partition.
+partition its records arrive on; ``partition-nodes`` and ``cluster-policies`` are keyed by that
+partition.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from dataclasses import dataclass, fields
 
-from contract.inputs import NodeRecord, ResourceClaimRecord
+from contract.inputs import NodeRecord, OperandPods, ResourceClaimRecord
 from streams.core.alerts import DeviceAlerts
 from streams.core.dra import NodeSlices
 from streams.core.holders import NodeDevices, SlotHolders
 from streams.core.identity import Inventory
+from streams.core.nodestack import NodeStack, PartitionPolicies
 from streams.core.nodestate import NodeState, PartitionNodes
 from streams.core.pods import NodePods, PodNames
 
@@ -35,6 +37,9 @@ class Tables:
     dra_claims: MutableMapping[str, ResourceClaimRecord]  # node/namespace/name
     node_state: MutableMapping[str, NodeState]  # node
     partition_nodes: MutableMapping[str, PartitionNodes]  # input partition number
+    operand_pods: MutableMapping[str, OperandPods]  # node
+    node_stack: MutableMapping[str, NodeStack]  # node
+    cluster_policies: MutableMapping[str, PartitionPolicies]  # input partition number
 
     @classmethod
     def in_memory(cls) -> Tables:

@@ -16,7 +16,9 @@ provably the node's own (:func:`verify`):
 Refused rows never become devices, events or alerts; each refusal is a ``telemetry.refused``
 record (flags topic) and a counter.
 
-**Usage unknown, because …** (:func:`status`): the one rule every spine event follows.
+**Usage unknown, because …** (:func:`unknown`): the one rule every spine event follows. Where
+the node's GPU stack says why its exporter does not answer (:func:`with_stack`: disabled on
+purpose, waiting on the container toolkit, crash looping), that line is the reason.
 """
 
 from __future__ import annotations
@@ -154,6 +156,31 @@ def unknown(state: NodeState, key: str, now_ms: int, life: Lifetimes) -> Telemet
             state.scrape_ms,
         )
     return None
+
+
+#: causes that are about the node's exporter as a whole: the GPU stack may say why
+EXPORTER_CAUSES = frozenset(
+    {"scrape-refused", "exporter-unreachable", "no-exporter", "no-sample-yet", "samples-stopped"}
+)
+INTENDED = "disabled by intent, not a fault"
+
+
+def with_stack(why: Telemetry, stack_reason: str | None, intended: bool) -> Telemetry:
+    """The telemetry rule's answer with the GPU stack's word on the exporter
+    (:func:`streams.core.operatorstack.telemetry_reason`), when it has one: an exporter disabled
+    on purpose is ``no-exporter``, "… (disabled by intent, not a fault)"; one that waits on a
+    lower plane or fails says so. A device-level cause (no row, holders changed) stays."""
+    if stack_reason is None or why.cause not in EXPORTER_CAUSES:
+        return why
+    if intended:
+        return Telemetry(
+            "unknown",
+            "no-exporter",
+            f"{stack_reason} ({INTENDED})",
+            why.since_ms,
+            why.last_sample_ms,
+        )
+    return Telemetry("unknown", why.cause, stack_reason, why.since_ms, why.last_sample_ms)
 
 
 def holders_changed(at_ms: int, last_sample_ms: int | None) -> Telemetry:

@@ -12,11 +12,12 @@ it owns answers 503), and no request goes to it. Faust's own views are off unles
 ``GPUATTR_WORKER_FAUST_VIEWS`` asks for them.
 
     GET /api/v1/devices[?node=&namespace=&workload=&sharing=&idle=1&alerts=1&sort=]
-    GET /api/v1/nodes/{node}
+    GET /api/v1/nodes/{node}                        its devices, labels and GPU stack
+    GET /api/v1/nodes/{node}/status                 its GPU stack (node-status) and open alert
     GET /api/v1/namespaces/{namespace}
     GET /api/v1/workloads/{namespace}/{name}        (name, or Kind/name as kind and name)
     GET /api/v1/alerts                              devices with an open alert
-    GET /api/v1/local/devices                       this worker's partitions only
+    GET /api/v1/local/devices                       this worker's partitions only (and nodes)
     GET /metrics, /healthz, /readyz
 """
 
@@ -36,6 +37,7 @@ from faust.types import TP
 
 from infra.endpoints import endpoint
 from infra.observe import metrics_body
+from streams.core.noderows import NODE_ROWS, NodeRow, merge_nodes, node_row, ordered
 from streams.core.processor import Tables
 from streams.core.views import ROWS, DeviceRow, Filter, merge, select
 from streams.worker.live import LiveDevices
@@ -48,7 +50,7 @@ PEER_TIMEOUT = aiohttp.ClientTimeout(total=5)
 FORWARDED_HEADER = "X-Gpuattr-Forwarded"
 
 
-def rows_json(rows: list[DeviceRow]) -> Any:
+def rows_json(rows: list[DeviceRow] | list[NodeRow]) -> Any:
     return orjson.loads(orjson.dumps(rows))
 
 
@@ -88,38 +90,61 @@ class QueryApi:
     def local_rows(self) -> list[DeviceRow]:
         return self.live.rows(set(self.owned()), self.tables.alert_state)
 
+    def local_nodes(self) -> list[NodeRow]:
+        """The GPU stack of each node on partitions this worker owns now."""
+        owned = set(self.owned())
+        rows = []
+        for node, stack in list(self.tables.node_stack.items()):
+            state = self.tables.node_state.get(node)
+            if state is None or state.partition not in owned:
+                continue
+            if (row := node_row(stack)) is not None:
+                rows.append(row)
+        return ordered(rows)
+
     def advertised(self) -> list[str]:
         """The other workers' URLs as the group's metadata has them (unverified)."""
         hosts = {str(h).rstrip("/") for h in self.app.router.tables_metadata()}
         return sorted(hosts - {self.me})
 
-    async def _peer_rows(self, host: str) -> list[DeviceRow]:
+    async def _peer_rows(self, host: str) -> tuple[list[DeviceRow], list[NodeRow]]:
         async with self.app.http_client.get(
             f"{host}/api/v1/local/devices", timeout=PEER_TIMEOUT, allow_redirects=False
         ) as resp:
             resp.raise_for_status()
             body = orjson.loads(await resp.read())
-        return ROWS.validate_python(body["devices"])
+        # a worker of an older release lists no nodes
+        return ROWS.validate_python(body["devices"]), NODE_ROWS.validate_python(
+            body.get("nodes", [])
+        )
 
-    async def gather(self) -> tuple[list[DeviceRow], list[str], list[str], list[str]]:
-        """All verified workers' rows: (rows, workers that answered, verified workers that did
-        not, advertised workers that are not verified and were not called)."""
+    async def gather(
+        self,
+    ) -> tuple[list[DeviceRow], list[NodeRow], list[str], list[str], list[str]]:
+        """All verified workers' rows: (device rows, node rows, workers that answered, verified
+        workers that did not, advertised workers that are not verified and were not called)."""
         peers, unverified = await self.policy.split(self.advertised())
         for host in unverified:
             log.warning("worker %s (group metadata) is not a verified peer: not called", host)
         results = await asyncio.gather(*(self._peer_rows(h) for h in peers), return_exceptions=True)
-        parts, answered, unavailable = [self.local_rows()], [self.me], []
+        parts, nodes, answered, unavailable = (
+            [self.local_rows()],
+            [self.local_nodes()],
+            [self.me],
+            [],
+        )
         for host, result in zip(peers, results, strict=True):
             if isinstance(result, BaseException):
                 log.warning("worker %s did not answer the query: %r", host, result)
                 unavailable.append(host)
             else:
-                parts.append(result)
+                parts.append(result[0])
+                nodes.append(result[1])
                 answered.append(host)
-        return merge(parts), answered, unavailable, unverified
+        return merge(parts), merge_nodes(nodes), answered, unavailable, unverified
 
     async def listing(self, f: Filter, sort: str) -> dict[str, Any]:
-        rows, answered, unavailable, unverified = await self.gather()
+        rows, nodes, answered, unavailable, unverified = await self.gather()
         chosen = select(rows, f, sort)
         return {
             "workers": answered,
@@ -127,6 +152,7 @@ class QueryApi:
             "unverified": unverified,
             "count": len(chosen),
             "devices": rows_json(chosen),
+            "nodes": rows_json(ordered(nodes, f.node)),  # each node's GPU stack, broken first
         }
 
     def owner(self, node: str) -> str | None:
@@ -155,6 +181,19 @@ class QueryApi:
             "labels": dict(record.labels) if record else None,
             "known": record is not None or bool(rows),
             "devices": rows_json(rows),
+            "stack": rows_json(ordered(self.local_nodes(), node)),
+        }
+
+    def node_status(self, node: str) -> dict[str, Any]:
+        """The node's last node-status as published, and its open stack-broken alert."""
+        stack = self.tables.node_stack.get(node)
+        status = stack.last if stack is not None else None
+        episode = stack.broken if stack is not None else None
+        return {
+            "node": node,
+            "worker": self.me,
+            "status": orjson.loads(orjson.dumps(status)) if status is not None else None,
+            "alert": orjson.loads(orjson.dumps(episode.fired)) if episode is not None else None,
         }
 
     def register(self) -> None:
@@ -174,11 +213,19 @@ class QueryApi:
                 return json(view, {"error": str(exc)}, 400)
 
         async def node(view: Any, request: Any, node: str) -> Any:
+            return await owned_by(view, request, node, api.node)
+
+        async def node_status(view: Any, request: Any, node: str) -> Any:
+            return await owned_by(view, request, node, api.node_status)
+
+        async def owned_by(
+            view: Any, request: Any, node: str, answer: Callable[[str], dict[str, Any]]
+        ) -> Any:
             owner = api.owner(node)
             if owner is None:
                 return json(view, {"error": "no worker owns partitions yet"}, 503)
             if _same(owner, api.me) or FORWARDED_HEADER in request.headers:
-                return json(view, api.node(node))
+                return json(view, answer(node))
             if not await api.policy.verified(owner):
                 log.warning("node %s: its owner %s is not a verified peer: not called", node, owner)
                 body = {"error": "the owner of this node is not a verified worker", "node": node}
@@ -209,13 +256,15 @@ class QueryApi:
             return json(view, await api.listing(Filter(alerts=True), "idle"))
 
         async def local(view: Any, request: Any) -> Any:
-            body = {"worker": api.me, "partitions": api.owned(), "devices": []}
+            body = {"worker": api.me, "partitions": api.owned(), "devices": [], "nodes": []}
             body["devices"] = rows_json(api.local_rows())
+            body["nodes"] = rows_json(api.local_nodes())
             return json(view, body)
 
         async def metrics(view: Any, request: Any) -> Any:
             body, content_type = metrics_body()
-            body += exposition(api.local_rows())  # the devices this worker owns now
+            # the devices and nodes this worker owns now
+            body += exposition(api.local_rows(), api.local_nodes())
             return view.bytes(body, content_type=content_type.split(";")[0])
 
         async def healthz(view: Any, request: Any) -> Any:
@@ -229,6 +278,7 @@ class QueryApi:
         pages: dict[str, Callable[..., Any]] = {
             "/api/v1/devices": devices,
             "/api/v1/nodes/{node}": node,
+            "/api/v1/nodes/{node}/status": node_status,
             "/api/v1/namespaces/{namespace}": namespace,
             "/api/v1/workloads/{namespace}/{name}": workload,
             "/api/v1/workloads/{namespace}/{kind}/{name}": workload_kind,

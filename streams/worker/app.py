@@ -24,6 +24,8 @@ from contract.outputs import (
     AttributionEvent,
     DeadLetter,
     ExporterMisattribution,
+    NodeStatus,
+    NodeStatusRetired,
     TelemetryRefused,
 )
 from contract.topics import TABLES, TopicRole
@@ -59,11 +61,19 @@ def broker_credentials(kafka: KafkaSettings) -> Any:
     return faust.SSLCredentials(context) if context is not None else None
 
 
-def output_key(record: AttributionEvent | ExporterMisattribution | TelemetryRefused) -> bytes:
-    """Per device (``node/device-uuid``); a refused scrape is the node's (``node``)."""
-    if isinstance(record, TelemetryRefused):
+def output_key(record: Output) -> bytes:
+    """Per device (``node/device-uuid``); an alert by its id; a refused scrape and the node's
+    status are the node's (``node``)."""
+    if isinstance(record, Alert):
+        return record.id.encode()
+    if isinstance(record, TelemetryRefused | NodeStatus | NodeStatusRetired):
         return record.node.encode()
     return f"{record.node}/{record.device_uuid}".encode()
+
+
+def output_value(record: Output) -> bytes | None:
+    """The record in the codec; a retired node's status is a tombstone (no value)."""
+    return None if isinstance(record, NodeStatusRetired) else codec.encode(record)
 
 
 def lifetimes_of(spine: SpineSettings) -> Lifetimes:
@@ -120,6 +130,7 @@ def build_app(
     attribution = app.topic(kafka.topic("attribution"), partitions=kafka.partitions, **raw)
     flags = app.topic(kafka.topic("flags"), partitions=kafka.partitions, **raw)
     alert_topic = app.topic(kafka.topic("alerts"), partitions=kafka.partitions, **raw)
+    node_status = app.topic(kafka.topic("node-status"), partitions=kafka.partitions, **raw)
     deadletter = app.topic(kafka.topic("deadletter"), partitions=kafka.partitions, **raw)
 
     def table(name: str) -> Any:
@@ -153,6 +164,8 @@ def build_app(
         AttributionEvent: attribution.get_topic_name(),
         ExporterMisattribution: flags.get_topic_name(),
         TelemetryRefused: flags.get_topic_name(),
+        NodeStatus: node_status.get_topic_name(),
+        NodeStatusRetired: node_status.get_topic_name(),
     }
 
     def delivered(kind: str, fut: asyncio.Future[Any]) -> None:
@@ -173,9 +186,13 @@ def build_app(
         The producer batches; Faust flushes it before every offset commit, so an input is never
         committed before its outputs are written (at least once)."""
         kind = type(out).__name__
-        key = out.id.encode() if isinstance(out, Alert) else output_key(out)
         fut = await app.producer.send(
-            names[type(out)], key, codec.encode(out), partition=None, timestamp=None, headers=None
+            names[type(out)],
+            output_key(out),
+            output_value(out),
+            partition=None,
+            timestamp=None,
+            headers=None,
         )
         fut.add_done_callback(functools.partial(delivered, kind))
         selfmetrics.EVENTS_OUT.labels(kind).inc()

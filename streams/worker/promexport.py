@@ -9,16 +9,18 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from streams.core.noderows import NodeRow
 from streams.core.promseries import families
 from streams.core.views import DeviceRow
 
 
 class _Rows(Collector):
-    def __init__(self, rows: Iterable[DeviceRow]) -> None:
+    def __init__(self, rows: Iterable[DeviceRow], nodes: Iterable[NodeRow]) -> None:
         self.rows = rows
+        self.nodes = nodes
 
     def collect(self) -> Iterator[Metric]:
-        for family in families(self.rows):
+        for family in families(self.rows, self.nodes):
             labels = [k for k, _ in family.samples[0][0]] if family.samples else []
             gauge = GaugeMetricFamily(family.name, family.help, labels=labels)
             for sample_labels, value in family.samples:
@@ -26,8 +28,8 @@ class _Rows(Collector):
             yield gauge
 
 
-def exposition(rows: Iterable[DeviceRow]) -> bytes:
-    """The attribution series in Prometheus text format."""
+def exposition(rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = ()) -> bytes:
+    """The attribution series (and the nodes' GPU stack series) in Prometheus text format."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Rows(list(rows)))
+    registry.register(_Rows(list(rows), list(nodes)))
     return generate_latest(registry)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -95,6 +96,11 @@ class Pipeline:
             KAFKA_BOOTSTRAP=self.kafka.bootstrap,
             KAFKA_TOPIC_PREFIX=self.kafka.topic_prefix,
             KAFKA_PARTITIONS=self.kafka.partitions,
+            # GPUATTR_LOG_LEVEL / GPUATTR_WORKER_LOGLEVEL (Faust's: info shows its recovery and
+            # rebalances) on the test run reach every child, to chase a stall; unset, each role
+            # keeps its default
+            LOG_LEVEL=os.environ.get("GPUATTR_LOG_LEVEL"),
+            WORKER_LOGLEVEL=os.environ.get("GPUATTR_WORKER_LOGLEVEL"),
         )
 
     def logs(self, lines: int = 30) -> str:

@@ -208,7 +208,7 @@ ALLOWED: dict[str, tuple[Role, Attempt]] = {
     ),
     **{
         f"worker-writes-{t}": ("worker", lambda s, t=t: write(s, "worker", topic(s, t)))
-        for t in ("attribution", "alerts", "flags", "deadletter")
+        for t in ("attribution", "alerts", "flags", "node-status", "deadletter")
     },
     "worker-writes-its-changelog": (
         "worker",
@@ -222,7 +222,7 @@ ALLOWED: dict[str, tuple[Role, Attempt]] = {
     "sink-writes-deadletter": ("sink", lambda s: write(s, "sink", topic(s, "deadletter"))),
     **{
         f"reader-reads-{t}": ("reader", lambda s, t=t: read(s, "reader", topic(s, t)))
-        for t in ("attribution", "alerts", "flags")
+        for t in ("attribution", "alerts", "flags", "node-status")
     },
 }
 
@@ -299,6 +299,16 @@ DENIED: dict[str, tuple[Role, Attempt, type[KafkaError]]] = {
         lambda s: write(s, "reader", topic(s, "attribution")),
         TopicAuthorizationFailedError,
     ),
+    "reader-writes-node-status": (
+        "reader",
+        lambda s: write(s, "reader", topic(s, "node-status")),
+        TopicAuthorizationFailedError,
+    ),
+    "agent-writes-node-status": (
+        "agent",
+        lambda s: write(s, "agent", topic(s, "node-status")),
+        TopicAuthorizationFailedError,
+    ),
     "reader-reads-node-events": (
         "reader",
         lambda s: read(s, "reader", topic(s, "node-events")),
@@ -319,7 +329,7 @@ async def seed(secured: Secured) -> None:
     )
     await producer.start()
     try:
-        for t in ("node-events", "attribution", "alerts", "flags", "deadletter"):
+        for t in ("node-events", "attribution", "alerts", "flags", "node-status", "deadletter"):
             await producer.send_and_wait(topic(secured, t), b"{}", key=b"gpu-a")
     finally:
         await producer.stop()
@@ -513,7 +523,7 @@ async def test_the_demo_runs_secured_with_one_user_per_role(tmp_path: Path) -> N
     records = [orjson.loads(line) for line in out.splitlines() if line.startswith(b"{")]
     assert any(r["schema"] == "attribution" for r in records)
     assert any(r["schema"] == "alert" for r in records)  # the idle notebook, after 20 s
-    assert b"one Kafka user per role, 17 ACLs" in err
+    assert b"one Kafka user per role, 19 ACLs" in err
     expected = {
         "worker": "gpuattr-worker",
         "sink": "gpuattr-sink",

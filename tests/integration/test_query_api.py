@@ -84,6 +84,12 @@ async def test_api_routes_gathers_and_top_matches_state(
             assert body["labels"]["nvidia.com/gpu.product"]
             assert body["devices"]
             assert {r["node"] for r in body["devices"]} == {node}
+            # its GPU stack, answered by the owner too: no GPU Operator manages the scenario's
+            # nodes (no deploy label, no ClusterPolicy), so no status and no alert — not a 404
+            status, stack = await get(session, f"{elsewhere}/api/v1/nodes/{node}/status")
+            assert status == 200, stack
+            assert (stack["node"], stack["worker"]) == (node, owner)
+            assert (stack["status"], stack["alert"]) == (None, None)
 
         # Filters: namespace, workload, sharing; the shared MPS GPU lists all its tenants.
         _, ns = await get(session, f"{urls[1]}/api/v1/namespaces/serving")

@@ -79,3 +79,27 @@ def apply_rbac(kube: LocalKube) -> list[dict[str, Any]]:
     ]
     apply(kube, rbac, dry_run=False)
     return rbac
+
+
+async def cluster_token(kube: LocalKube) -> str:
+    """The cluster role's shipped RBAC (ServiceAccount, ClusterRole, Lease Role, bindings)
+    applied for real; a TokenRequest token of its ServiceAccount."""
+    rest = Rest.admin(kube)
+    await ensure_namespace(rest, NAMESPACE)
+    names = {"gpuattr-cluster", "gpuattr-cluster-lease"}
+    rbac = [
+        d
+        for d in render(kube, KUSTOMIZATIONS["base"])
+        if d["kind"]
+        in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+        and d["metadata"]["name"] in names
+    ]
+    assert {d["kind"] for d in rbac} == {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    }
+    apply(kube, rbac, dry_run=False)
+    return await rest.token_for(NAMESPACE, "gpuattr-cluster")

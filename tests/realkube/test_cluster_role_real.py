@@ -1,9 +1,10 @@
 """The cluster role (``gpuattr cluster``) against the real API server and the real local Kafka.
 
 Its shipped RBAC proven with a TokenRequest token: nodes listed and watched, its own Lease held,
-nothing else. Two replicas with that token: one leads (the Lease says which), Node deletions and
-every partition's clock ticks reach the input topic, and when the leader is killed the other
-takes over within the lease duration and the ticks go on.
+nothing else here (its ClusterPolicy reads: ``test_clusterpolicy_real.py``). Two replicas with
+that token: one leads (the Lease says which), Node deletions and every partition's clock ticks
+reach the input topic, and when the leader is killed the other takes over within the lease
+duration and the ticks go on.
 """
 
 from __future__ import annotations
@@ -25,34 +26,12 @@ from infra.topics import topic_specs
 from tests.helpers import wait_for_async
 from tests.kube_fixture import Rest
 from tests.realkube.cluster import create_node
-from tests.realkube.deploy import KUSTOMIZATIONS, NAMESPACE, apply, ensure_namespace, render
+from tests.realkube.deploy import NAMESPACE, cluster_token, ensure_namespace
 
 pytestmark = pytest.mark.integration
 
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
-
-
-async def cluster_token(kube: LocalKube) -> str:
-    rest = Rest.admin(kube)
-    await ensure_namespace(rest, NAMESPACE)
-    names = {"gpuattr-cluster", "gpuattr-cluster-lease"}
-    rbac = [
-        d
-        for d in render(kube, KUSTOMIZATIONS["base"])
-        if d["kind"]
-        in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-        and d["metadata"]["name"] in names
-    ]
-    assert {d["kind"] for d in rbac} == {
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
-    }
-    apply(kube, rbac, dry_run=False)
-    return await rest.token_for(NAMESPACE, "gpuattr-cluster")
 
 
 async def test_the_cluster_role_reads_nodes_and_holds_its_own_lease_only(

@@ -19,12 +19,17 @@ refused in the restricted namespace, so the admission check is real.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agents.kube.watch import OperandWatcher, make_api_client
+from agents.types import AgentRecord
+from contract.inputs import OperandPods
 from gpuattr.localkube import LocalKube
+from infra.settings import KubeSettings
 from tests.helpers import wait_for
 from tests.kube_fixture import Rest
 from tests.kustomize_render import ROOT, base_docs, microk8s_docs
@@ -230,3 +235,93 @@ async def test_the_dashboard_configmap_carries_the_committed_json(real_kube: Loc
     await ensure_namespace(Rest.admin(real_kube), NAMESPACE)
     out = apply(real_kube, [doc], dry_run=True)
     assert out.strip().endswith("serverside-applied (server dry run)"), out
+
+
+async def test_agent_token_watches_its_nodes_operand_pods_with_the_shipped_cluster_role(
+    real_kube: LocalKube, tmp_path: Path
+) -> None:
+    """The operand-pod watcher (issue 28) with the agent's own token and no new rule: the GPU
+    Operator's pods on its node only, driven through their states by the status subresource as a
+    kubelet would — crash looping, ready, deleted."""
+    agent_token = (await _tokens(real_kube))["agent"]
+    rest = Rest.admin(real_kube)
+    operator_ns, other_ns = "rk-gpu-operator", "rk-operands-other"
+    await rest.namespace(operator_ns)
+    await rest.namespace(other_ns)
+    for node in ("opw-a", "opw-b"):
+        await create_node(rest, node, {"nvidia.com/gpu.deploy.dcgm-exporter": "true"}, 1)
+    pods = f"/api/v1/namespaces/{operator_ns}/pods"
+
+    def operand(name: str, node: str, app: str) -> dict[str, Any]:
+        return gpu_pod(name, node, gpus=0, labels={"app": app})
+
+    await rest.create(pods, operand("toolkit-a", "opw-a", "nvidia-container-toolkit-daemonset"))
+    await rest.create(pods, operand("exporter-a", "opw-a", "nvidia-dcgm-exporter"))
+    await rest.create(pods, operand("exporter-b", "opw-b", "nvidia-dcgm-exporter"))
+    await rest.create(
+        f"/api/v1/namespaces/{other_ns}/pods", operand("lookalike", "opw-a", "nvidia-dcgm-exporter")
+    )
+    config = real_kube.write_kubeconfig(
+        tmp_path / "agent.kubeconfig", token=agent_token, user="gpuattr-agent"
+    )
+    out: list[AgentRecord] = []
+
+    async def emit(rec: AgentRecord) -> None:
+        out.append(rec)
+
+    def latest() -> dict[str, tuple[bool, int, str]]:
+        records = [r for r in out if isinstance(r, OperandPods)]
+        return (
+            {p.name: (p.ready, p.restarts, p.reason) for p in records[-1].pods} if records else {}
+        )
+
+    def status(ready: bool, restarts: int) -> dict[str, Any]:
+        state: dict[str, Any] = (
+            {"running": {"startedAt": "2026-08-21T10:00:00Z"}}
+            if ready
+            else {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s"}}
+        )
+        return {
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                        "imageID": "",
+                        "ready": ready,
+                        "restartCount": restarts,
+                        "state": state,
+                    }
+                ],
+            }
+        }
+
+    settings = KubeSettings(kubeconfig=config, watch_timeout_s=300, max_backoff_s=0.5)
+    api = await make_api_client(settings)
+    watcher = OperandWatcher(
+        node="opw-a", api=api, emit=emit, now_ms=lambda: 1, settings=settings, namespace=operator_ns
+    )
+    task = asyncio.create_task(watcher.run())
+    try:
+        await wait_for(lambda: set(latest()) == {"toolkit-a", "exporter-a"}, 30, what="the list")
+        assert latest()["exporter-a"] == (False, 0, "")  # Pending: no status yet
+        await rest.merge_patch(f"{pods}/exporter-a/status", status(False, 12))
+        await wait_for(
+            lambda: latest().get("exporter-a") == (False, 12, "CrashLoopBackOff"), 30, what="crash"
+        )
+        await rest.merge_patch(f"{pods}/exporter-a/status", status(True, 12))
+        await wait_for(lambda: latest().get("exporter-a") == (True, 12, ""), 30, what="ready")
+        await rest.merge_patch(f"{pods}/exporter-b/status", status(False, 3))  # not this node's
+        await rest.delete(f"{pods}/exporter-a", grace_s=0)
+        await wait_for(lambda: set(latest()) == {"toolkit-a"}, 30, what="deleted")
+        records = [r for r in out if isinstance(r, OperandPods)]
+        assert {r.node for r in records} == {"opw-a"}
+        assert all(p.namespace == operator_ns for r in records for p in r.pods)
+        # published on change only: list, crash, ready, (terminating,) gone
+        assert 4 <= len(records) <= 5, records
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await api.close()

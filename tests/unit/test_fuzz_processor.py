@@ -48,6 +48,8 @@ from contract.outputs import (
     AttributionEvent,
     ExporterMisattribution,
     Holder,
+    NodeStatus,
+    NodeStatusRetired,
     TelemetryRefused,
 )
 from streams.core.processor import Output, Processor, Tables, UnusableRecord
@@ -160,6 +162,9 @@ def check_outputs(outputs: Sequence[Output | _DeadLettered], uids: dict[str, set
     for out in outputs:
         if isinstance(out, _DeadLettered):
             continue
+        if isinstance(out, NodeStatusRetired):  # a tombstone: a key, no value
+            assert out.node
+            continue
         assert codec.decode(codec.encode(out)) is not None  # the worker can publish it
         if isinstance(out, AttributionEvent):
             check_event(out, uids)
@@ -169,6 +174,9 @@ def check_outputs(outputs: Sequence[Output | _DeadLettered], uids: dict[str, set
         elif isinstance(out, TelemetryRefused):
             assert out.reason
             assert out.uuids
+        elif isinstance(out, NodeStatus):
+            assert out.summary
+            assert out.planes[0].name == "driver"  # dependency order
         else:
             assert isinstance(out, ExporterMisattribution)
             held = {(c.namespace, c.pod) for c in out.holders}

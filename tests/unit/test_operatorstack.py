@@ -359,9 +359,18 @@ CASES = {
         policy=None,
         status=agent("disabled", reason="no-exporter-pod"),
         state="unknown",
-        summary="no GPU Operator seen on gpu-a (no ClusterPolicy, deploy labels or operand pods)",
-        telemetry="dcgm-exporter not deployed on this node: "
-        "nvidia.com/gpu.deploy.dcgm-exporter not set on this node",
+        summary="no GPU Operator seen on gpu-a (no ClusterPolicy or deploy labels)",
+        telemetry=None,  # nothing intended here: the telemetry rule's own causes speak
+    ),
+    "an exporter pod alone (its own chart, or labelled like the operator's)": Case(
+        pods=(ready_pod("nvidia-dcgm-exporter"),),
+        labels={},
+        policy=None,
+        status=agent("ok"),
+        state="unknown",
+        summary="no GPU Operator seen on gpu-a (no ClusterPolicy or deploy labels); its "
+        "operand-like pods alone do not say what was intended",
+        telemetry=None,
     ),
     "operand pods not seen yet": Case(
         pods=None,
@@ -843,3 +852,23 @@ def test_any_stack_keeps_the_invariants(
         exporter = got.planes[index["dcgm-exporter"]]
         assert exporter.state == "disabled"
         assert exporter.intent.kind in ("disabled", "paused")
+
+
+def test_an_exporter_the_operator_did_not_deploy_here_leaves_telemetry_to_its_own_rule() -> None:
+    """A node the operator has not labelled for dcgm-exporter, where an exporter pod runs anyway
+    (deployed by other means, or the simulator's): the stack has nothing to say about its
+    telemetry. Without that pod it says the exporter is not deployed here."""
+    labels = {k: v for k, v in LABELS.items() if not k.endswith(".dcgm-exporter")}
+    ran = node_status(NODE, 5, labels, None, OperandPods(NODE, 1, NS, HEALTHY), agent())
+    exporter = next(p for p in ran.planes if p.name == "dcgm-exporter")
+    assert (exporter.state, exporter.intent.kind) == ("disabled", "unlabelled")
+    assert exporter.pod is not None
+    assert (ran.telemetry_reason, ran.telemetry_disabled) == (None, False)
+    none = node_status(
+        NODE, 5, labels, None, OperandPods(NODE, 1, NS, with_pods(drop=(EXPORTER,))), agent()
+    )
+    assert none.telemetry_reason == (
+        "dcgm-exporter not deployed on this node: "
+        "nvidia.com/gpu.deploy.dcgm-exporter not set on this node"
+    )
+    assert none.telemetry_disabled is False

@@ -348,3 +348,23 @@ def test_spine_outputs_survive_a_crash_at_any_point() -> None:
                 assert delivered == expected, (k, s, o, expected - delivered)
                 checked += 1
     assert checked > 200
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        NodeRecord("", T0, (("nvidia.com/gpu.present", "true"),)),
+        NodeRecord("", T0 + S_, (), deleted=True),
+        PodResourcesSnapshot("", T0, ()),
+    ],
+    ids=["labels", "deletion", "podresources"],
+)
+def test_a_record_naming_no_node_is_bad_input_and_changes_nothing(record: object) -> None:
+    """Found by the processor fuzz test: a node named "" lived and left like any other, and its
+    leaving wrote a node-status tombstone under the empty key."""
+    proc = new()
+    feed(proc, setup())
+    before = proc.tables.sizes()
+    with pytest.raises(UnusableRecord, match="names no node"):
+        proc.handle(record)
+    assert proc.tables.sizes() == before

@@ -1,0 +1,435 @@
+"""The ``stack-broken`` alert: an intended plane of a node's GPU stack broken while pods hold its
+GPUs. The pure decision as a table, then through the processor (holders with UIDs, the GPUs left
+without telemetry, resolution, a node gone, a record processed twice), the Slack message, the
+node rows and series, and every crash point between a state write and an output write."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import pytest
+
+from contract import codec
+from contract.inputs import (
+    ClockTick,
+    NodeRecord,
+    OperandPods,
+    PodResourcesDiff,
+    PodResourcesSnapshot,
+)
+from contract.outputs import Alert, Holder, NodeStatus, PlaneIntent
+from contract.topics import TABLES
+from sinks.payloads import slack_message
+from streams.core.noderows import node_line, node_row, ordered
+from streams.core.operatorstack import node_status
+from streams.core.processor import Output, Processor, Tables
+from streams.core.promseries import node_families
+from streams.core.stackalerts import KIND, HeldDevice, StackEpisode, broken_plane, step
+from streams.core.state import TABLE_CODEC
+from tests.unit.test_node_stack import OFF, agent, node_record, operands
+from tests.unit.test_operatorstack import (
+    DP,
+    EXPORTER,
+    GFD,
+    HEALTHY,
+    LABELS,
+    NS,
+    READY_POLICY,
+    SEED_POLICY,
+    crashloop,
+    in_init,
+    validator,
+    with_pods,
+)
+from tests.unit.test_operatorstack import agent as stack_agent
+from tests.unit.test_spine import (
+    ALLOCATABLE,
+    G0,
+    G1,
+    LIFE,
+    NODE,
+    S_,
+    T0,
+    TENANTS,
+    TRAINER,
+    feed,
+    new,
+    setup,
+    uid,
+)
+
+# --- the decision, as a table
+
+
+def status_of(
+    pods: tuple[object, ...], labels: dict[str, str] | None = None, **kw: object
+) -> NodeStatus:
+    policy = kw.pop("policy", READY_POLICY)
+    dcgm = str(kw.pop("dcgm", "failing"))
+    return node_status(
+        NODE,
+        5,
+        labels if labels is not None else LABELS,
+        policy,  # type: ignore[arg-type]
+        OperandPods(NODE, 1, NS, pods),  # type: ignore[arg-type]
+        stack_agent(dcgm),
+    )
+
+
+EXPORTER_CRASHING = status_of(with_pods(crashloop(EXPORTER, 12)))
+READY = status_of(HEALTHY, dcgm="ok")
+SEED = status_of(
+    with_pods(in_init(DP), in_init(EXPORTER), in_init(GFD), validator("toolkit-validation", 7)),
+    policy=SEED_POLICY,
+)
+DISABLED_EXPORTER = status_of(with_pods(drop=(EXPORTER,)), LABELS | {OFF: "false"}, dcgm="disabled")
+#: never made by the verdict; refused all the same: a plane disabled on purpose is not broken
+DISABLED_NAMED_BROKEN = replace(
+    EXPORTER_CRASHING,
+    planes=tuple(
+        replace(p, intent=PlaneIntent("disabled", "node-label", f"{OFF}=false"))
+        if p.name == "dcgm-exporter"
+        else p
+        for p in EXPORTER_CRASHING.planes
+    ),
+)
+
+
+def holder(pod: str, ns: str = "ml") -> Holder:
+    return Holder(ns, pod, "main", "nvidia.com/gpu", (G0,), 1, uid=uid(pod), uid_status="resolved")
+
+
+BLIND = (
+    HeldDevice(G0, (holder("mps-0", "inf"), holder("mps-1", "inf")), measured=False),
+    HeldDevice(G1, (holder("trainer-0"),), measured=False),
+)
+MEASURED = (HeldDevice(G1, (holder("trainer-0"),), measured=True),)
+NEW_HOLDERS = (HeldDevice(G1, (holder("trainer-1"),), measured=False),)
+
+
+def opened(status: NodeStatus, held: Sequence[HeldDevice] = BLIND) -> StackEpisode:
+    episode, _ = step(None, status, held, NODE, T0)
+    assert episode is not None
+    return episode
+
+
+@dataclass(frozen=True)
+class Case:
+    episode: StackEpisode | None
+    status: NodeStatus | None
+    held: Sequence[HeldDevice]
+    sent: tuple[tuple[str, str], ...]  # (status, plane) of each alert, in order
+    open_after: str | None  # the plane of the episode open after
+
+
+CASES = {
+    "exporter crash looping, GPUs held: fires": Case(
+        None, EXPORTER_CRASHING, BLIND, (("firing", "dcgm-exporter"),), "dcgm-exporter"
+    ),
+    "the seed: toolkit broken, GPUs held: fires for the toolkit, not four operands": Case(
+        None, SEED, BLIND, (("firing", "container-toolkit"),), "container-toolkit"
+    ),
+    "broken, readings still arriving: fires, naming the held GPUs": Case(
+        None, EXPORTER_CRASHING, MEASURED, (("firing", "dcgm-exporter"),), "dcgm-exporter"
+    ),
+    "broken, nothing held: quiet": Case(None, EXPORTER_CRASHING, (), (), None),
+    "ready: quiet": Case(None, READY, BLIND, (), None),
+    "exporter disabled by intent, GPUs held: quiet": Case(None, DISABLED_EXPORTER, BLIND, (), None),
+    "a plane disabled by intent named first broken: quiet": Case(
+        None, DISABLED_NAMED_BROKEN, BLIND, (), None
+    ),
+    "no status: quiet": Case(None, None, BLIND, (), None),
+    "open, still broken, holders changed: stays open, nothing sent": Case(
+        opened(EXPORTER_CRASHING), EXPORTER_CRASHING, NEW_HOLDERS, (), "dcgm-exporter"
+    ),
+    "open, healed: resolved": Case(
+        opened(EXPORTER_CRASHING), READY, BLIND, (("resolved", "dcgm-exporter"),), None
+    ),
+    "open, exporter then disabled by intent: resolved": Case(
+        opened(EXPORTER_CRASHING),
+        DISABLED_EXPORTER,
+        BLIND,
+        (("resolved", "dcgm-exporter"),),
+        None,
+    ),
+    "open, nothing held any more: resolved": Case(
+        opened(EXPORTER_CRASHING), EXPORTER_CRASHING, (), (("resolved", "dcgm-exporter"),), None
+    ),
+    "open, a lower plane breaks: resolved, and the new first broken plane fires": Case(
+        opened(EXPORTER_CRASHING),
+        SEED,
+        BLIND,
+        (("resolved", "dcgm-exporter"), ("firing", "container-toolkit")),
+        "container-toolkit",
+    ),
+    "open, no status any more: resolved": Case(
+        opened(EXPORTER_CRASHING), None, BLIND, (("resolved", "dcgm-exporter"),), None
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_stack_broken_decision(case: Case) -> None:
+    episode, alerts = step(case.episode, case.status, case.held, NODE, T0 + 60 * S_)
+    assert [(a.status, a.stack.plane if a.stack else "") for a in alerts] == list(case.sent)
+    assert (episode.plane if episode is not None else None) == case.open_after
+    for a in alerts:
+        assert a.kind == KIND
+        assert a.node == NODE
+        assert a.device_uuid == ""
+        if a.status == "resolved":  # the episode's id, holders and devices, resolved
+            assert case.episode is not None
+            assert a.id == case.episode.fired.id
+            assert a.holders == case.episode.fired.holders
+        assert codec.decode(codec.encode(a)) == a  # an alert record, through the codec
+
+
+def test_the_firing_alert_names_the_plane_its_reason_what_waits_and_the_blind_gpus_holders() -> (
+    None
+):
+    [seed] = step(None, SEED, BLIND, NODE, T0)[1]
+    assert seed.stack is not None
+    assert seed.stack.plane == "container-toolkit"
+    assert seed.stack.reason.startswith("container toolkit not ready")
+    assert {"device-plugin", "dcgm-exporter", "gpu-feature-discovery"} <= set(seed.stack.blocked)
+    assert (seed.stack.held, seed.stack.unmeasured) == ((G0, G1), (G0, G1))
+    assert [(h.pod, h.uid) for h in seed.holders] == [
+        ("mps-0", uid("mps-0")),
+        ("mps-1", uid("mps-1")),
+        ("trainer-0", uid("trainer-0")),
+    ]
+    assert seed.summary.startswith("GPU stack broken: container toolkit not ready on gpu-a")
+    assert "2 held GPUs without telemetry, held by inf/mps-0 (uid uid-mps-), " in seed.summary
+    # the id is the episode's: (kind, node, plane, start)
+    again = step(None, SEED, NEW_HOLDERS, NODE, T0)[1][0]
+    assert again.id == seed.id
+    assert step(None, SEED, BLIND, NODE, T0 + 1)[1][0].id != seed.id
+
+
+def test_a_plane_disabled_on_purpose_is_never_the_broken_plane() -> None:
+    assert broken_plane(DISABLED_EXPORTER) is None
+    assert broken_plane(DISABLED_NAMED_BROKEN) is None
+    plane = broken_plane(EXPORTER_CRASHING)
+    assert plane is not None
+    assert plane.name == "dcgm-exporter"
+
+
+# --- through the processor
+
+
+def crashing(ts: int, restarts: int = 12) -> OperandPods:
+    return operands(ts, with_pods(crashloop(EXPORTER, restarts)))
+
+
+def start(pods: OperandPods, *labels: tuple[str, str]) -> tuple[Processor, list[Output]]:
+    proc = new()
+    out = feed(proc, setup())
+    out += proc.handle(READY_POLICY, 0)
+    out += feed(proc, [node_record(T0 + S_, *labels), pods, agent(T0 + 2 * S_, "failing", "x")])
+    return proc, out
+
+
+def stack_alerts(out: Sequence[Output]) -> list[Alert]:
+    return [o for o in out if isinstance(o, Alert) and o.kind == KIND]
+
+
+def test_crash_looping_exporter_fires_naming_every_holder_then_resolves_when_ready() -> None:
+    proc, out = start(crashing(T0 + S_))
+    [fired] = stack_alerts(out)
+    assert fired.status == "firing"
+    assert fired.node == NODE
+    assert fired.stack is not None
+    assert (fired.stack.plane, fired.stack.reason) == (
+        "dcgm-exporter",
+        "dcgm-exporter not ready: CrashLoopBackOff, 12 restarts",
+    )
+    assert fired.stack.unmeasured == (G0, G1)  # the held GPUs; G2 is free
+    pods = {(h.namespace, h.pod): h.uid for h in fired.holders}
+    assert pods == {(a.namespace, a.pod): uid(a.pod) for a in (*TENANTS, TRAINER)}
+    assert proc.tables.node_stack[NODE].broken is not None
+    # more restarts: a new status, the same episode, nothing sent
+    more = feed(proc, [crashing(T0 + 3 * S_, 13)])
+    assert [s.summary for s in more if isinstance(s, NodeStatus)] == [
+        "dcgm-exporter not ready on gpu-a (CrashLoopBackOff, 13 restarts)"
+    ]
+    assert stack_alerts(more) == []
+    healed = feed(proc, [operands(T0 + 4 * S_, HEALTHY), agent(T0 + 5 * S_, "ok")])
+    [resolved] = stack_alerts(healed)
+    assert (resolved.id, resolved.status, resolved.holders) == (
+        fired.id,
+        "resolved",
+        fired.holders,
+    )
+    assert resolved.summary.startswith("resolved: dcgm-exporter on gpu-a: no longer broken")
+    assert proc.tables.node_stack[NODE].broken is None
+    # a table value, through the table codec, with its episode
+    stack = proc.tables.node_stack[NODE]
+    assert TABLE_CODEC.decode(TABLE_CODEC.encode(stack)) == stack
+
+
+def test_exporter_disabled_by_intent_never_fires() -> None:
+    _, out = start(operands(T0 + S_, with_pods(drop=(EXPORTER,))), (OFF, "false"))
+    statuses = [o for o in out if isinstance(o, NodeStatus)]
+    assert statuses[-1].telemetry_disabled
+    assert stack_alerts(out) == []
+
+
+def test_broken_with_nothing_held_is_quiet_until_a_pod_holds_a_gpu() -> None:
+    proc = new()
+    base = [r for r in setup() if not isinstance(r, PodResourcesSnapshot)]
+    feed(proc, base)
+    proc.handle(READY_POLICY, 0)
+    quiet = feed(
+        proc,
+        [
+            PodResourcesSnapshot(NODE, T0, (), ALLOCATABLE),
+            node_record(T0 + S_),
+            crashing(T0 + S_),
+            agent(T0 + 2 * S_, "failing", "x"),
+        ],
+    )
+    assert stack_alerts(quiet) == []
+    held = feed(proc, [PodResourcesDiff(NODE, T0 + 3 * S_, (TRAINER,), ())])
+    [fired] = stack_alerts(held)
+    assert [h.pod for h in fired.holders] == ["trainer-0"]
+    assert fired.stack is not None
+    assert fired.stack.held == (G1,)
+    left = feed(proc, [PodResourcesDiff(NODE, T0 + 4 * S_, (), (TRAINER,))])
+    [resolved] = stack_alerts(left)
+    assert resolved.id == fired.id
+    assert resolved.status == "resolved"
+    assert "no pod holds a GPU on the node any more" in resolved.summary
+
+
+def test_a_node_gone_resolves_its_alert_and_a_record_processed_twice_sends_the_same() -> None:
+    proc, out = start(crashing(T0 + S_))
+    [fired] = stack_alerts(out)
+    twice = proc.handle(crashing(T0 + S_), 0)  # the record that fired it, processed again
+    assert stack_alerts(twice) == [fired]
+    deleted = NodeRecord(NODE, T0 + 10 * S_, (), deleted=True)
+    [gone] = stack_alerts(proc.handle(deleted, 0))
+    assert (gone.id, gone.status) == (fired.id, "resolved")
+    assert "the node is gone (the node was deleted from the API)" in gone.summary
+    assert NODE not in proc.tables.node_stack
+    assert stack_alerts(proc.handle(deleted, 0)) == [gone]  # the deletion processed again
+
+
+# --- where people look
+
+
+def test_slack_names_the_broken_plane_what_waits_and_the_blind_gpus() -> None:
+    [seed] = step(None, SEED, BLIND, NODE, T0)[1]
+    message = slack_message(seed)
+    text = str(message)
+    assert message["blocks"][0]["text"]["text"] == ":construction: stack-broken: gpu-a"
+    assert "*Broken plane*" in text
+    assert "container-toolkit" in text
+    assert "waiting on it: " in text
+    assert "dcgm-exporter" in text
+    assert f"without telemetry: `{G0}`, `{G1}`" in text
+    assert "`inf/mps-0`" in text
+    assert "uid `uid-mps-`" in text
+
+
+def test_node_rows_put_the_broken_boundary_first_and_series_keep_their_label_sets() -> None:
+    proc, _ = start(crashing(T0 + S_))
+    broken = node_row(proc.tables.node_stack[NODE])
+    assert broken is not None
+    assert node_line(broken).startswith(
+        "gpu-a  BROKEN  dcgm-exporter not ready on gpu-a (CrashLoopBackOff, 12 restarts)"
+    )
+    assert broken.alert == proc.tables.node_stack[NODE].broken.fired.id  # type: ignore[union-attr]
+    off, _ = start(operands(T0 + S_, with_pods(drop=(EXPORTER,))), (OFF, "false"))
+    ready = node_row(off.tables.node_stack[NODE])
+    assert ready is not None
+    other = replace(ready, node="gpu-0")
+    assert [r.node for r in ordered([other, broken])] == ["gpu-a", "gpu-0"]  # broken first
+    assert "disabled by intent" in node_line(ready)
+    ready = replace(ready, node="gpu-0")
+    state, plane, alert = node_families([broken, ready])
+    per_node: dict[str, dict[str, float]] = {}
+    for lb, v in state.samples:
+        per_node.setdefault(dict(lb)["node"], {})[dict(lb)["state"]] = v
+    every = ("broken", "unknown", "reconciling", "disabled", "ready")
+    assert per_node == {
+        NODE: {s: float(s == "broken") for s in every},
+        "gpu-0": {s: float(s == "ready") for s in every},
+    }
+    planes = {(dict(lb)["node"], dict(lb)["plane"]): v for lb, v in plane.samples if v}
+    assert planes == {(NODE, "dcgm-exporter"): 1.0}
+    assert {dict(lb)["node"]: v for lb, v in alert.samples} == {NODE: 1.0, "gpu-0": 0.0}
+    # the same label sets whatever the state: only the values move
+    healed = node_families([replace(ready, node=NODE), ready])
+    assert {lb for lb, _ in healed[0].samples} == {lb for lb, _ in state.samples}
+
+
+# --- no alert lost at any crash point (as tests/unit/test_alert_crash_points.py)
+
+
+def stream() -> list[object]:
+    return [
+        *setup(),
+        READY_POLICY,
+        node_record(T0 + S_),
+        crashing(T0 + S_),  # fires
+        agent(T0 + 2 * S_, "failing", "x"),
+        crashing(T0 + 3 * S_, 13),  # the same episode
+        operands(T0 + 4 * S_, HEALTHY),  # resolves
+        agent(T0 + 5 * S_, "ok"),
+        crashing(T0 + 6 * S_, 14),  # a new episode fires
+        PodResourcesDiff(NODE, T0 + 7 * S_, (), (*TENANTS, TRAINER)),  # nothing held: resolves
+        PodResourcesDiff(NODE, T0 + 8 * S_, (TRAINER,), ()),  # held again: fires
+        operands(
+            T0 + 9 * S_,
+            with_pods(
+                in_init(DP), in_init(EXPORTER), in_init(GFD), validator("toolkit-validation", 7)
+            ),
+        ),  # superseded by the toolkit: resolves and fires
+        # the clock moves on before the node is deleted: a record of the node processed again
+        # after its deletion reached the changelog is late (dead-lettered, the spine's rule, for
+        # every output it caused), so the deletion stays outside the replay window of the
+        # records before it
+        ClockTick(0, T0 + 9 * S_ + 500),
+        ClockTick(0, T0 + 9 * S_ + 750),
+        NodeRecord(NODE, T0 + 10 * S_, (), deleted=True),  # gone: resolves
+    ]
+
+
+State = dict[str, dict[str, object]]
+
+
+def keys(outputs: Sequence[Output]) -> set[str]:
+    return {f"{o.id}:{o.status}" for o in outputs if isinstance(o, Alert)}
+
+
+def run(records: Sequence[object], state: State) -> tuple[list[list[Output]], list[State]]:
+    tables = {name: dict(table) for name, table in state.items()}
+    proc = Processor(Tables(**tables), None, LIFE)  # type: ignore[arg-type]
+    outputs, states = [], []
+    for record in records:
+        outputs.append(proc.handle(record, 0))
+        states.append({name: dict(table) for name, table in tables.items()})
+    return outputs, states
+
+
+def test_every_crash_point_delivers_every_stack_alert_exactly_by_key() -> None:
+    records = stream()
+    empty: State = {name: {} for name in TABLES}
+    reference, after = run(records, empty)
+    expected = set().union(*(keys(outs) for outs in reference))
+    assert all(k.startswith(f"{KIND}-") for k in expected)
+    # three episodes of the exporter (each fired and resolved), one of the toolkit
+    assert sorted(k.rsplit(":", 1)[1] for k in expected) == ["firing"] * 4 + ["resolved"] * 4
+    persisted = [empty, *after]
+    crash_points = 0
+    for k in range(len(records)):
+        for c in range(max(0, k - 2), k + 1):
+            for s in range(c, k + 2):
+                for o in range(c, k + 2):
+                    delivered = set().union(*(keys(outs) for outs in reference[:o]))
+                    replayed, _ = run(records[c:], persisted[s])
+                    delivered |= set().union(*(keys(outs) for outs in replayed))
+                    assert delivered == expected, (k, c, s, o, expected - delivered)
+                    crash_points += 1
+    assert crash_points > 300

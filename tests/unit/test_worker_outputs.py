@@ -1,0 +1,23 @@
+"""Where the worker writes each output: its key and value (streams/worker/app.py)."""
+
+from __future__ import annotations
+
+from contract import codec
+from contract.outputs import MigReconcile, NodeStatus, NodeStatusRetired, TelemetryRefused
+from streams.worker.app import output_key, output_value
+
+STATUS = NodeStatus(
+    "gpu-a", 5, "unknown", "s", (), MigReconcile(None, None, None, None, "no MIG configuration")
+)
+
+
+def test_a_node_status_is_keyed_by_its_node_and_retired_by_a_tombstone() -> None:
+    assert output_key(STATUS) == b"gpu-a"
+    assert codec.decode(output_value(STATUS) or b"") == STATUS
+    assert output_key(NodeStatusRetired("gpu-a")) == b"gpu-a"
+    assert output_value(NodeStatusRetired("gpu-a")) is None  # compaction removes the key
+
+
+def test_a_refused_scrape_is_the_nodes() -> None:
+    refused = TelemetryRefused("gpu-a", 1, "hostname", "r", "h", "e", ("GPU-1",), 1)
+    assert output_key(refused) == b"gpu-a"
