@@ -25,12 +25,24 @@ places where Faust resumes stream partitions (``Recovery._resume_streams`` and
 ``Recovery.on_recovery_completed`` in faust-streaming 0.15) await ``perform_seek`` right after
 the resume and before the flow resumes. The cost is duplicates after a rebalance (at-least-once),
 never a gap. docs/RELIABILITY.md describes both upstream defects.
+
+A third window, on the consumer thread: a fetch asked for before a rebalance can return after it.
+aiokafka's ``fetched_records`` waits out a reassignment and then drains the partitions it was
+asked for — the old generation's active set, standby changelogs included — from the *new*
+assignment's positions, possibly after table recovery has sought them. Faust then drops the
+records (the flow is stopped until recovery resumes it, or the generation has moved on) with
+their positions already past them, and recovery waits for changelog records that will never
+come ("No event received for active tp ... since recovery start", every table at once; a
+hand-over fault test on CI). :class:`ConsumerThread` hands such a fetch back: when the
+assignment changed while the fetch ran, or the flow is stopped when it returns, every drained
+partition is sought back to its first drained record in the same step on the consumer thread,
+and nothing is returned; the records are fetched again under the assignment that owns them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Set
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 import faust
@@ -55,14 +67,42 @@ class ConsumerThread(driver.AIOKafkaConsumerThread):  # type: ignore[misc]
         paused, drained every paused partition, and Faust then dropped those records with the
         positions already past them. A snapshot taken here (one step under the GIL) never
         drains a paused partition, so its position never moves without its records being
-        processed."""
+        processed. A drain that straddled a rebalance, or that returns to a stopped flow, is
+        handed back (module doc, third window)."""
         if active_partitions is not None:
             active_partitions = frozenset(active_partitions)
             if not active_partitions:
                 return {}
-        return await super()._fetch_records(
+        before = current_assignment(consumer)
+        records = await super()._fetch_records(
             consumer, active_partitions, timeout=timeout, max_records=max_records
         )
+        if records and (
+            current_assignment(consumer) is not before or not self.consumer.flow_active
+        ):
+            hand_back(consumer, records)
+            return {}
+        return records
+
+
+def current_assignment(consumer: Any) -> object | None:
+    """aiokafka's assignment object: a new one on every rebalance (None while one runs)."""
+    subscription = consumer._fetcher._subscriptions.subscription
+    return None if subscription is None else subscription.assignment
+
+
+def hand_back(consumer: Any, records: Mapping[Any, Sequence[Any]]) -> None:
+    """Undo a drain: every still-assigned partition is sought back to its first drained record
+    (synchronously, so no other seek on the consumer thread comes in between)."""
+    assigned = consumer.assignment()
+    back = {tp: batch[0].offset for tp, batch in records.items() if batch and tp in assigned}
+    for tp, offset in back.items():
+        consumer.seek(tp, offset)
+    log.info(
+        "a fetch straddled a rebalance or a stopped flow: %d records of %d partitions handed back",
+        sum(len(batch) for batch in records.values()),
+        len(back),
+    )
 
 
 class Consumer(driver.Consumer):  # type: ignore[misc]
