@@ -211,6 +211,9 @@ class AlertSettings(BaseSettings):
     orphan_window_s: float = Field(default=300.0, gt=0)
     #: an XID alert resolves after this long without a new XID on the device
     xid_quiet_s: float = Field(default=900.0, gt=0)
+    #: a node's stack-broken alert fires only once the same plane has stayed broken, with a GPU
+    #: held, this long (a routine operand restart heals within it); 0 fires at once
+    stack_grace_s: float = Field(default=60.0, ge=0)
 
 
 class SpineSettings(BaseSettings):

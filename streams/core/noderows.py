@@ -61,7 +61,7 @@ def node_row(stack: NodeStack) -> NodeRow | None:
         planes=tuple(PlaneRow(p.name, p.state, p.intent.kind, p.reason) for p in s.planes),
         telemetry_reason=s.telemetry_reason,
         telemetry_disabled=s.telemetry_disabled,
-        alert=stack.broken.fired.id if stack.broken is not None else None,
+        alert=stack.broken.fired.id if stack.broken and stack.broken.fired else None,
         ts_ms=s.ts_ms,
     )
 

@@ -121,6 +121,13 @@ def alert_again(old: NodeStack | None, ts_ms: int, by: str) -> tuple[Alert, ...]
     return None
 
 
+def pending(old: NodeStack, episode: StackEpisode | None) -> NodeStack:
+    """The node's stack memory after a record moved its ``stack-broken`` episode and sent
+    nothing (one opened within its grace window, or one that ended before it fired): there is
+    nothing to send again, so no emission is remembered."""
+    return replace(old, broken=episode)
+
+
 def alerted(
     old: NodeStack, episode: StackEpisode | None, ts_ms: int, by: str, alerts: tuple[Alert, ...]
 ) -> NodeStack:

@@ -137,7 +137,7 @@ class Processor:
 
     def _handle(self, record: object, partition: int) -> list[Output]:
         if isinstance(record, ClockTick):
-            return list(self.spine.tick(record.partition, record.ts_ms))
+            return [*self.spine.tick(record.partition, record.ts_ms), *self._stack_tick(record)]
         if getattr(record, "node", None) == "":  # no node is named "": its keys would be ""
             raise UnusableRecord(f"{type(record).__name__} names no node")
         if isinstance(record, NodeRecord) and record.deleted:
@@ -264,11 +264,30 @@ class Processor:
         if old.broken is None and (status is None or status.state != "broken"):
             return []  # nothing open, nothing to open: no need to read the held GPUs
         held = self.spine.held(node, ts_ms)
-        episode, alerts = stackalerts.step(old.broken, status, held, node, ts_ms)
-        if not alerts:
-            return []
-        t.node_stack[node] = nodestack.alerted(old, episode, ts_ms, by, tuple(alerts))
+        grace_ms = round(self.policy.stack_grace_s * 1000)
+        episode, alerts = stackalerts.step(old.broken, status, held, node, ts_ms, grace_ms=grace_ms)
+        if alerts:
+            t.node_stack[node] = nodestack.alerted(old, episode, ts_ms, by, tuple(alerts))
+        elif episode != old.broken:
+            t.node_stack[node] = nodestack.pending(old, episode)
         return list(alerts)
+
+    def _stack_tick(self, tick: ClockTick) -> list[Output]:
+        """The partition's clock: a node's pending ``stack-broken`` episode whose grace window
+        has run out fires without waiting for a new record of the node. A tick processed again
+        sends what it sent (:func:`streams.core.nodestack.alert_again`)."""
+        t = self.tables
+        index = t.partition_nodes.get(str(tick.partition))
+        by = fingerprint(tick)
+        outputs: list[Output] = []
+        for node in index.nodes if index is not None else ():
+            stack = t.node_stack.get(node)
+            if stack is None or self._state(node) is None:
+                continue  # no status ever, or it left on this tick
+            pending = stack.broken is not None and stack.broken.fired is None
+            if pending or nodestack.alert_again(stack, tick.ts_ms, by) is not None:
+                outputs += self._stack_alert(node, tick.ts_ms, tick)
+        return outputs
 
     def _stack_gone(self, node: str, ts_ms: int, why: str) -> list[Alert]:
         """The node leaves: its open ``stack-broken`` alert resolves (its keys go after)."""

@@ -1,29 +1,40 @@
 """A node's ``stack-broken`` alert: a plane of its GPU stack that the operator was meant to run
 there is broken while pods hold the node's GPUs. Pure.
 
-``step(episode, status, held, node, ts_ms) -> (episode, alerts)``, on event time, like the
-device alerts (:mod:`streams.core.alerts`), but one per node: the verdict is the node's
+``step(episode, status, held, node, ts_ms, grace_ms) -> (episode, alerts)``, on event time, like
+the device alerts (:mod:`streams.core.alerts`), but one per node: the verdict is the node's
 (:func:`streams.core.operatorstack.node_status`, its ``first_broken`` plane), and the GPUs it
 costs are every GPU a pod holds there.
 
-- It fires when the node's status is ``broken`` and a pod holds one of its GPUs. It names the
-  first broken plane, its reason, the planes that wait on it, the held GPUs left without a
-  trusted reading and their holders (with UIDs from our join, as every alert names holders).
+- An episode opens when the node's status is ``broken`` and a pod holds one of its GPUs. It
+  fires once the same first broken plane has stayed broken, with a GPU held, for the grace
+  window (``GPUATTR_ALERTS_STACK_GRACE_S``, default 60 s; 0 fires at once) in event time: the
+  record's or the partition clock's (``clock.tick``) ``ts_ms``, never the wall clock. Until then
+  the episode is pending (:attr:`StackEpisode.fired` is ``None``) and sends nothing; a break
+  that heals, whose plane changes or whose GPUs stop being held within the window ends it
+  silently (a routine operand restart — a dcgm-exporter rolling update not ready for 10 to 30 s —
+  pages nobody). Another plane becoming the first broken one starts a new window for it.
+- The firing alert names the first broken plane, its reason, the planes that wait on it, the
+  held GPUs left without a trusted reading and their holders (with UIDs from our join, as every
+  alert names holders) as of when it fires; its ``started_ms`` is when the break began (the
+  episode's start), its ``ts_ms`` when the grace ran out.
 - A plane disabled by intent never fires it: the verdict does not call it broken (its state is
   ``disabled``), and a plane whose intent is ``disabled`` is refused here all the same.
 - An episode belongs to its plane: when another plane becomes the first broken one, the open
-  alert resolves ("superseded") and the new plane's fires. Holders that change while it is open
-  do not re-fire it: the node is no less broken.
+  alert resolves ("superseded") and the new plane's episode opens (and fires after its own
+  grace). Holders that change while it is open do not re-fire it: the node is no less broken.
 - It resolves when the status is no longer ``broken``, when no pod holds a GPU there any more,
-  and when the node is gone (:func:`gone`).
+  and when the node is gone (:func:`gone`); a pending episode ends then with nothing sent.
 
 The alert id is :func:`streams.core.alerts.alert_id` of (kind, node, plane, episode start): the
-firing and resolved records of one episode share it. No grace window and no cool-down: the
-verdict is already a standing (a pod not ready, an init container crash looping), and a node
-that breaks again after it healed is a new episode with its own id.
+firing and resolved records of one episode share it, whenever within the episode it fires. No
+cool-down: a node that breaks again after it healed is a new episode with its own id and its
+own grace.
 
 Replay safety is the processor's (:mod:`streams.core.nodestack`): each emission is remembered
-with the record that caused it, and that record processed again emits it again.
+with the record that caused it, and that record processed again emits it again. A pending
+episode is kept in the same table value, so the window survives a restart; the processor steps
+it on the partition's ``clock.tick`` too, so it can run out without a new record of the node.
 """
 
 from __future__ import annotations
@@ -59,12 +70,13 @@ class HeldDevice:
 
 @dataclass(frozen=True, slots=True)
 class StackEpisode:
-    """An open ``stack-broken`` alert: since when, for which plane, and the alert as it fired
-    (its resolution names the same devices and holders)."""
+    """A ``stack-broken`` episode: since when the plane has been broken with a GPU held, which
+    plane, and the alert as it fired (its resolution names the same devices and holders);
+    ``fired`` is ``None`` while the episode is within its grace window (pending)."""
 
     since_ms: int
     plane: PlaneName
-    fired: Alert
+    fired: Alert | None = None  # additive (v1): None only since the grace window
 
 
 def broken_plane(status: NodeStatus | None) -> Plane | None:
@@ -91,7 +103,12 @@ def _holders(devices: Sequence[HeldDevice]) -> tuple[Holder, ...]:
 
 
 def _fire(
-    node: str, ts_ms: int, status: NodeStatus, plane: Plane, held: Sequence[HeldDevice]
+    node: str,
+    since_ms: int,
+    ts_ms: int,
+    status: NodeStatus,
+    plane: Plane,
+    held: Sequence[HeldDevice],
 ) -> Alert:
     blind = [d for d in held if not d.measured]
     named = blind or list(held)  # the GPUs it leaves without telemetry; else every held one
@@ -103,7 +120,7 @@ def _fire(
     else:
         cost = f"{len(named)} held {gpus} (their readings still arrive), held by {pods}"
     return Alert(
-        id=alert_id(KIND, node, plane.name, ts_ms),
+        id=alert_id(KIND, node, plane.name, since_ms),
         kind=KIND,
         status="firing",
         node=node,
@@ -115,7 +132,7 @@ def _fire(
         holders=holders,
         figures=AlertFigures(),
         window_s=None,
-        started_ms=ts_ms,
+        started_ms=since_ms,
         ts_ms=ts_ms,
         device_wide=False,
         summary=f"GPU stack broken: {status.summary}; {cost}",
@@ -129,14 +146,29 @@ def _fire(
     )
 
 
-def _resolved(episode: StackEpisode, ts_ms: int, why: str) -> Alert:
-    title = TITLES.get(episode.plane, episode.plane)
+def _resolved(fired: Alert, plane: PlaneName, ts_ms: int, why: str) -> Alert:
+    title = TITLES.get(plane, plane)
     return replace(
-        episode.fired,
+        fired,
         status="resolved",
         ts_ms=ts_ms,
-        summary=f"resolved: {title} on {episode.fired.node}: {why}",
+        summary=f"resolved: {title} on {fired.node}: {why}",
     )
+
+
+def _ended(
+    episode: StackEpisode, status: NodeStatus | None, plane: Plane | None, held: bool
+) -> str | None:
+    """Why the episode is over (``None``: it goes on)."""
+    if status is None:
+        return "the node's GPU stack is no longer reported"
+    if plane is None:
+        return f"no longer broken: {status.summary}"
+    if not held:
+        return "no pod holds a GPU on the node any more"
+    if plane.name != episode.plane:
+        return f"superseded: {TITLES.get(plane.name, plane.name)} is the first broken plane now"
+    return None
 
 
 def step(
@@ -145,31 +177,49 @@ def step(
     held: Sequence[HeldDevice],
     node: str,
     ts_ms: int,
+    *,
+    grace_ms: int,
 ) -> tuple[StackEpisode | None, list[Alert]]:
-    """The node's open episode after its status and held devices as of ``ts_ms``, and the
-    alerts that moved (a resolution first, then a firing)."""
+    """The node's episode after its status and held devices as of ``ts_ms``, and the alerts
+    that moved (a resolution first, then a firing). An episode fires once ``grace_ms`` have
+    passed since it began with the same plane broken and a GPU held all along."""
     plane = broken_plane(status)
     out: list[Alert] = []
     if episode is not None:
-        why = None
-        if status is None:
-            why = "the node's GPU stack is no longer reported"
-        elif plane is None:
-            why = f"no longer broken: {status.summary}"
-        elif not held:
-            why = "no pod holds a GPU on the node any more"
-        elif plane.name != episode.plane:
-            why = f"superseded: {TITLES.get(plane.name, plane.name)} is the first broken plane now"
+        why = _ended(episode, status, plane, bool(held))
+        if why is None and episode.fired is None:
+            return _due(episode, status, plane, held, node, ts_ms, grace_ms)
         if why is None:
             return episode, []
-        out.append(_resolved(episode, ts_ms, why))
+        if episode.fired is not None:
+            out.append(_resolved(episode.fired, episode.plane, ts_ms, why))
         episode = None
     if status is None or plane is None or not held:
         return None, out
-    alert = _fire(node, ts_ms, status, plane, held)
-    return StackEpisode(ts_ms, plane.name, alert), [*out, alert]
+    opened = StackEpisode(ts_ms, plane.name)
+    episode, fired = _due(opened, status, plane, held, node, ts_ms, grace_ms)
+    return episode, [*out, *fired]
+
+
+def _due(
+    episode: StackEpisode,
+    status: NodeStatus | None,
+    plane: Plane | None,
+    held: Sequence[HeldDevice],
+    node: str,
+    ts_ms: int,
+    grace_ms: int,
+) -> tuple[StackEpisode, list[Alert]]:
+    """A pending episode that goes on: it fires when its grace has run out."""
+    if status is None or plane is None or ts_ms - episode.since_ms < grace_ms:
+        return episode, []
+    alert = _fire(node, episode.since_ms, ts_ms, status, plane, held)
+    return replace(episode, fired=alert), [alert]
 
 
 def gone(episode: StackEpisode | None, ts_ms: int, why: str) -> list[Alert]:
-    """The node left: its open alert resolves (nothing is kept: the node's keys go)."""
-    return [] if episode is None else [_resolved(episode, ts_ms, f"the node is gone ({why})")]
+    """The node left: its open alert resolves (nothing is kept: the node's keys go); a pending
+    episode ends with nothing sent."""
+    if episode is None or episode.fired is None:
+        return []
+    return [_resolved(episode.fired, episode.plane, ts_ms, f"the node is gone ({why})")]

@@ -189,11 +189,12 @@ class QueryApi:
         stack = self.tables.node_stack.get(node)
         status = stack.last if stack is not None else None
         episode = stack.broken if stack is not None else None
+        fired = episode.fired if episode is not None else None  # None while within its grace
         return {
             "node": node,
             "worker": self.me,
             "status": orjson.loads(orjson.dumps(status)) if status is not None else None,
-            "alert": orjson.loads(orjson.dumps(episode.fired)) if episode is not None else None,
+            "alert": orjson.loads(orjson.dumps(fired)) if fired is not None else None,
         }
 
     def register(self) -> None:

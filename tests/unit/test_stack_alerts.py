@@ -1,7 +1,9 @@
 """The ``stack-broken`` alert: an intended plane of a node's GPU stack broken while pods hold its
-GPUs. The pure decision as a table, then through the processor (holders with UIDs, the GPUs left
-without telemetry, resolution, a node gone, a record processed twice), the Slack message, the
-node rows and series, and every crash point between a state write and an output write."""
+GPUs. The pure decision as a table (with and without a grace window), then through the processor
+(holders with UIDs, the GPUs left without telemetry, resolution, a node gone, a record processed
+twice, a grace window run out on the partition's clock), the Slack message, the node rows and
+series, and every crash point between a state write and an output write, with and without a
+grace window."""
 
 from __future__ import annotations
 
@@ -20,12 +22,21 @@ from contract.inputs import (
 )
 from contract.outputs import Alert, Holder, NodeStatus, PlaneIntent
 from contract.topics import TABLES
+from infra.settings import AlertSettings
 from sinks.payloads import slack_message
+from streams.core.alerts import alert_id
 from streams.core.noderows import node_line, node_row, ordered
 from streams.core.operatorstack import node_status
 from streams.core.processor import Output, Processor, Tables
 from streams.core.promseries import node_families
-from streams.core.stackalerts import KIND, HeldDevice, StackEpisode, broken_plane, step
+from streams.core.stackalerts import (
+    KIND,
+    HeldDevice,
+    StackEpisode,
+    broken_plane,
+    gone,
+    step,
+)
 from streams.core.state import TABLE_CODEC
 from tests.unit.test_node_stack import OFF, agent, node_record, operands
 from tests.unit.test_operatorstack import (
@@ -54,7 +65,6 @@ from tests.unit.test_spine import (
     TENANTS,
     TRAINER,
     feed,
-    new,
     setup,
     uid,
 )
@@ -109,7 +119,7 @@ NEW_HOLDERS = (HeldDevice(G1, (holder("trainer-1"),), measured=False),)
 
 
 def opened(status: NodeStatus, held: Sequence[HeldDevice] = BLIND) -> StackEpisode:
-    episode, _ = step(None, status, held, NODE, T0)
+    episode, _ = step(None, status, held, NODE, T0, grace_ms=0)
     assert episode is not None
     return episode
 
@@ -171,7 +181,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_stack_broken_decision(case: Case) -> None:
-    episode, alerts = step(case.episode, case.status, case.held, NODE, T0 + 60 * S_)
+    episode, alerts = step(case.episode, case.status, case.held, NODE, T0 + 60 * S_, grace_ms=0)
     assert [(a.status, a.stack.plane if a.stack else "") for a in alerts] == list(case.sent)
     assert (episode.plane if episode is not None else None) == case.open_after
     for a in alerts:
@@ -188,7 +198,7 @@ def test_stack_broken_decision(case: Case) -> None:
 def test_the_firing_alert_names_the_plane_its_reason_what_waits_and_the_blind_gpus_holders() -> (
     None
 ):
-    [seed] = step(None, SEED, BLIND, NODE, T0)[1]
+    [seed] = step(None, SEED, BLIND, NODE, T0, grace_ms=0)[1]
     assert seed.stack is not None
     assert seed.stack.plane == "container-toolkit"
     assert seed.stack.reason.startswith("container toolkit not ready")
@@ -202,9 +212,9 @@ def test_the_firing_alert_names_the_plane_its_reason_what_waits_and_the_blind_gp
     assert seed.summary.startswith("GPU stack broken: container toolkit not ready on gpu-a")
     assert "2 held GPUs without telemetry, held by inf/mps-0 (uid uid-mps-), " in seed.summary
     # the id is the episode's: (kind, node, plane, start)
-    again = step(None, SEED, NEW_HOLDERS, NODE, T0)[1][0]
+    again = step(None, SEED, NEW_HOLDERS, NODE, T0, grace_ms=0)[1][0]
     assert again.id == seed.id
-    assert step(None, SEED, BLIND, NODE, T0 + 1)[1][0].id != seed.id
+    assert step(None, SEED, BLIND, NODE, T0 + 1, grace_ms=0)[1][0].id != seed.id
 
 
 def test_a_plane_disabled_on_purpose_is_never_the_broken_plane() -> None:
@@ -215,15 +225,152 @@ def test_a_plane_disabled_on_purpose_is_never_the_broken_plane() -> None:
     assert plane.name == "dcgm-exporter"
 
 
+# --- the grace window: a break fires only once it has lasted, in event time
+
+GRACE = 60 * S_
+EXPORTER_ID = alert_id(KIND, NODE, "dcgm-exporter", T0)
+
+
+def pending(status: NodeStatus = EXPORTER_CRASHING, since: int = T0) -> StackEpisode:
+    episode, alerts = step(None, status, BLIND, NODE, since, grace_ms=GRACE)
+    assert episode is not None
+    assert (episode.since_ms, episode.fired, alerts) == (since, None, [])
+    return episode
+
+
+@dataclass(frozen=True)
+class GraceCase:
+    episode: StackEpisode | None
+    status: NodeStatus | None
+    held: Sequence[HeldDevice]
+    at: int  # the step's event time
+    sent: tuple[tuple[str, str, int], ...]  # (status, plane, started_ms) of each alert
+    after: tuple[str, int, bool] | None  # the episode after: (plane, since, fired)
+
+
+GRACE_CASES = {
+    "broken, GPUs held: pending, nothing sent": GraceCase(
+        None, EXPORTER_CRASHING, BLIND, T0, (), ("dcgm-exporter", T0, False)
+    ),
+    "broken, nothing held: no episode": GraceCase(None, EXPORTER_CRASHING, (), T0, (), None),
+    "pending, healed within the grace: over, nothing ever sent": GraceCase(
+        pending(), READY, BLIND, T0 + 30 * S_, (), None
+    ),
+    "pending, nothing held any more within the grace: over, nothing sent": GraceCase(
+        pending(), EXPORTER_CRASHING, (), T0 + 30 * S_, (), None
+    ),
+    "pending, no status any more: over, nothing sent": GraceCase(
+        pending(), None, BLIND, T0 + 30 * S_, (), None
+    ),
+    "pending, disabled by intent within the grace: over, nothing sent": GraceCase(
+        pending(), DISABLED_EXPORTER, BLIND, T0 + 30 * S_, (), None
+    ),
+    "pending, still broken a millisecond short of the grace: pending": GraceCase(
+        pending(), EXPORTER_CRASHING, BLIND, T0 + GRACE - 1, (), ("dcgm-exporter", T0, False)
+    ),
+    "pending, still broken at the grace: fires, started when the break began": GraceCase(
+        pending(),
+        EXPORTER_CRASHING,
+        NEW_HOLDERS,
+        T0 + GRACE,
+        (("firing", "dcgm-exporter", T0),),
+        ("dcgm-exporter", T0, True),
+    ),
+    "pending, a lower plane breaks within the grace: its own window starts": GraceCase(
+        pending(), SEED, BLIND, T0 + 30 * S_, (), ("container-toolkit", T0 + 30 * S_, False)
+    ),
+    "pending for the toolkit, short of its own grace: pending": GraceCase(
+        pending(SEED, T0 + 30 * S_),
+        SEED,
+        BLIND,
+        T0 + 30 * S_ + GRACE - 1,
+        (),
+        ("container-toolkit", T0 + 30 * S_, False),
+    ),
+    "pending for the toolkit, at its own grace: fires from its own start": GraceCase(
+        pending(SEED, T0 + 30 * S_),
+        SEED,
+        BLIND,
+        T0 + 30 * S_ + GRACE,
+        (("firing", "container-toolkit", T0 + 30 * S_),),
+        ("container-toolkit", T0 + 30 * S_, True),
+    ),
+    "pending, the clock behind its start: pending": GraceCase(
+        pending(), EXPORTER_CRASHING, BLIND, T0 - S_, (), ("dcgm-exporter", T0, False)
+    ),
+    "fired, healed: resolved as without a grace": GraceCase(
+        step(pending(), EXPORTER_CRASHING, BLIND, NODE, T0 + GRACE, grace_ms=GRACE)[0],
+        READY,
+        BLIND,
+        T0 + 2 * GRACE,
+        (("resolved", "dcgm-exporter", T0),),
+        None,
+    ),
+    "fired, a lower plane breaks: resolved, the new plane pending": GraceCase(
+        step(pending(), EXPORTER_CRASHING, BLIND, NODE, T0 + GRACE, grace_ms=GRACE)[0],
+        SEED,
+        BLIND,
+        T0 + 2 * GRACE,
+        (("resolved", "dcgm-exporter", T0),),
+        ("container-toolkit", T0 + 2 * GRACE, False),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", GRACE_CASES.values(), ids=GRACE_CASES.keys())
+def test_stack_broken_grace_window(case: GraceCase) -> None:
+    episode, alerts = step(case.episode, case.status, case.held, NODE, case.at, grace_ms=GRACE)
+    sent = [(a.status, a.stack.plane if a.stack else "", a.started_ms) for a in alerts]
+    assert sent == list(case.sent)
+    after = (episode.plane, episode.since_ms, episode.fired is not None) if episode else None
+    assert after == case.after
+    for a in alerts:
+        assert a.id == alert_id(KIND, NODE, a.stack.plane if a.stack else "", a.started_ms)
+        assert a.ts_ms == case.at
+    # the same step again (a record processed again) decides the same
+    assert step(case.episode, case.status, case.held, NODE, case.at, grace_ms=GRACE) == (
+        episode,
+        alerts,
+    )
+
+
+def test_a_graced_alert_is_the_one_that_would_have_fired_at_once_but_for_its_time() -> None:
+    [at_once] = step(None, EXPORTER_CRASHING, BLIND, NODE, T0, grace_ms=0)[1]
+    [late] = step(pending(), EXPORTER_CRASHING, BLIND, NODE, T0 + GRACE, grace_ms=GRACE)[1]
+    assert late.id == at_once.id == EXPORTER_ID
+    assert late.started_ms == at_once.started_ms == T0
+    assert replace(late, ts_ms=T0) == at_once
+    fired = replace(pending(), fired=late)
+    [resolved] = step(fired, READY, BLIND, NODE, T0 + 2 * GRACE, grace_ms=GRACE)[1]
+    assert (resolved.id, resolved.status, resolved.started_ms) == (late.id, "resolved", T0)
+
+
+def test_a_pending_episode_ends_silently_when_the_node_goes() -> None:
+    assert gone(pending(), T0 + S_, "deleted") == []
+    fired = step(pending(), EXPORTER_CRASHING, BLIND, NODE, T0 + GRACE, grace_ms=GRACE)[0]
+    [resolved] = gone(fired, T0 + 2 * GRACE, "deleted")
+    assert (resolved.id, resolved.status) == (EXPORTER_ID, "resolved")
+
+
 # --- through the processor
+
+
+def new(grace_s: float = 0.0) -> Processor:
+    """A processor; grace 0 (the alert fires at once) unless a test is about the grace window."""
+    policy = AlertSettings.model_construct(
+        idle_window_s=120.0, cooldown_s=0.0, stack_grace_s=grace_s
+    )
+    return Processor(Tables.in_memory(), policy, LIFE)
 
 
 def crashing(ts: int, restarts: int = 12) -> OperandPods:
     return operands(ts, with_pods(crashloop(EXPORTER, restarts)))
 
 
-def start(pods: OperandPods, *labels: tuple[str, str]) -> tuple[Processor, list[Output]]:
-    proc = new()
+def start(
+    pods: OperandPods, *labels: tuple[str, str], grace_s: float = 0.0
+) -> tuple[Processor, list[Output]]:
+    proc = new(grace_s)
     out = feed(proc, setup())
     out += proc.handle(READY_POLICY, 0)
     out += feed(proc, [node_record(T0 + S_, *labels), pods, agent(T0 + 2 * S_, "failing", "x")])
@@ -315,11 +462,71 @@ def test_a_node_gone_resolves_its_alert_and_a_record_processed_twice_sends_the_s
     assert stack_alerts(proc.handle(deleted, 0)) == [gone]  # the deletion processed again
 
 
+def test_with_a_grace_a_crash_loop_fires_on_the_clock_tick_that_ends_it_from_its_start() -> None:
+    _, at_once = start(crashing(T0 + S_))
+    [expected] = stack_alerts(at_once)
+    proc, out = start(crashing(T0 + S_), grace_s=60.0)
+    assert stack_alerts(out) == []
+    episode = proc.tables.node_stack[NODE].broken
+    assert episode is not None
+    assert (episode.since_ms, episode.fired) == (expected.started_ms, None)
+    assert node_row(proc.tables.node_stack[NODE]).alert is None  # type: ignore[union-attr]
+    # still crash looping: a new status, nothing sent; the record again sends nothing either
+    more = crashing(T0 + 3 * S_, 13)
+    assert stack_alerts(feed(proc, [more, more])) == []
+    short = ClockTick(0, expected.started_ms + GRACE - 1)
+    assert stack_alerts(proc.handle(short, 0)) == []
+    tick = ClockTick(0, expected.started_ms + GRACE)
+    [fired] = stack_alerts(proc.handle(tick, 0))
+    assert (fired.id, fired.status, fired.started_ms, fired.ts_ms) == (
+        expected.id,
+        "firing",
+        expected.started_ms,
+        tick.ts_ms,
+    )
+    assert fired.holders == expected.holders
+    assert stack_alerts(proc.handle(tick, 0)) == [fired]  # the tick processed again
+    assert stack_alerts(proc.handle(ClockTick(0, tick.ts_ms + S_), 0)) == []  # fired once
+    assert node_row(proc.tables.node_stack[NODE]).alert == fired.id  # type: ignore[union-attr]
+    healed = feed(proc, [operands(tick.ts_ms + 2 * S_, HEALTHY), agent(tick.ts_ms + 3 * S_, "ok")])
+    [resolved] = stack_alerts(healed)
+    assert (resolved.id, resolved.status) == (fired.id, "resolved")
+    stack = proc.tables.node_stack[NODE]
+    assert TABLE_CODEC.decode(TABLE_CODEC.encode(stack)) == stack
+
+
+def test_with_a_grace_a_restart_that_heals_within_it_sends_nothing() -> None:
+    proc, out = start(crashing(T0 + S_), grace_s=60.0)
+    pending_stack = proc.tables.node_stack[NODE]
+    assert pending_stack.broken is not None
+    assert pending_stack.broken.fired is None
+    # a pending episode is a table value like any: through the table codec
+    assert TABLE_CODEC.decode(TABLE_CODEC.encode(pending_stack)) == pending_stack
+    healed = feed(proc, [operands(T0 + 20 * S_, HEALTHY), agent(T0 + 21 * S_, "ok")])
+    assert proc.tables.node_stack[NODE].broken is None
+    later = proc.handle(ClockTick(0, T0 + 5 * GRACE), 0)
+    assert stack_alerts([*out, *healed, *later]) == []
+
+
+def test_with_a_grace_gpus_released_within_it_send_nothing() -> None:
+    proc, _ = start(crashing(T0 + S_), grace_s=60.0)
+    left = feed(proc, [PodResourcesDiff(NODE, T0 + 10 * S_, (), (*TENANTS, TRAINER))])
+    assert proc.tables.node_stack[NODE].broken is None
+    assert stack_alerts([*left, *proc.handle(ClockTick(0, T0 + 5 * GRACE), 0)]) == []
+
+
+def test_with_a_grace_a_node_deleted_while_pending_sends_nothing() -> None:
+    proc, _ = start(crashing(T0 + S_), grace_s=60.0)
+    deleted = NodeRecord(NODE, T0 + 10 * S_, (), deleted=True)
+    assert stack_alerts(proc.handle(deleted, 0)) == []
+    assert stack_alerts(proc.handle(ClockTick(0, T0 + 5 * GRACE), 0)) == []
+
+
 # --- where people look
 
 
 def test_slack_names_the_broken_plane_what_waits_and_the_blind_gpus() -> None:
-    [seed] = step(None, SEED, BLIND, NODE, T0)[1]
+    [seed] = step(None, SEED, BLIND, NODE, T0, grace_ms=0)[1]
     message = slack_message(seed)
     text = str(message)
     assert message["blocks"][0]["text"]["text"] == ":construction: stack-broken: gpu-a"
@@ -403,9 +610,12 @@ def keys(outputs: Sequence[Output]) -> set[str]:
     return {f"{o.id}:{o.status}" for o in outputs if isinstance(o, Alert)}
 
 
-def run(records: Sequence[object], state: State) -> tuple[list[list[Output]], list[State]]:
+def run(
+    records: Sequence[object], state: State, grace_s: float = 0.0
+) -> tuple[list[list[Output]], list[State]]:
     tables = {name: dict(table) for name, table in state.items()}
-    proc = Processor(Tables(**tables), None, LIFE)  # type: ignore[arg-type]
+    policy = AlertSettings.model_construct(stack_grace_s=grace_s)
+    proc = Processor(Tables(**tables), policy, LIFE)  # type: ignore[arg-type]
     outputs, states = [], []
     for record in records:
         outputs.append(proc.handle(record, 0))
@@ -429,6 +639,50 @@ def test_every_crash_point_delivers_every_stack_alert_exactly_by_key() -> None:
                 for o in range(c, k + 2):
                     delivered = set().union(*(keys(outs) for outs in reference[:o]))
                     replayed, _ = run(records[c:], persisted[s])
+                    delivered |= set().union(*(keys(outs) for outs in replayed))
+                    assert delivered == expected, (k, c, s, o, expected - delivered)
+                    crash_points += 1
+    assert crash_points > 300
+
+
+def graced_stream() -> list[object]:
+    return [
+        *setup(),
+        READY_POLICY,
+        node_record(T0 + S_),
+        crashing(T0 + S_),  # pending
+        agent(T0 + 2 * S_, "failing", "x"),
+        ClockTick(0, T0 + 30 * S_),  # within the grace: nothing
+        operands(T0 + 31 * S_, HEALTHY),  # healed within the grace: never sent
+        agent(T0 + 32 * S_, "ok"),
+        crashing(T0 + 33 * S_, 14),  # a new episode, pending
+        ClockTick(0, T0 + 60 * S_),  # within its grace: nothing
+        ClockTick(0, T0 + 93 * S_),  # its grace has run out: fires
+        crashing(T0 + 94 * S_, 15),  # the same episode
+        operands(T0 + 95 * S_, HEALTHY),  # resolves
+        ClockTick(0, T0 + 95 * S_ + 500),
+        ClockTick(0, T0 + 95 * S_ + 750),
+        NodeRecord(NODE, T0 + 96 * S_, (), deleted=True),
+    ]
+
+
+def test_every_crash_point_delivers_every_graced_stack_alert_exactly_by_key() -> None:
+    records = graced_stream()
+    empty: State = {name: {} for name in TABLES}
+    reference, after = run(records, empty, grace_s=60.0)
+    episode = alert_id(KIND, NODE, "dcgm-exporter", T0 + 33 * S_)
+    expected = set().union(*(keys(outs) for outs in reference))
+    assert expected == {f"{episode}:firing", f"{episode}:resolved"}
+    fired = next(a for outs in reference for a in stack_alerts(outs) if a.status == "firing")
+    assert (fired.started_ms, fired.ts_ms) == (T0 + 33 * S_, T0 + 93 * S_)
+    persisted = [empty, *after]
+    crash_points = 0
+    for k in range(len(records)):
+        for c in range(max(0, k - 2), k + 1):
+            for s in range(c, k + 2):
+                for o in range(c, k + 2):
+                    delivered = set().union(*(keys(outs) for outs in reference[:o]))
+                    replayed, _ = run(records[c:], persisted[s], grace_s=60.0)
                     delivered |= set().union(*(keys(outs) for outs in replayed))
                     assert delivered == expected, (k, c, s, o, expected - delivered)
                     crash_points += 1
