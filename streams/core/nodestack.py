@@ -16,7 +16,10 @@ only when it differs from the last one emitted, event time aside (:func:`step`).
 remembers the record that caused it (its time and fingerprint), so that record, processed again
 after a crash whose state writes reached the changelog but whose outputs did not, emits the same
 status again, byte for byte (then the latest, if a later record emitted one). The last
-:data:`REMEMBERED` emissions are kept.
+:data:`REMEMBERED` emissions are kept. The same holds for the node's ``stack-broken`` alert
+(:class:`AlertEmission`), whose moves a partition's ``clock.tick`` can make too (a grace window
+that ran out); an episode that opens pending or ends before it fired sends nothing and is kept
+without an emission (:func:`pending`).
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ every partition, without a key) and writes each node's status to the compacted
 - gpu-a's dcgm-exporter is off by its deploy label: every held GPU is in the heartbeats with its
   holders, usage unknown "disabled by intent", its stack ``ready`` and no alert;
 - gpu-b's exporter crash loops: its stack is ``broken`` at the exporter, and its GPUs' usage
-  unknown says so; its ``stack-broken`` alert fires on the alerts topic naming the holders (with
-  their UIDs) of the GPUs left without telemetry, and resolves, under the same id, when the
-  exporter's pod is ready again. gpu-a, disabled on purpose, never has one.
+  unknown says so; its ``stack-broken`` alert fires on the alerts topic once the crash loop has
+  lasted the default grace window (60 s of event time), started when the break began, naming the
+  holders (with their UIDs) of the GPUs left without telemetry, and resolves, under the same id,
+  when the exporter's pod is ready again. gpu-a, disabled on purpose, never has one.
 """
 
 from __future__ import annotations
@@ -203,6 +204,9 @@ async def test_node_status_on_kafka_disabled_by_intent_versus_crash_looping(
             [fired] = stack_alerts(alerts.records, OTHER)
             print(f"gpu-b alert: {fired.summary}")
             assert fired.status == "firing"
+            # the default grace (60 s): it fires once the break has lasted that long
+            assert fired.ts_ms - fired.started_ms >= 60 * S_
+            assert T0 <= fired.started_ms <= T0 + S_  # the break began with the crashing pods
             assert fired.stack is not None
             assert (fired.stack.plane, fired.stack.unmeasured) == ("dcgm-exporter", (G0, G1))
             assert "CrashLoopBackOff, 12 restarts" in fired.stack.reason
