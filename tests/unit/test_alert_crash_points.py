@@ -28,6 +28,7 @@ from contract.outputs import Alert
 from contract.topics import TABLES
 from infra.settings import AlertSettings
 from streams.core.processor import Output, Processor, Tables
+from tests.crashpoints import every_crash_point
 
 G0, G1 = "GPU-00000000-aaaa", "GPU-11111111-bbbb"
 P0 = DeviceAssignment("ml", "p0", "main", "nvidia.com/gpu", G0)
@@ -98,14 +99,7 @@ def test_every_crash_point_delivers_every_alert_exactly_by_key() -> None:
     assert len(expected) == 9
     assert kinds == {"idle", "xid", "orphaned"}
     persisted = [empty, *after]  # persisted[s]: the tables once the inputs before s are written
-    crash_points = 0
-    for k in range(len(records)):
-        for c in range(max(0, k - 2), k + 1):
-            for s in range(c, k + 2):
-                for o in range(c, k + 2):
-                    delivered = set().union(*(keys(outs) for outs in reference[:o]))
-                    replayed, _ = run(records[c:], persisted[s])
-                    delivered |= set().union(*(keys(outs) for outs in replayed))
-                    assert delivered == expected, (k, c, s, o, expected - delivered)
-                    crash_points += 1
+    crash_points = every_crash_point(
+        records, reference, persisted, expected, lambda rs, st: run(rs, st)[0], keys
+    )
     assert crash_points > 1000
