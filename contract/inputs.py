@@ -77,6 +77,35 @@ class ExporterClaim:
     dra_mig_uuid: str | None = None
 
 
+#: the cumulative DCGM counters the agent turns into increases (:class:`SinceLast`)
+CounterName = Literal[
+    "pcie_replays",
+    "ecc_dbe_volatile",
+    "uncorrectable_remapped_rows",
+    "correctable_remapped_rows",
+    "power_violation_us",
+    "thermal_violation_us",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SinceLast:
+    """What each cumulative counter of a device did since the agent's previous scrape of it,
+    ``interval_ms`` earlier (:mod:`agents.dcgm.counters` decides). An increase is ``None`` when
+    the counter is not exported in both scrapes, or when it went backwards (``resets`` names it:
+    the exporter or driver restarted, so the increase over the interval is not known — never a
+    negative, never a false rise)."""
+
+    interval_ms: int
+    pcie_replays: float | None = None
+    ecc_dbe_volatile: float | None = None
+    uncorrectable_remapped_rows: float | None = None
+    correctable_remapped_rows: float | None = None
+    power_violation_us: float | None = None
+    thermal_violation_us: float | None = None
+    resets: tuple[CounterName, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class DcgmSample:
     """One GPU (or MIG instance) as one dcgm-exporter scrape saw it.
@@ -108,6 +137,28 @@ class DcgmSample:
     #: fields whose rows for this device carried *different* values per pod (the exporter's
     #: per-process mode): those values are not a device-wide reading and are left out (None).
     exporter_split_fields: tuple[str, ...] = ()
+    # --- additive (issue 29): profiling ratios 0-1 (DCGM_FI_PROF_*, per MIG instance too)
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    # gauges, in the exporter's units
+    mem_copy_util_pct: float | None = None  # DCGM_FI_DEV_MEM_COPY_UTIL, %
+    memory_temp_c: float | None = None  # DCGM_FI_DEV_MEMORY_TEMP, °C
+    sm_clock_mhz: float | None = None  # DCGM_FI_DEV_SM_CLOCK, MHz
+    row_remap_failure: bool | None = None  # DCGM_FI_DEV_ROW_REMAP_FAILURE, 0/1
+    #: DCGM_FI_DEV_CLOCKS_EVENT_REASONS (older: DCGM_FI_DEV_CLOCK_THROTTLE_REASONS), NVML bitmask
+    clock_event_reasons: int | None = None
+    # cumulative counters as read (totals since the driver or exporter started)
+    pcie_replays: float | None = None  # DCGM_FI_DEV_PCIE_REPLAY_COUNTER
+    ecc_dbe_volatile: float | None = None  # DCGM_FI_DEV_ECC_DBE_VOL_TOTAL
+    uncorrectable_remapped_rows: float | None = None  # DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS
+    correctable_remapped_rows: float | None = None  # DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS
+    power_violation_us: float | None = None  # DCGM_FI_DEV_POWER_VIOLATION, µs throttled
+    thermal_violation_us: float | None = None  # DCGM_FI_DEV_THERMAL_VIOLATION, µs throttled
+    #: the counters' increases since the agent's previous scrape of this device (None: the
+    #: first scrape the agent made of it)
+    since_last: SinceLast | None = None
 
 
 @dataclass(frozen=True, slots=True)

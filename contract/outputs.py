@@ -91,6 +91,68 @@ class Usage:
     xid: int | None
 
 
+#: which DCGM profiling field gave a device's effective activity: SM active where exported, else
+#: the graphics engine's active ratio. Never GPU_UTIL (any kernel running is not effective work).
+EffectiveSource = Literal["DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
+#: what kind of work the device did (:mod:`streams.core.efficiency` decides): tensor pipes busy
+#: (``tensor``); memory interface busy while compute stays low (``memory-bound``); SMs busy
+#: (``compute``); little of anything (``light``); ``unknown`` when no profiling field says
+WorkKind = Literal["tensor", "memory-bound", "compute", "light", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """Busy versus effective, for the whole device or MIG instance — never split per pod.
+
+    ``busy_pct`` is the share of time *any* kernel ran (``DCGM_FI_DEV_GPU_UTIL``; on a MIG
+    instance the graphics engine's active ratio): a GPU can be 100 % busy doing almost nothing.
+    ``effective_pct`` is the share of SM cycles with work resident (``DCGM_FI_PROF_SM_ACTIVE``,
+    else ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``); where neither is exported it is ``None`` and
+    ``effective_reason`` says why — never derived from ``busy_pct``. Ratios are in percent."""
+
+    busy_pct: float | None = None
+    effective_pct: float | None = None
+    effective_source: EffectiveSource | None = None
+    effective_reason: str | None = None
+    tensor_active_pct: float | None = None
+    dram_active_pct: float | None = None
+    sm_occupancy_pct: float | None = None
+    mem_copy_util_pct: float | None = None
+    work: WorkKind = "unknown"
+
+
+#: a device's health marks (:mod:`streams.core.health` decides): ``hot`` (GPU or memory temperature
+#: at or over its threshold), ``throttled`` (thermal throttling time rising, or a thermal
+#: clock-event reason set), ``memory-fault`` (uncorrectable remapped rows or double-bit ECC errors
+#: rising, or row remapping failed), ``pcie-replays`` (PCIe replays rising fast)
+HealthMark = Literal["hot", "throttled", "memory-fault", "pcie-replays"]
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """What the hardware says of its own condition at this sample (device-wide). Counter figures
+    are increases since the agent's previous scrape (``None`` at the first scrape, or where the
+    counter reset: ``counter_resets`` names those)."""
+
+    gpu_temp_c: float | None = None
+    memory_temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
+    #: share of the interval spent throttled for heat / for power (violation µs over interval)
+    thermal_throttle_pct: float | None = None
+    power_throttle_pct: float | None = None
+    clock_events: tuple[str, ...] = ()  # the clock-event reasons set, by name
+    pcie_replays_per_min: float | None = None
+    uncorrectable_remapped_rows: float | None = None  # totals as read
+    correctable_remapped_rows: float | None = None
+    row_remap_failure: bool | None = None
+    ecc_dbe_volatile: float | None = None
+    uncorrectable_remapped_rows_increase: float | None = None
+    ecc_dbe_increase: float | None = None
+    counter_resets: tuple[str, ...] = ()
+    marks: tuple[HealthMark, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class MigInstance:
     instance_id: int | None
@@ -169,6 +231,10 @@ class AttributionEvent:
     origin: Origin = "sample"
     telemetry: Telemetry = Telemetry()
     pods: tuple[PodShare, ...] = ()
+    #: additive (issue 29): busy versus effective, and the device's health; device-wide. On an
+    #: event without a reading (``telemetry.status`` unknown) both stay at their empty defaults.
+    activity: Activity = Activity()
+    health: Health = Health()
 
     def identity(self) -> tuple[str, str, int, str]:
         """What names this event: a copy written again after a crash or rebalance has the same
@@ -222,7 +288,18 @@ class TelemetryRefused:
 
 
 #: ``stack-broken`` is a node's (its GPU stack, :class:`StackBreak`), the others a device's
-AlertKind = Literal["idle", "xid", "orphaned-memory", "stack-broken"]
+#: ``low-efficiency``: busy most of the window while effective activity stays low; ``thermal``,
+#: ``memory-fault``, ``pcie-replays``: the device's health, joined to its holders at the time
+AlertKind = Literal[
+    "idle",
+    "xid",
+    "orphaned-memory",
+    "stack-broken",
+    "low-efficiency",
+    "thermal",
+    "memory-fault",
+    "pcie-replays",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +309,20 @@ class AlertFigures:
     fb_used_mib: float | None = None
     fb_threshold_mib: float | None = None
     xid: int | None = None
+    # additive (issue 29)
+    effective_pct: float | None = None
+    effective_threshold_pct: float | None = None
+    effective_source: EffectiveSource | None = None
+    busy_threshold_pct: float | None = None
+    gpu_temp_c: float | None = None
+    memory_temp_c: float | None = None
+    temp_threshold_c: float | None = None
+    thermal_throttle_pct: float | None = None
+    uncorrectable_remapped_rows: float | None = None
+    row_remap_failure: bool | None = None
+    ecc_dbe_increase: float | None = None
+    pcie_replays_per_min: float | None = None
+    pcie_threshold_per_min: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

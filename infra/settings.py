@@ -214,6 +214,40 @@ class AlertSettings(BaseSettings):
     #: a node's stack-broken alert fires only once the same plane has stayed broken, with a GPU
     #: held, this long (a routine operand restart heals within it); 0 fires at once
     stack_grace_s: float = Field(default=60.0, ge=0)
+    #: low-efficiency: a held device busy (GPU_UTIL) at or above ``low_eff_busy_pct`` while its
+    #: effective activity (SM active, else GR engine active) stays under ``low_eff_threshold_pct``
+    #: for ``low_eff_window_s``; it ends when effective rises past threshold + hysteresis or busy
+    #: falls under busy - hysteresis. Busy must stay above the idle band, so the two alerts
+    #: never describe the same episode.
+    low_eff_busy_pct: float = Field(default=50.0, gt=0, le=100)
+    low_eff_threshold_pct: float = Field(default=15.0, ge=0, le=100)
+    low_eff_hysteresis_pct: float = Field(default=5.0, ge=0)
+    low_eff_window_s: float = Field(default=1800.0, gt=0)
+    #: thermal: GPU or memory temperature at or over its threshold, or thermal throttling over
+    #: ``thermal_throttle_pct`` of the time, for ``thermal_window_s``; resolves once every
+    #: figure is back under its threshold (temperatures by ``thermal_hysteresis_c``)
+    thermal_gpu_temp_c: float = Field(default=85.0, gt=0)
+    thermal_memory_temp_c: float = Field(default=95.0, gt=0)
+    thermal_throttle_pct: float = Field(default=10.0, gt=0, le=100)
+    thermal_hysteresis_c: float = Field(default=3.0, ge=0)
+    thermal_window_s: float = Field(default=300.0, gt=0)
+    #: PCIe replays rising at or over this rate (per minute, between two scrapes) fire
+    #: ``pcie-replays``; DCGM's own PCIe health watch uses 8 per minute
+    pcie_replays_per_min: float = Field(default=8.0, gt=0)
+    #: a memory-fault or pcie-replays alert resolves after this long without a new rise
+    health_quiet_s: float = Field(default=900.0, gt=0)
+
+    @model_validator(mode="after")
+    def _busy_above_idle(self) -> AlertSettings:
+        if self.low_eff_busy_pct - self.low_eff_hysteresis_pct < (
+            self.idle_threshold_pct + self.idle_hysteresis_pct
+        ):
+            raise ValueError(
+                "GPUATTR_ALERTS_LOW_EFF_BUSY_PCT - GPUATTR_ALERTS_LOW_EFF_HYSTERESIS_PCT must be at "
+                "least GPUATTR_ALERTS_IDLE_THRESHOLD_PCT + GPUATTR_ALERTS_IDLE_HYSTERESIS_PCT: a "
+                "low-efficiency episode is never an idle one"
+            )
+        return self
 
 
 class SpineSettings(BaseSettings):
