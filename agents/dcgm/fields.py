@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["FIELDS", "NS_TO_US", "as_bitmask", "as_flag", "as_us", "as_xid"]
+__all__ = ["FIELDS", "NS_PER_US", "as_bitmask", "as_flag", "as_us", "as_xid"]
 
 #: DCGM field → DcgmSample attribute.
 FIELDS: Mapping[str, str] = {
@@ -69,12 +69,12 @@ FIELDS: Mapping[str, str] = {
     "dcgm_power_violation": "power_violation_us",  # sent in ns
     "dcgm_thermal_violation": "thermal_violation_us",  # sent in ns
 }
-NS_TO_US = 1e-3
+NS_PER_US = 1000
 
 
 def as_us(ns: float | None) -> float | None:
     """A throttling time the exporter sends in nanoseconds, in microseconds."""
-    return None if ns is None else ns * NS_TO_US
+    return None if ns is None else ns / NS_PER_US
 
 
 def as_flag(value: float | None) -> bool | None:
