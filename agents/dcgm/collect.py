@@ -12,6 +12,12 @@ are rejected one by one by :func:`agents.dcgm.translate.parse_exposition` (count
 still published.
 A scrape the publisher refuses is retried with backoff before the next one; one that still
 fails is logged as an error and its samples counted as dropped, never lost silently.
+
+Each sample goes out with ``since_last``: what its cumulative counters did since the last
+*published* scrape of the same device (:func:`agents.dcgm.counters.with_since_last` decides).
+The collector keeps that scrape's samples per device — only the devices it showed, replaced
+whole by each published scrape. A scrape that fails, shows no device or is dropped by the
+publisher leaves them as they were, so the next increase covers its interval too.
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from agents.dcgm.translate import IgnoredFamily, RejectedLine, parse_exposition
+from agents.dcgm.counters import with_since_last
+from agents.dcgm.translate import DeviceKey, IgnoredFamily, RejectedLine, parse_exposition
 from agents.health import SourceHealth
 from agents.locate import NotFound, Target
 from agents.selfmetrics import IGNORED_FAMILIES, REJECTED_LINES, SOURCE_ERRORS
 from agents.types import Emit, NowMs
-from contract.inputs import DcgmScrape
+from contract.inputs import DcgmSample, DcgmScrape
 from infra.backoff import Backoff
 
 log = logging.getLogger(__name__)
@@ -76,6 +83,8 @@ class DcgmCollector:
         self._rejection_logged_ms: dict[str, int] = {}
         self._before_first_scrape = before_first_scrape
         self._ignored_logged: set[IgnoredFamily] = set()
+        #: the last published scrape's samples per device: the counters' baseline
+        self._previous: dict[DeviceKey, DcgmSample] = {}
 
     async def run(self) -> None:
         """Scrape every ``interval_s`` (start to start) until cancelled."""
@@ -121,8 +130,13 @@ class DcgmCollector:
             self._note_ignored(result.ignored)
         if not result.samples:
             return 0
-        scrape = DcgmScrape(self.node, ts_ms, result.samples, target.url, target.pod)
-        return await self._publish(scrape)
+        samples = tuple(with_since_last(self._previous.get(_key(s)), s) for s in result.samples)
+        published = await self._publish(
+            DcgmScrape(self.node, ts_ms, samples, target.url, target.pod)
+        )
+        if published:
+            self._previous = {_key(s): s for s in samples}
+        return published
 
     async def _fetch(self, session: aiohttp.ClientSession, url: str) -> str | None:
         try:
@@ -214,3 +228,7 @@ class DcgmCollector:
 
     def _recovered(self) -> None:
         self.health.ok()
+
+
+def _key(sample: DcgmSample) -> DeviceKey:
+    return sample.uuid, sample.mig_instance_id

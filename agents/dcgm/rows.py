@@ -14,6 +14,7 @@ value.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -71,6 +72,7 @@ def read_rows(text: str) -> tuple[list[MetricRow], list[RejectedLine]]:
     return rows, rejected
 
 
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 TYPES = ("counter", "gauge", "histogram", "summary", "untyped", "unknown")
 
 
@@ -94,9 +96,14 @@ def _is_sample_line(line: str) -> bool:
     return bool(stripped) and not stripped.startswith("#")
 
 
-def _row_name(family: Metric, sample_name: str) -> str:
-    # The parser renames a counter ``X``'s samples ``X_total``; the family keeps the name as sent.
-    return family.name if family.type == "counter" else sample_name
+def _row_name(family: Metric, sample_name: str, line: str) -> str:
+    """The metric name as the line sent it. The parser renames a counter ``X``'s samples
+    ``X_total`` and a counter family ``X_total`` ``X`` (its samples keep ``X_total``), so for a
+    counter the name is whichever of the two starts the line."""
+    if family.type != "counter":
+        return sample_name
+    sent = _NAME.match(line.lstrip())
+    return sample_name if sent is not None and sent[0] == sample_name else family.name
 
 
 def _rows_of(
@@ -110,7 +117,7 @@ def _rows_of(
         except OverflowError:  # an integer too large for a float
             rejected.append(RejectedLine.at(no, line, VALUE_OUT_OF_RANGE))
             continue
-        rows.append(MetricRow(no, line, _row_name(family, sample.name), sample.labels, value))
+        rows.append(MetricRow(no, line, _row_name(family, sample.name, line), sample.labels, value))
     return rows
 
 

@@ -1,7 +1,8 @@
 """Translate dcgm-exporter's Prometheus exposition text into one sample per device per scrape.
 
 The only module that gives meaning to dcgm-exporter's metric lines (reading the text itself is
-:mod:`agents.dcgm.rows`, with prometheus_client's parser). Rows are grouped per device —
+:mod:`agents.dcgm.rows`, with prometheus_client's parser; its field table and units are
+:mod:`agents.dcgm.fields`, a helper of this module). Rows are grouped per device —
 ``(UUID, GPU_I_ID)`` — because the exporter may print one device several times: once per pod
 with ``--kubernetes-virtual-gpus`` (a ``vgpu`` label), or once per consuming container on a
 DRA-shared GPU. Those copies carry the *same* device-wide value: it is taken once, never added
@@ -24,6 +25,13 @@ upstream) the UUID label is ``uuid`` and the pod labels ``pod_namespace``/``pod_
 ``pod_container_name``); that mode usually goes with the 1.x counters file, whose families are
 named ``dcgm_gpu_utilization``, ``dcgm_fb_used``, … — both namings are read.
 
+Which field is which attribute, and in what unit, is :mod:`agents.dcgm.fields`: utilization,
+framebuffer, power and temperatures, the profiling ratios (SM, tensor, DRAM, graphics engine;
+per MIG instance too), the SM clock, the XID, the row-remap failure flag, the clock-event
+reasons bitmask, and the cumulative counters (PCIe replays, double-bit ECC, remapped rows,
+throttling time), read as the totals the exporter sends. What a counter did since the previous
+scrape is not this module's: the collector asks :mod:`agents.dcgm.counters`.
+
 Nothing is dropped without a trace: a line that cannot be read is rejected with its reason
 (:class:`RejectedLine`), and a family that is read but not used — another exporter's metric on
 the same page, a DCGM field we do not map — is listed in ``ParseResult.ignored`` with its reason,
@@ -36,29 +44,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from agents.dcgm.fields import FIELDS, as_bitmask, as_flag, as_us, as_xid
 from agents.dcgm.rows import MetricRow, RejectedLine, read_rows
 from contract.inputs import DcgmSample, ExporterClaim
 
 __all__ = ["FIELDS", "IgnoredFamily", "ParseResult", "RejectedLine", "parse_exposition"]
 
-#: DCGM field → DcgmSample attribute. Units as the exporter sends them.
-FIELDS: Mapping[str, str] = {
-    "DCGM_FI_DEV_GPU_UTIL": "util_pct",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gr_engine_active",  # ratio 0-1, works per MIG instance
-    "DCGM_FI_DEV_FB_USED": "fb_used_mib",
-    "DCGM_FI_DEV_FB_FREE": "fb_free_mib",
-    "DCGM_FI_DEV_POWER_USAGE": "power_w",
-    "DCGM_FI_DEV_GPU_TEMP": "temp_c",
-    "DCGM_FI_DEV_XID_ERRORS": "xid",  # the last XID seen, kept until the exporter restarts
-    # the 1.x counters file (etc/1.x-compatibility-metrics.csv upstream): same DCGM fields
-    "dcgm_gpu_utilization": "util_pct",
-    "dcgm_fi_prof_gr_engine_active": "gr_engine_active",
-    "dcgm_fb_used": "fb_used_mib",
-    "dcgm_fb_free": "fb_free_mib",
-    "dcgm_power_usage": "power_w",
-    "dcgm_gpu_temp": "temp_c",
-    "dcgm_xid_errors": "xid",
-}
 DCGM_PREFIXES = ("DCGM_FI_", "dcgm_")
 UUID_LABELS = ("UUID", "uuid")  # uuid: --use-old-namespace
 _POD_LABEL_SETS = (  # (namespace, pod, container labels, pod_uid, vgpu)
@@ -187,18 +178,10 @@ def _readings(rows: Sequence[MetricRow]) -> tuple[dict[str, float | None], tuple
     return values, tuple(sorted(split))
 
 
-def _xid(value: float | None) -> int | None:
-    """XID codes are small integers; a value outside 0..2^31 is not an XID and is dropped."""
-    if value is None or not 0 <= value < 2**31:
-        return None
-    return int(value)
-
-
 def _sample(key: DeviceKey, rows: Sequence[MetricRow], node: str, ts_ms: int) -> DcgmSample:
     uuid, mig_instance_id = key
     labels = rows[0].labels  # identity labels are the same on every row of a device
     values, split = _readings(rows)
-    xid = values.get("xid")
     claims = (_claim(row.labels) for row in rows)
     return DcgmSample(
         node=node,
@@ -218,7 +201,22 @@ def _sample(key: DeviceKey, rows: Sequence[MetricRow], node: str, ts_ms: int) ->
         fb_free_mib=values.get("fb_free_mib"),
         power_w=values.get("power_w"),
         temp_c=values.get("temp_c"),
-        xid=_xid(xid),
+        xid=as_xid(values.get("xid")),
         exporter_claims=tuple(dict.fromkeys(c for c in claims if c is not None)),
         exporter_split_fields=split,
+        sm_active=values.get("sm_active"),
+        sm_occupancy=values.get("sm_occupancy"),
+        tensor_active=values.get("tensor_active"),
+        dram_active=values.get("dram_active"),
+        mem_copy_util_pct=values.get("mem_copy_util_pct"),
+        memory_temp_c=values.get("memory_temp_c"),
+        sm_clock_mhz=values.get("sm_clock_mhz"),
+        row_remap_failure=as_flag(values.get("row_remap_failure")),
+        clock_event_reasons=as_bitmask(values.get("clock_event_reasons")),
+        pcie_replays=values.get("pcie_replays"),
+        ecc_dbe_volatile=values.get("ecc_dbe_volatile"),
+        uncorrectable_remapped_rows=values.get("uncorrectable_remapped_rows"),
+        correctable_remapped_rows=values.get("correctable_remapped_rows"),
+        power_violation_us=as_us(values.get("power_violation_us")),
+        thermal_violation_us=as_us(values.get("thermal_violation_us")),
     )

@@ -114,6 +114,7 @@ def test_old_namespace_with_the_1x_counters_file() -> None:
             ("dcgm_xid_errors", "0"),
             ("dcgm_fi_prof_gr_engine_active", "0.12"),
             ("dcgm_sm_clock", "1590"),
+            ("dcgm_memory_clock", "5000"),
         )
     )
     result = parse(text)
@@ -126,21 +127,22 @@ def test_old_namespace_with_the_1x_counters_file() -> None:
         0,
         0.12,
     )
+    assert sample.sm_clock_mhz == 1590
     assert sample.exporter_claims == (ExporterClaim("ml", "train-0", "trainer"),)
     assert [(f.name, f.reason) for f in result.ignored] == [
-        ("dcgm_sm_clock", "a DCGM field gpuattr does not use")
+        ("dcgm_memory_clock", "a DCGM field gpuattr does not use")
     ]
 
 
 def test_families_read_but_not_used_are_reported_with_their_reason() -> None:
     text = (
         row("DCGM_FI_DEV_GPU_UTIL", "5", **GPU)
-        + row("DCGM_FI_DEV_SM_CLOCK", "210", **GPU)
+        + row("DCGM_FI_DEV_MEM_CLOCK", "405", **GPU)
         + row("node_cpu_seconds_total", "1", cpu="0")
     )
     result = parse(text)
     assert len(result.samples) == 1
     assert {(f.name, f.reason) for f in result.ignored} == {
-        ("DCGM_FI_DEV_SM_CLOCK", "a DCGM field gpuattr does not use"),
+        ("DCGM_FI_DEV_MEM_CLOCK", "a DCGM field gpuattr does not use"),
         ("node_cpu_seconds_total", "not a DCGM field"),
     }
