@@ -74,7 +74,8 @@ def _ticks(trace: TraceSpec, since: float | None, t: float) -> float:
 
 
 def _heat(trace: TraceSpec, t: float) -> float:
-    """0 (the load's own temperature) to 1 (the peak): up over ``ramp_s``, down after stop."""
+    """0 (:data:`THERMAL_BASE_C`, the hot load's own temperature) to 1 (the peak): up over
+    ``ramp_s``, back down after stop."""
     up = min(1.0, max(0.0, (t - trace.start_s) / trace.ramp_s))
     if trace.stop_s is None or t < trace.stop_s:
         return up
