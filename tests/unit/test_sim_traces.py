@@ -13,7 +13,7 @@ from agents.dcgm.translate import parse_exposition
 from sim import traces
 from sim.cluster import Cluster
 from sim.exporter_rows import FAMILIES, render
-from sim.scenario import ExporterRestart, TraceSpec, builtin_names, load, parse
+from sim.scenario import ExporterRestart, Scenario, TraceSpec, builtin_names, load, parse
 
 EFF = load("efficiency")
 COUNTERS = (
@@ -63,6 +63,11 @@ UPSTREAM = {
         "Ratio of cycles the device memory interface is active sending or receiving data.",
     ),
 }
+
+
+def at(scenario: Scenario, t: float) -> Cluster:
+    """The scenario's cluster frozen at scenario second ``t``."""
+    return Cluster(scenario, lambda: t)
 
 
 def values(node: str, gpu: int, t: float, scenario: str = "efficiency") -> dict[str, float]:
@@ -160,7 +165,7 @@ def test_counters_rise_monotonically_except_at_a_restart() -> None:
         previous: dict[int, dict[str, float]] = {}
         for step in range(301):
             t = step / 2
-            cluster = Cluster(EFF, lambda t=t: t)
+            cluster = at(EFF, t)
             for row in cluster.exporter_rows(node.name, step):
                 v = dict(row.values)
                 last = previous.get(row.gpu)
@@ -180,20 +185,20 @@ def test_a_restart_resets_rising_counters_and_the_last_xid() -> None:
     restart = (ExporterRestart(50, down_s=2),)
     every = [thermal, rows, replays, xid]
 
-    def at(t: float) -> dict[str, float]:
+    def reading(t: float) -> dict[str, float]:
         return traces.device(90, every, restart, (), t)
 
-    assert at(49)["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"] == 9
-    assert at(49)["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"] == 49
-    assert at(49)["DCGM_FI_DEV_XID_ERRORS"] == 79
-    assert at(49)["DCGM_FI_DEV_THERMAL_VIOLATION"] > 0
-    assert all(at(50)[c] == 0 for c in COUNTERS)
-    assert at(50)["DCGM_FI_DEV_XID_ERRORS"] == 0  # the new exporter has seen no XID
+    assert reading(49)["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"] == 9
+    assert reading(49)["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"] == 49
+    assert reading(49)["DCGM_FI_DEV_XID_ERRORS"] == 79
+    assert reading(49)["DCGM_FI_DEV_THERMAL_VIOLATION"] > 0
+    assert all(reading(50)[c] == 0 for c in COUNTERS)
+    assert reading(50)["DCGM_FI_DEV_XID_ERRORS"] == 0  # the new exporter has seen no XID
     # and they count on from the restart
-    assert at(60)["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"] == 2
-    assert at(60)["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"] == 10
-    assert at(60)["DCGM_FI_DEV_THERMAL_VIOLATION"] == pytest.approx(10 * 0.6e9)
-    assert at(60)["DCGM_FI_DEV_XID_ERRORS"] == 0
+    assert reading(60)["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"] == 2
+    assert reading(60)["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"] == 10
+    assert reading(60)["DCGM_FI_DEV_THERMAL_VIOLATION"] == pytest.approx(10 * 0.6e9)
+    assert reading(60)["DCGM_FI_DEV_XID_ERRORS"] == 0
     assert [traces.exporter_down(restart, t) for t in (49.9, 50, 51.9, 52)] == [
         False,
         True,
@@ -228,7 +233,7 @@ def test_healthy_devices_are_sensible_and_never_look_ineffective(name: str) -> N
             continue
         first: dict[tuple[int, str], dict[str, float]] = {}
         for t in (0.0, 40.0, 90.0, 200.0):
-            for row in Cluster(scenario, lambda t=t: t).exporter_rows(node.name, 0):
+            for row in at(scenario, t).exporter_rows(node.name, 0):
                 v = dict(row.values)
                 assert 35 <= v["DCGM_FI_DEV_GPU_TEMP"] <= 70
                 assert 35 <= v["DCGM_FI_DEV_MEMORY_TEMP"] <= 75
@@ -274,7 +279,7 @@ def test_new_fields_in_the_exporter_text() -> None:
 def test_agents_parser_still_reads_every_scenario(name: str) -> None:
     scenario = load(name)
     for t in (0.0, 61.0, 120.0):
-        cluster = Cluster(scenario, lambda t=t: t)
+        cluster = at(scenario, t)
         for node in scenario.nodes:
             rows = cluster.exporter_rows(node.name, 0)
             result = parse_exposition(render(rows), node=node.name, ts_ms=1)
