@@ -40,6 +40,10 @@ DEMO_ALERTS = {  # seconds, not the production half hour: the demo shows alerts 
     "GPUATTR_ALERTS_COOLDOWN_S": "60",
     "GPUATTR_ALERTS_ORPHAN_WINDOW_S": "15",
     "GPUATTR_ALERTS_STACK_GRACE_S": "15",
+    # issue 29 (scenario efficiency): busy-but-ineffective, heat, memory faults and PCIe replays
+    "GPUATTR_ALERTS_LOW_EFF_WINDOW_S": "20",
+    "GPUATTR_ALERTS_THERMAL_WINDOW_S": "15",
+    "GPUATTR_ALERTS_HEALTH_QUIET_S": "30",
 }
 #: the allocation spine on the demo's clock: a heartbeat every 10 s, a silent node stale after
 #: 30 s and gone after a minute (production: 1, 3 and 10 minutes)

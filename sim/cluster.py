@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Callable
 
 from contract.inputs import AllocatableDevice, DeviceAssignment
-from sim import dra
+from sim import dra, traces
 from sim.exporter_rows import ExporterRow
 from sim.scenario import NodeSpec, PodSpec, Scenario, Slot, gpu_uuid, mig_uuid, parse_slot
 
@@ -118,36 +118,60 @@ class Cluster:
         """The rows dcgm-exporter would print on scrape number ``scrape``."""
         spec = self.scenario.node(node)
         active = self.holders(node)
+        t = self.clock()
         rows: list[ExporterRow] = []
         for gpu in range(spec.gpus):
             uuid = gpu_uuid(node, gpu)
             gis: list[int | None] = (
                 list(spec.mig.instances) if spec.mig and gpu in spec.mig.gpus else [None]
             )
-            for gi in gis:
-                pods = [
+            on = {
+                gi: [
                     p
                     for p in active
                     if any((s.gpu, s.gi) == (gpu, gi) for s in map(parse_slot, p.slots))
                 ]
-                rows.extend(self._rows(spec, gpu, uuid, gi, pods, scrape))
+                for gi in gis
+            }
+            # the GPU's own fields follow its whole load: on a MIG GPU, each instance's share
+            load = sum(min(100.0, sum(p.util_at(t) for p in pods)) for pods in on.values())
+            gpu_traces = [tr for tr in spec.traces if parse_slot(tr.slot).gpu == gpu]
+            own = traces.device(
+                load / len(gis), gpu_traces, spec.exporter_restarts, spec.counters, t
+            )
+            for gi, pods in on.items():
+                rows.extend(self._rows(spec, gpu, uuid, gi, pods, scrape, own))
         return rows
 
     def _rows(
-        self, spec: NodeSpec, gpu: int, uuid: str, gi: int | None, pods: list[PodSpec], scrape: int
+        self,
+        spec: NodeSpec,
+        gpu: int,
+        uuid: str,
+        gi: int | None,
+        pods: list[PodSpec],
+        scrape: int,
+        own: dict[str, float],
     ) -> list[ExporterRow]:
         t = self.clock()
         util = min(100.0, sum(p.util_at(t) for p in pods))
         total = spec.memory_mib if gi is None else spec.memory_mib // 8
         used = min(float(total), sum(p.memory_mib for p in pods))
+        profile = next(
+            (
+                tr
+                for tr in spec.traces
+                if tr.kind in ("busy-ineffective", "memory-bound")
+                and tr.active(t)
+                and (parse_slot(tr.slot).gpu, parse_slot(tr.slot).gi) == (gpu, gi)
+            ),
+            None,
+        )
         values: list[tuple[str, float]] = [
-            ("DCGM_FI_DEV_GPU_TEMP", 34.0 + util / 5),
-            ("DCGM_FI_DEV_POWER_USAGE", 60.0 + util * 2.5),
-            ("DCGM_FI_DEV_GPU_UTIL", 0.0 if gi is not None else util),
+            *own.items(),
+            *traces.activity(util, profile, t, mig=gi is not None).items(),
             ("DCGM_FI_DEV_FB_FREE", float(total) - used),
             ("DCGM_FI_DEV_FB_USED", used),
-            ("DCGM_FI_DEV_XID_ERRORS", 0.0),
-            ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", util / 100.0),
         ]
         base = dict(
             gpu=gpu,

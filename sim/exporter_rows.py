@@ -36,6 +36,12 @@ class Family:
 FAMILIES: tuple[Family, ...] = (
     Family("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),
     Family("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz)."),
+    # not in upstream's CSVs (its clock-events collector watches it): a user's line for it, with
+    # DCGM's own description of field 112 (older name DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)
+    Family(
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "Current clock event reasons (bitmask of DCGM_CLOCKS_EVENT_REASON_*).",
+    ),
     Family("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C)."),
     Family("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
     Family("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", double=True),
@@ -50,9 +56,25 @@ FAMILIES: tuple[Family, ...] = (
     Family("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %)."),
     Family("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %)."),
     Family("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered."),
+    # optional in etc/default-counters.csv; "(in ns)" since dcgm-exporter #589 (was "(in us)")
+    Family(
+        "DCGM_FI_DEV_POWER_VIOLATION",
+        "Throttling duration due to power constraints (in ns).",
+        "counter",
+    ),
+    Family(
+        "DCGM_FI_DEV_THERMAL_VIOLATION",
+        "Throttling duration due to thermal constraints (in ns).",
+        "counter",
+    ),
     Family("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."),
     Family("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."),
     Family("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB)."),
+    Family(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "Total number of double-bit volatile ECC errors.",
+        "counter",
+    ),
     Family(
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "Number of remapped rows for uncorrectable errors",
@@ -72,6 +94,16 @@ FAMILIES: tuple[Family, ...] = (
     Family("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "vGPU License status"),
     Family(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", double=True
+    ),
+    Family(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "The ratio of cycles an SM has at least 1 warp assigned.",
+        double=True,
+    ),
+    Family(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "The ratio of number of warps resident on an SM.",
+        double=True,
     ),
     Family(
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",

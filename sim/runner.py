@@ -21,6 +21,7 @@ from sim.gpuoperator import cluster_policy_objects, exporter_answers, operand_po
 from sim.kube_objects import exporter_pod_objects, node_objects, pod_objects
 from sim.kubelet_server import KubeletDouble, State
 from sim.scenario import Scenario
+from sim.traces import exporter_down
 
 
 def closed_port(host: str = "127.0.0.1") -> int:
@@ -139,8 +140,9 @@ class SimulatedCluster:
         return pods, node_objects(self.scenario, t)
 
     async def _exporters_follow_scenario(self, every_s: float = 0.1) -> None:
-        """An exporter whose operand pod is not running (crash looping, in an init container)
-        does not listen: its double's port refuses connections until the pod runs again."""
+        """An exporter whose operand pod is not running (crash looping, in an init container),
+        or that is restarting, does not listen: its double's port refuses connections until
+        it runs again."""
         while True:
             await self._sync_exporters()
             await asyncio.sleep(every_s)
@@ -151,7 +153,9 @@ class SimulatedCluster:
             exporter = self.exporters.get(spec.name)
             if exporter is None:
                 continue
-            if exporter_answers(self.scenario, spec, t):
+            if exporter_answers(self.scenario, spec, t) and not exporter_down(
+                spec.exporter_restarts, t
+            ):
                 await exporter.up()
             else:
                 await exporter.down()
@@ -185,7 +189,7 @@ class SimulatedCluster:
             self.exporter_ports[node] = exporter.port if spec.exporter != "down" else closed_port()
             self.inventory_file(node).write_bytes(orjson.dumps(self.cluster.inventory(node)))
         self.clock.start()
-        if any(n.operator is not None for n in self.scenario.nodes):
+        if any(n.operator is not None or n.exporter_restarts for n in self.scenario.nodes):
             await self._sync_exporters()
             follow = asyncio.create_task(self._exporters_follow_scenario(), name="sim-exporters")
             self._stack.push_async_callback(_cancel, follow)

@@ -10,6 +10,12 @@ A node may be managed by the GPU Operator (``[nodes.operator]``): its deploy lab
 (``nvidia.com/gpu.deploy.<operand>``), its operand pods' states over scenario time and its MIG
 configuration labels over time; the cluster's ``ClusterPolicy`` is ``[cluster_policy]``
 (:mod:`sim.gpuoperator` makes the objects).
+
+A node may carry device traces (``[[nodes.traces]]``: busy-but-ineffective, memory-bound,
+thermal throttling, rising remapped rows, PCIe replays, an XID), exporter restarts
+(``exporter_restarts``: every counter and the last XID start again from 0) and what its
+counters had counted before the scenario began (``[nodes.counters]``); :mod:`sim.traces` turns
+them into DCGM field values.
 """
 
 from __future__ import annotations
@@ -115,6 +121,62 @@ class ClusterPolicySpec:
     message: str = ""  # the Error condition's message when not ready
 
 
+#: what a device trace makes its GPU (or MIG instance) do, :mod:`sim.traces` says how
+TraceKind = Literal[
+    "busy-ineffective", "memory-bound", "thermal", "remapped-rows", "pcie-replays", "xid"
+]
+TRACE_KINDS: tuple[TraceKind, ...] = (
+    "busy-ineffective",
+    "memory-bound",
+    "thermal",
+    "remapped-rows",
+    "pcie-replays",
+    "xid",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSpec:
+    """From ``start_s`` until ``stop_s`` (None: to the end), the device at ``slot`` (``"0"``, or
+    ``"0/gi3"`` for a MIG instance's profiling ratios) behaves as ``kind`` says."""
+
+    slot: str
+    kind: TraceKind
+    start_s: float = 0.0
+    stop_s: float | None = None
+    #: thermal: seconds from the start to the peak temperature (and back down after ``stop_s``)
+    ramp_s: float = 30.0
+    #: remapped-rows: one more uncorrectable row remapped every ``every_s``; pcie-replays: one
+    #: more replay every ``every_s``
+    every_s: float = 8.0
+    #: remapped-rows: DCGM_FI_DEV_ROW_REMAP_FAILURE set from this scenario second on
+    failure_s: float | None = None
+    xid: int = 0  # xid: the last XID the exporter reports from ``start_s``
+
+    def active(self, t: float) -> bool:
+        return self.start_s <= t and (self.stop_s is None or t < self.stop_s)
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterRestart:
+    """dcgm-exporter restarts at ``at_s``: its port refuses connections for ``down_s``, and from
+    then on every counter it reports and its last XID count again from 0."""
+
+    at_s: float
+    down_s: float = 0.0
+
+
+#: counter → what it had counted before the scenario began (the exporter's first life only)
+COUNTER_FIELDS = {
+    "pcie_replays": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "ecc_dbe_volatile": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "uncorrectable_remapped_rows": "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "correctable_remapped_rows": "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "power_violation_ns": "DCGM_FI_DEV_POWER_VIOLATION",
+    "thermal_violation_ns": "DCGM_FI_DEV_THERMAL_VIOLATION",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
     name: str
@@ -138,6 +200,10 @@ class NodeSpec:
     deleted_s: float | None = None
     #: the GPU Operator manages the node (deploy labels, operand pods); None: it does not
     operator: OperatorSpec | None = None
+    traces: tuple[TraceSpec, ...] = ()
+    exporter_restarts: tuple[ExporterRestart, ...] = ()
+    #: every GPU's counters (:data:`COUNTER_FIELDS` keys) before the scenario began
+    counters: tuple[tuple[str, float], ...] = ()
 
     def replicas_of(self, gpu: int) -> int:
         """How many replicas the device plugin advertises of GPU ``gpu`` (1: handed out whole)."""
@@ -262,6 +328,34 @@ def _operator(doc: dict[str, Any] | None) -> OperatorSpec | None:
     return OperatorSpec(deploy, pods, mig)
 
 
+def _traces(docs: list[dict[str, Any]]) -> tuple[TraceSpec, ...]:
+    out = []
+    for d in docs:
+        kind = d["kind"]
+        if kind not in TRACE_KINDS:
+            raise ValueError(f"unknown trace kind {kind!r}; known: {', '.join(TRACE_KINDS)}")
+        out.append(
+            TraceSpec(
+                slot=str(d["slot"]),
+                kind=kind,
+                start_s=float(d.get("start_s", 0)),
+                stop_s=float(d["stop_s"]) if "stop_s" in d else None,
+                ramp_s=float(d.get("ramp_s", 30)),
+                every_s=float(d.get("every_s", 8)),
+                failure_s=float(d["failure_s"]) if "failure_s" in d else None,
+                xid=int(d.get("xid", 0)),
+            )
+        )
+    return tuple(out)
+
+
+def _counters(doc: dict[str, Any] | None) -> tuple[tuple[str, float], ...]:
+    unknown = sorted(set(doc or {}) - set(COUNTER_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown counters {unknown}; known: {', '.join(COUNTER_FIELDS)}")
+    return tuple(sorted((str(k), float(v)) for k, v in (doc or {}).items()))
+
+
 def _policy(doc: dict[str, Any] | None) -> ClusterPolicySpec | None:
     if doc is None:
         return None
@@ -297,6 +391,12 @@ def parse(doc: dict[str, Any]) -> Scenario:
                 exporter=n.get("exporter", "pod"),
                 deleted_s=float(n["deleted_s"]) if "deleted_s" in n else None,
                 operator=_operator(n.get("operator")),
+                traces=_traces(n.get("traces", [])),
+                exporter_restarts=tuple(
+                    ExporterRestart(float(r["at_s"]), float(r.get("down_s", 0)))
+                    for r in n.get("exporter_restarts", [])
+                ),
+                counters=_counters(n.get("counters")),
             )
         )
     pods = []
