@@ -31,6 +31,7 @@ from contract.inputs import (
     PodRecord,
     PodResourcesDiff,
     PodResourcesSnapshot,
+    SinceLast,
 )
 from tests.fuzz_strategies.values import (
     EXPORTER_UID_PREFIX,
@@ -139,6 +140,38 @@ samples = st.builds(
     exporter_claims=st.lists(exporter_claims, max_size=4, unique=True).map(tuple),
     exporter_split_fields=st.lists(st.sampled_from(sorted(FIELDS.values())), unique=True).map(
         lambda xs: tuple(sorted(xs))
+    ),
+    sm_active=floats,
+    sm_occupancy=floats,
+    tensor_active=floats,
+    dram_active=floats,
+    mem_copy_util_pct=floats,
+    memory_temp_c=floats,
+    sm_clock_mhz=floats,
+    row_remap_failure=st.one_of(st.none(), st.booleans()),
+    clock_event_reasons=st.one_of(st.none(), st.sampled_from([0, 0x20, 0x48, 0x1FF]), ints64),
+    pcie_replays=floats,
+    ecc_dbe_volatile=floats,
+    uncorrectable_remapped_rows=floats,
+    correctable_remapped_rows=floats,
+    power_violation_us=floats,
+    thermal_violation_us=floats,
+    since_last=st.one_of(
+        st.none(),
+        st.builds(
+            SinceLast,
+            interval_ms=st.one_of(st.integers(-1, 60_000), ints64),
+            pcie_replays=floats,
+            ecc_dbe_volatile=floats,
+            uncorrectable_remapped_rows=floats,
+            correctable_remapped_rows=floats,
+            power_violation_us=floats,
+            thermal_violation_us=floats,
+            resets=st.lists(
+                st.sampled_from(["pcie_replays", "ecc_dbe_volatile", "thermal_violation_us"]),
+                unique=True,
+            ).map(tuple),
+        ),
     ),
 )
 owners = st.one_of(
