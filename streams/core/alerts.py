@@ -1,4 +1,7 @@
-"""Idle, XID and orphaned-memory alerts: pure step functions over attribution events.
+"""A device's alerts: pure step functions over attribution events. Idle, XID and orphaned
+memory here; low-efficiency (:mod:`streams.core.lowefficiency`) and the health alerts — thermal,
+memory-fault, pcie-replays (:mod:`streams.core.healthalerts`) — in their own modules, stepped
+from :func:`step` under the same replay rule.
 
 ``step(state, event, policy) -> (state, alerts)``. Event time only: windows run on ``ts_ms``.
 The state is one small record per device, assigned back to a changelog-backed table only when
@@ -46,6 +49,8 @@ from streams.core.episodes import (
     same_holders,
     who_of,
 )
+from streams.core.healthalerts import HealthAlerts
+from streams.core.healthalerts import step as step_health
 from streams.core.lowefficiency import LowEfficiency
 from streams.core.lowefficiency import step as step_low_efficiency
 
@@ -80,6 +85,8 @@ class DeviceAlerts:
     xid: Episode | None = None  # an open XID alert (additive)
     #: additive (issue 29): the low-efficiency episode (:mod:`streams.core.lowefficiency`)
     low_eff: LowEfficiency | None = None
+    #: additive (issue 29): thermal, memory-fault, pcie-replays (:mod:`streams.core.healthalerts`)
+    health: HealthAlerts | None = None
 
 
 def _step_idle(
@@ -251,7 +258,10 @@ def step(
     low_eff, low = step_low_efficiency(s.low_eff or LowEfficiency(), ev, policy)
     if low_eff != (s.low_eff or LowEfficiency()):
         s = replace(s, low_eff=low_eff)
-    alerts = [*idle, *orphan, *xid, *low]
+    health, sick = step_health(s.health or HealthAlerts(), ev, policy)
+    if health != (s.health or HealthAlerts()):
+        s = replace(s, health=health)
+    alerts = [*idle, *orphan, *xid, *low, *sick]
     if s == before:
         return before, alerts  # nothing changed (and so nothing fired): no table write
     if alerts:
