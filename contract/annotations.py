@@ -2,9 +2,10 @@
 
 ``gpuattr.io/idle-threshold-pct`` (0 to 100) and ``gpuattr.io/idle-window-s`` (1 s to 7 d) override
 the idle alert per pod; ``gpuattr.io/low-efficiency-threshold-pct`` and
-``gpuattr.io/low-efficiency-window-s`` (same ranges) the low-efficiency alert. A value that is not a finite number in its range (``nan``, ``inf``,
-``-3``, ``1e400``, ``soon``) is refused: the agent drops it where it enters (counted, logged),
-and the worker's alert policy ignores it should one arrive anyway.
+``gpuattr.io/low-efficiency-window-s`` (same ranges) the low-efficiency alert. A value that is
+not a finite number in its range (``nan``, ``inf``, ``-3``, ``1e400``, ``soon``) is refused: the
+agent drops it where it enters (counted, logged), and the worker's alert policy ignores it should
+one arrive anyway.
 """
 
 from __future__ import annotations

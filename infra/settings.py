@@ -243,9 +243,9 @@ class AlertSettings(BaseSettings):
             self.idle_threshold_pct + self.idle_hysteresis_pct
         ):
             raise ValueError(
-                "GPUATTR_ALERTS_LOW_EFF_BUSY_PCT - GPUATTR_ALERTS_LOW_EFF_HYSTERESIS_PCT must be at "
-                "least GPUATTR_ALERTS_IDLE_THRESHOLD_PCT + GPUATTR_ALERTS_IDLE_HYSTERESIS_PCT: a "
-                "low-efficiency episode is never an idle one"
+                "GPUATTR_ALERTS_LOW_EFF_BUSY_PCT - GPUATTR_ALERTS_LOW_EFF_HYSTERESIS_PCT must be "
+                "at least GPUATTR_ALERTS_IDLE_THRESHOLD_PCT + GPUATTR_ALERTS_IDLE_HYSTERESIS_PCT: "
+                "a low-efficiency episode is never an idle one"
             )
         return self
 
