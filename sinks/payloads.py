@@ -60,7 +60,13 @@ _EMOJI = {
     "xid": ":rotating_light:",
     "orphaned-memory": ":ghost:",
     "stack-broken": ":construction:",
+    "low-efficiency": ":turtle:",
+    "thermal": ":fire:",
+    "memory-fault": ":boom:",
+    "pcie-replays": ":electric_plug:",
 }
+#: a kind this sink does not know yet (a newer worker's) still renders
+_EMOJI_UNKNOWN = ":warning:"
 
 
 def _where(alert: Alert) -> tuple[dict[str, str], dict[str, str]]:
@@ -86,10 +92,56 @@ def _where(alert: Alert) -> tuple[dict[str, str], dict[str, str]]:
     )
 
 
+def _limit(value: float | None, unit: str = "") -> str:
+    return "" if value is None else f" (threshold {value:g}{unit})"
+
+
+def _figures(alert: Alert) -> list[str]:
+    """The alert's figures, each with its threshold where it has one; device-wide on a shared
+    device."""
+    f = alert.figures
+    scope = "device-wide " if alert.device_wide else ""
+    out = []
+    if f.util_pct is not None:
+        limit = f.util_threshold_pct if f.util_threshold_pct is not None else f.busy_threshold_pct
+        out.append(f"*{scope}utilization* {f.util_pct:g}%{_limit(limit, '%')}")
+    if f.effective_pct is not None:
+        source = f" ({f.effective_source})" if f.effective_source else ""
+        out.append(
+            f"*{scope}effective activity* {f.effective_pct:g}%{source}"
+            + _limit(f.effective_threshold_pct, "%")
+        )
+    if f.fb_used_mib is not None:
+        out.append(f"*memory used* {f.fb_used_mib:g} MiB")
+    if f.xid is not None:
+        out.append(f"*XID* {f.xid}")
+    if f.gpu_temp_c is not None:
+        out.append(f"*GPU temperature* {f.gpu_temp_c:g} °C")
+    if f.memory_temp_c is not None:
+        out.append(f"*memory temperature* {f.memory_temp_c:g} °C")
+    if f.thermal_throttle_pct is not None:
+        out.append(f"*thermal throttling* {f.thermal_throttle_pct:g}% of the time")
+    if f.uncorrectable_remapped_rows is not None:
+        out.append(f"*uncorrectable remapped rows* {f.uncorrectable_remapped_rows:g}")
+    if f.ecc_dbe_increase:
+        out.append(f"*double-bit ECC errors* +{f.ecc_dbe_increase:g}")
+    if f.row_remap_failure:
+        out.append("*row remapping failed*")
+    if f.pcie_replays_per_min is not None:
+        out.append(
+            f"*PCIe replays* {f.pcie_replays_per_min:g}/min{_limit(f.pcie_threshold_per_min)}"
+        )
+    return out
+
+
 def slack_message(alert: Alert) -> dict[str, Any]:
     """A Block Kit message a person can act on: what, where, who owns it, the figures."""
     resolved = alert.status == "resolved"
-    head = ":white_check_mark: Resolved" if resolved else f"{_EMOJI[alert.kind]} {alert.kind}"
+    head = (
+        ":white_check_mark: Resolved"
+        if resolved
+        else f"{_EMOJI.get(alert.kind, _EMOJI_UNKNOWN)} {alert.kind}"
+    )
     owners = [
         f"• `{h.namespace}/{h.pod}`"
         + (f" ({h.workload.kind} {h.workload.name})" if h.workload else "")
@@ -101,17 +153,7 @@ def slack_message(alert: Alert) -> dict[str, Any]:
         )
         for h in alert.holders
     ] or ["• no pod holds a GPU on this node" if alert.stack else "• no pod holds this device"]
-    f = alert.figures
-    figures = []
-    if f.util_pct is not None:
-        scope = "device-wide " if alert.device_wide else ""
-        figures.append(
-            f"*{scope}utilization* {f.util_pct:g}% (threshold {f.util_threshold_pct:g}%)"
-        )
-    if f.fb_used_mib is not None:
-        figures.append(f"*memory used* {f.fb_used_mib:g} MiB")
-    if f.xid is not None:
-        figures.append(f"*XID* {f.xid}")
+    figures = _figures(alert)
     return {
         "text": alert.summary,  # notification fallback
         "blocks": [

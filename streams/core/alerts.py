@@ -1,4 +1,7 @@
-"""Idle, XID and orphaned-memory alerts: pure step functions over attribution events.
+"""A device's alerts: pure step functions over attribution events. Idle, XID and orphaned
+memory here; low-efficiency (:mod:`streams.core.lowefficiency`) and the health alerts — thermal,
+memory-fault, pcie-replays (:mod:`streams.core.healthalerts`) — in their own modules, stepped
+from :func:`step` under the same replay rule.
 
 ``step(state, event, policy) -> (state, alerts)``. Event time only: windows run on ``ts_ms``.
 The state is one small record per device, assigned back to a changelog-backed table only when
@@ -24,42 +27,36 @@ caused, with the same ids (receivers dedupe on ``<id>:<status>``).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 
-from contract.annotations import IDLE_THRESHOLD_PCT, IDLE_WINDOW_S, override
-from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Holder
+from contract.annotations import (
+    IDLE_THRESHOLD_PCT,
+    IDLE_WINDOW_S,
+    LOW_EFF_THRESHOLD_PCT,
+    LOW_EFF_WINDOW_S,
+    override,
+)
+from contract.outputs import Alert, AlertFigures, AttributionEvent
 from infra.settings import AlertSettings
+from streams.core.episodes import (
+    Episode,
+    HolderId,
+    alert_id,
+    episode_holders,
+    holder_ids,
+    make_alert,
+    named,
+    same_holders,
+    who_of,
+)
+from streams.core.healthalerts import HealthAlerts
+from streams.core.healthalerts import step as step_health
+from streams.core.lowefficiency import LowEfficiency
+from streams.core.lowefficiency import step as step_low_efficiency
 
 ANNOTATION_THRESHOLD = IDLE_THRESHOLD_PCT
 ANNOTATION_WINDOW = IDLE_WINDOW_S
-
-
-#: a pod holding the device, as episodes remember it: (namespace, pod, uid or "")
-HolderId = tuple[str, str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Episode:
-    """One pending-or-firing condition: when it began, whether it has fired, and under whom."""
-
-    since_ms: int
-    firing: bool = False
-    holders: tuple[HolderId, ...] = ()
-    value: int | None = None  # XID: the code that fired
-
-
-def holder_ids(ev: AttributionEvent) -> tuple[HolderId, ...]:
-    return tuple(sorted({(h.namespace, h.pod, h.uid or "") for h in ev.holders}))
-
-
-def same_holders(a: tuple[HolderId, ...], b: tuple[HolderId, ...]) -> bool:
-    """The same pods: same names, and the same UID wherever both sides know it (a UID that
-    resolves after a pending one is the same pod; a name re-created with a new UID is not)."""
-    if {(ns, pod) for ns, pod, _ in a} != {(ns, pod) for ns, pod, _ in b}:
-        return False
-    uids = {(ns, pod): uid for ns, pod, uid in a}
-    return all(not uid or not uids[(ns, pod)] or uids[(ns, pod)] == uid for ns, pod, uid in b)
+__all__ = ["DeviceAlerts", "Episode", "HolderId", "alert_id", "holder_ids", "policy_for", "step"]
 
 
 #: emissions remembered per device: more than the alert transitions one device can have between
@@ -86,50 +83,10 @@ class DeviceAlerts:
     seen_ms: int | None = None  # event time of the last event that changed this state
     emitted: tuple[Emission, ...] = ()  # newest first, at most EMITTED_MAX
     xid: Episode | None = None  # an open XID alert (additive)
-
-
-def alert_id(kind: AlertKind, node: str, device: str, since_ms: int) -> str:
-    digest = hashlib.sha256(f"{kind}|{node}|{device}|{since_ms}".encode()).hexdigest()[:24]
-    return f"{kind}-{digest}"
-
-
-def _alert(
-    ev: AttributionEvent,
-    kind: AlertKind,
-    firing: bool,
-    since_ms: int,
-    figures: AlertFigures,
-    window_s: float | None,
-    summary: str,
-    holders: tuple[Holder, ...] | None = None,
-) -> Alert:
-    return Alert(
-        id=alert_id(kind, ev.node, ev.device_uuid, since_ms),
-        kind=kind,
-        status="firing" if firing else "resolved",
-        node=ev.node,
-        device_uuid=ev.device_uuid,
-        gpu_uuid=ev.gpu_uuid,
-        model=ev.model,
-        mig=ev.mig,
-        sharing=ev.sharing,
-        holders=ev.holders if holders is None else holders,
-        figures=figures,
-        window_s=window_s,
-        started_ms=since_ms,
-        ts_ms=ev.ts_ms,
-        device_wide=ev.tenant_count > 1,
-        summary=summary,
-    )
-
-
-def _who(ev: AttributionEvent) -> str:
-    pods = sorted({f"{h.namespace}/{h.pod}" for h in ev.holders})
-    if len(pods) > 1:
-        return (
-            f"{len(pods)} tenants ({', '.join(pods)}) sharing {ev.device_uuid} (device-wide figure)"
-        )
-    return f"{pods[0] if pods else 'nobody'} on {ev.device_uuid}"
+    #: additive (issue 29): the low-efficiency episode (:mod:`streams.core.lowefficiency`)
+    low_eff: LowEfficiency | None = None
+    #: additive (issue 29): thermal, memory-fault, pcie-replays (:mod:`streams.core.healthalerts`)
+    health: HealthAlerts | None = None
 
 
 def _step_idle(
@@ -159,15 +116,15 @@ def _step_idle(
             else:
                 why = f"utilization recovered to {util:g}%"
             out.append(
-                _alert(
+                make_alert(
                     ev,
                     "idle",
                     False,
                     ep.since_ms,
                     fig,
                     p.idle_window_s,
-                    f"resolved: {_who_of(ep, ev)}: {why}",
-                    holders=_episode_holders(ep, ev),
+                    f"resolved: {who_of(ep, ev)}: {why}",
+                    holders=episode_holders(ep, ev),
                 )
             )
         s = replace(s, idle=None, idle_resolved_ms=ev.ts_ms if ep.firing else s.idle_resolved_ms)
@@ -180,28 +137,14 @@ def _step_idle(
     if not ep.firing and ev.ts_ms - ep.since_ms >= p.idle_window_s * 1000 and cooled:
         minutes = (ev.ts_ms - ep.since_ms) / 60000
         summary = (
-            f"idle: {_who(ev)} below {p.idle_threshold_pct:g}% utilization for "
+            f"idle: {named(ev)} below {p.idle_threshold_pct:g}% utilization for "
             f"{minutes:.1f} min (now {util:g}%)"
         )
         return replace(s, idle=replace(ep, firing=True, holders=who)), [
             *out,
-            _alert(ev, "idle", True, ep.since_ms, fig, p.idle_window_s, summary),
+            make_alert(ev, "idle", True, ep.since_ms, fig, p.idle_window_s, summary),
         ]
     return s, out
-
-
-def _episode_holders(ep: Episode, ev: AttributionEvent) -> tuple[Holder, ...]:
-    """The holders an episode's alert names: the event's, when they are the episode's."""
-    return ev.holders if same_holders(ep.holders, holder_ids(ev)) else ()
-
-
-def _who_of(ep: Episode, ev: AttributionEvent) -> str:
-    if same_holders(ep.holders, holder_ids(ev)):
-        return _who(ev)
-    pods = sorted({f"{ns}/{pod}" for ns, pod, _ in ep.holders})
-    if not pods:
-        return f"nobody on {ev.device_uuid}"
-    return f"{', '.join(pods)} on {ev.device_uuid}"
 
 
 def _step_orphan(
@@ -224,7 +167,7 @@ def _step_orphan(
             else:
                 why = f"memory freed ({used:g} MiB)"
             out.append(
-                _alert(
+                make_alert(
                     ev,
                     "orphaned-memory",
                     False,
@@ -245,7 +188,7 @@ def _step_orphan(
             f"with no pod holding it for {(ev.ts_ms - ep.since_ms) / 1000:.0f}s"
         )
         return replace(s, orphan=replace(ep, firing=True)), [
-            _alert(ev, "orphaned-memory", True, ep.since_ms, fig, p.orphan_window_s, summary)
+            make_alert(ev, "orphaned-memory", True, ep.since_ms, fig, p.orphan_window_s, summary)
         ]
     return s, []
 
@@ -271,10 +214,12 @@ def _step_xid(
             fig = AlertFigures(xid=ep.value)
             summary = (
                 f"resolved: XID {ep.value} on {ev.node} {ev.device_uuid} "
-                f"(owners: {_who_of(ep, ev)}): {why}"
+                f"(owners: {who_of(ep, ev)}): {why}"
             )
             out.append(
-                _alert(ev, "xid", False, ep.since_ms, fig, None, summary, _episode_holders(ep, ev))
+                make_alert(
+                    ev, "xid", False, ep.since_ms, fig, None, summary, episode_holders(ep, ev)
+                )
             )
             s = replace(s, xid=None)
     if xid is None or xid == s.last_xid:
@@ -285,8 +230,8 @@ def _step_xid(
         # 0: the exporter restarted (the last-XID value reset); at first sight: history, the
         # XID happened before we watched, under holders we cannot name
         return s, out
-    summary = f"XID {xid} on {ev.node} {ev.device_uuid}; owners: {_who(ev)}"
-    alert = _alert(ev, "xid", True, ev.ts_ms, AlertFigures(xid=xid), None, summary)
+    summary = f"XID {xid} on {ev.node} {ev.device_uuid}; owners: {named(ev)}"
+    alert = make_alert(ev, "xid", True, ev.ts_ms, AlertFigures(xid=xid), None, summary)
     return replace(s, xid=Episode(ev.ts_ms, True, who, xid)), [*out, alert]
 
 
@@ -310,7 +255,13 @@ def step(
     s, idle = _step_idle(before, ev, policy)
     s, orphan = _step_orphan(s, ev, policy)
     s, xid = _step_xid(s, ev, policy)
-    alerts = [*idle, *orphan, *xid]
+    low_eff, low = step_low_efficiency(s.low_eff or LowEfficiency(), ev, policy)
+    if low_eff != (s.low_eff or LowEfficiency()):
+        s = replace(s, low_eff=low_eff)
+    health, sick = step_health(s.health or HealthAlerts(), ev, policy)
+    if health != (s.health or HealthAlerts()):
+        s = replace(s, health=health)
+    alerts = [*idle, *orphan, *xid, *low, *sick]
     if s == before:
         return before, alerts  # nothing changed (and so nothing fired): no table write
     if alerts:
@@ -328,20 +279,31 @@ def annotation_value(annotations: dict[str, str], name: str) -> float | None:
 
 
 def policy_for(base: AlertSettings, annotations: list[dict[str, str]]) -> AlertSettings:
-    """Apply holders' idle overrides (pod annotations ``gpuattr.io/idle-threshold-pct`` and
-    ``gpuattr.io/idle-window-s``). On a shared device the most lenient holder wins: nobody is
-    alerted against the intent a tenant declared."""
-    thresholds, windows = [], []
-    for ann in annotations:
-        if (threshold := annotation_value(ann, ANNOTATION_THRESHOLD)) is not None:
-            thresholds.append(threshold)
-        if (window := annotation_value(ann, ANNOTATION_WINDOW)) is not None:
-            windows.append(window)
-    if not thresholds and not windows:
+    """Apply holders' overrides: ``gpuattr.io/idle-threshold-pct`` and
+    ``gpuattr.io/idle-window-s`` (idle), ``gpuattr.io/low-efficiency-threshold-pct`` and
+    ``gpuattr.io/low-efficiency-window-s`` (low-efficiency). On a shared device the most lenient
+    holder wins (the lowest threshold, the longest window): nobody is alerted against the intent
+    a tenant declared. An idle threshold raised past the low-efficiency busy band lifts that
+    band with it (by the two hysteresis margins): the two alerts never share an episode."""
+    update: dict[str, float] = {}
+    for threshold_name, window_name, threshold_field, window_field in (
+        (ANNOTATION_THRESHOLD, ANNOTATION_WINDOW, "idle_threshold_pct", "idle_window_s"),
+        (LOW_EFF_THRESHOLD_PCT, LOW_EFF_WINDOW_S, "low_eff_threshold_pct", "low_eff_window_s"),
+    ):
+        thresholds = [
+            v for ann in annotations if (v := annotation_value(ann, threshold_name)) is not None
+        ]
+        windows = [
+            v for ann in annotations if (v := annotation_value(ann, window_name)) is not None
+        ]
+        if thresholds:
+            update[threshold_field] = min(thresholds)
+        if windows:
+            update[window_field] = max(windows)
+    if not update:
         return base
-    return base.model_copy(
-        update={
-            "idle_threshold_pct": min(thresholds, default=base.idle_threshold_pct),
-            "idle_window_s": max(windows, default=base.idle_window_s),
-        }
-    )
+    policy = base.model_copy(update=update)
+    floor = policy.idle_threshold_pct + policy.idle_hysteresis_pct + policy.low_eff_hysteresis_pct
+    if policy.low_eff_busy_pct < floor:
+        policy = policy.model_copy(update={"low_eff_busy_pct": floor})
+    return policy

@@ -31,8 +31,11 @@ from contract.outputs import (
     Usage,
     Workload,
 )
+from infra.settings import AlertSettings
 from streams.core.accounting import Accounting, Held, account, claim_unit, device_id_unit
 from streams.core.dra import ClaimView, DeviceRef, claim_view, split_row
+from streams.core.efficiency import activity
+from streams.core.health import health
 from streams.core.identity import parse_device_id
 from streams.core.sharing import Advertised, NodeSharing, SharingDecision, decide
 
@@ -371,10 +374,19 @@ def _unknown_usage(is_mig: bool) -> Usage:
     return Usage(UNKNOWN_USAGE_SCOPE[is_mig], None, None, None, None, None, None, None)
 
 
+#: the alert thresholds health marks are judged by when none are given (the defaults)
+DEFAULT_THRESHOLDS = AlertSettings.model_construct()
+
+
 def attribute(
-    sample: DcgmSample, rows: Sequence[DeviceAssignment], ctx: DeviceContext
+    sample: DcgmSample,
+    rows: Sequence[DeviceAssignment],
+    ctx: DeviceContext,
+    thresholds: AlertSettings = DEFAULT_THRESHOLDS,
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
-    """Join one sample with the holders of its device at the sample's time."""
+    """Join one sample with the holders of its device at the sample's time; its activity
+    (:mod:`streams.core.efficiency`) and health (:mod:`streams.core.health`, marks judged by
+    ``thresholds``) ride along, device-wide."""
     facts = DeviceFacts(
         node=sample.node,
         gpu_uuid=sample.uuid,
@@ -385,7 +397,10 @@ def attribute(
         mig_profile=sample.mig_profile if sample.mig_instance_id is not None else None,
         device_uuid=ctx.mig_uuid,
     )
-    return _attribute(facts, sample.ts_ms, sample, rows, ctx, "sample", Telemetry())
+    event, flags = _attribute(facts, sample.ts_ms, sample, rows, ctx, "sample", Telemetry())
+    return replace(
+        event, activity=activity(sample, event.usage), health=health(sample, thresholds)
+    ), flags
 
 
 def describe(

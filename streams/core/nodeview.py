@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from contract.inputs import DcgmSample, DeviceAssignment, ResourceClaimRecord
 from contract.outputs import AttributionEvent, ExporterMisattribution, Origin, Telemetry
+from infra.settings import AlertSettings
 from streams.core.attribution import (
     DeviceContext,
     DeviceFacts,
@@ -197,13 +198,14 @@ def _remembered_notes(index: NodeDevices | None, key: str) -> tuple[str, ...]:
 
 
 def sample_event(
-    t: Tables, view: NodeView, sample: DcgmSample
+    t: Tables, view: NodeView, sample: DcgmSample, thresholds: AlertSettings
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
-    """One accepted sample joined with its device's holders at the sample's time."""
+    """One accepted sample joined with its device's holders at the sample's time (health marks
+    judged by the alerts' ``thresholds``)."""
     key = device_key(sample.uuid, sample.mig_instance_id)
     rows = holder_rows(t, view, key, sample.ts_ms)
     ctx = _context(view, key, sample.uuid, sample.mig_instance_id, rows)
-    return attribute(sample, rows or (), ctx)
+    return attribute(sample, rows or (), ctx, thresholds)
 
 
 def spine_event(

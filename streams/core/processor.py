@@ -342,7 +342,7 @@ class Processor:
             new = nodestate.refused(state, scrape.ts_ms, verdict.cause, verdict.reason)
             self._put_state(scrape.node, state, new)
         for sample in verdict.accepted:
-            event, flags = sample_event(self.tables, view, sample)
+            event, flags = sample_event(self.tables, view, sample, self.policy)
             outputs += [event, *flags, *self._alerts(event)]
         return outputs
 

@@ -23,6 +23,7 @@ from contract.inputs import (
     PodRecord,
     PodResourcesDiff,
     PodResourcesSnapshot,
+    SinceLast,
 )
 from contract.outputs import Alert
 from contract.topics import TABLES
@@ -77,10 +78,12 @@ def keys(outputs: Sequence[Output]) -> set[str]:
     return {f"{o.id}:{o.status}" for o in outputs if isinstance(o, Alert)}
 
 
-def run(records: Sequence[Record], state: State) -> tuple[list[list[Output]], list[State]]:
+def run(
+    records: Sequence[Record], state: State, policy: AlertSettings = POLICY
+) -> tuple[list[list[Output]], list[State]]:
     """Outputs per input, and the tables after each input (values are immutable records)."""
     tables = {name: dict(table) for name, table in state.items()}
-    proc = Processor(Tables(**tables), POLICY)  # type: ignore[arg-type]
+    proc = Processor(Tables(**tables), policy)  # type: ignore[arg-type]
     outputs, states = [], []
     for record in records:
         outputs.append(proc.handle(record))
@@ -103,3 +106,66 @@ def test_every_crash_point_delivers_every_alert_exactly_by_key() -> None:
         records, reference, persisted, expected, lambda rs, st: run(rs, st)[0], keys
     )
     assert crash_points > 1000
+
+
+HEALTH_POLICY = AlertSettings.model_construct(
+    cooldown_s=0.0,
+    low_eff_window_s=10.0,
+    thermal_window_s=10.0,
+    health_quiet_s=30.0,
+)
+
+
+def g0_health(t: int) -> dict[str, object]:
+    """Busy but ineffective until 60 s, then effective; hot from 20 s to 70 s."""
+    return {
+        "util_pct": 100.0,
+        "sm_active": 0.03 if t < 60 else 0.6,
+        "temp_c": 90.0 if 20 <= t < 70 else 60.0,
+        "since_last": SinceLast(5_000, thermal_violation_us=0.0),
+    }
+
+
+def g1_health(t: int) -> dict[str, object]:
+    """Remapped rows rise at 40 s (resolved after the quiet period), the exporter restarts at
+    80 s (counters reset: nothing), PCIe replays from 90 s; p1 leaves at 100 s (resolved)."""
+    if t == 80:
+        since = SinceLast(5_000, resets=("pcie_replays", "uncorrectable_remapped_rows"))
+    else:
+        since = SinceLast(
+            5_000,
+            uncorrectable_remapped_rows=1.0 if t == 40 else 0.0,
+            pcie_replays=100.0 if 90 <= t < 100 else 0.0,
+        )
+    return {"util_pct": 60.0, "sm_active": 0.5, "since_last": since}
+
+
+def health_stream() -> list[Record]:
+    ms = 1_000
+    out = stream()[:4]  # the node, its pods and the snapshot
+    for t in range(5, 130, 5):
+        if t == 100:
+            out.append(PodResourcesDiff("n", t * ms, (), (P1,)))
+        out.append(DcgmSample("n", t * ms, G0, 0, "A100", "n", **g0_health(t)))  # type: ignore[arg-type]
+        out.append(DcgmSample("n", t * ms, G1, 1, "A100", "n", **g1_health(t)))  # type: ignore[arg-type]
+    return out
+
+
+def test_every_crash_point_delivers_every_health_and_efficiency_alert_exactly_by_key() -> None:
+    records = health_stream()
+    empty: State = {name: {} for name in TABLES}
+
+    def replay(rs: Sequence[Record], st: State) -> list[list[Output]]:
+        return run(rs, st, HEALTH_POLICY)[0]
+
+    reference, after = run(records, empty, HEALTH_POLICY)
+    expected = set().union(*(keys(outs) for outs in reference))
+    kinds = {(o.kind, o.status) for outs in reference for o in outs if isinstance(o, Alert)}
+    assert kinds == {
+        (kind, status)
+        for kind in ("low-efficiency", "thermal", "memory-fault", "pcie-replays")
+        for status in ("firing", "resolved")
+    }
+    assert len(expected) == 8  # the exporter restart at 80 s raised nothing
+    persisted = [empty, *after]
+    assert every_crash_point(records, reference, persisted, expected, replay, keys) > 1000

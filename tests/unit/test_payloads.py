@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -86,3 +87,53 @@ def test_backoff_grows_with_jitter_and_a_cap(attempt: int) -> None:
     delays = {policy.delay(attempt, random.Random(seed)) for seed in range(20)}
     assert all(cap / 2 <= d <= cap for d in delays)
     assert len(delays) > 1  # jittered
+
+
+@pytest.mark.parametrize(
+    ("kind", "figures", "shown"),
+    [
+        pytest.param(
+            "low-efficiency",
+            AlertFigures(
+                util_pct=100.0,
+                busy_threshold_pct=50.0,
+                effective_pct=3.0,
+                effective_threshold_pct=15.0,
+                effective_source="DCGM_FI_PROF_SM_ACTIVE",
+            ),
+            [
+                ":turtle: low-efficiency",
+                "utilization* 100% (threshold 50%)",
+                "effective activity* 3% (DCGM_FI_PROF_SM_ACTIVE) (threshold 15%)",
+            ],
+            id="low-efficiency",
+        ),
+        pytest.param(
+            "thermal",
+            AlertFigures(gpu_temp_c=91.0, temp_threshold_c=85.0, thermal_throttle_pct=12.5),
+            [":fire: thermal", "GPU temperature* 91 °C", "thermal throttling* 12.5%"],
+            id="thermal",
+        ),
+        pytest.param(
+            "memory-fault",
+            AlertFigures(uncorrectable_remapped_rows=3.0, ecc_dbe_increase=2.0),
+            [":boom: memory-fault", "remapped rows* 3", "double-bit ECC errors* +2"],
+            id="memory-fault",
+        ),
+        pytest.param(
+            "pcie-replays",
+            AlertFigures(pcie_replays_per_min=40.0, pcie_threshold_per_min=8.0),
+            [":electric_plug: pcie-replays", "PCIe replays* 40/min (threshold 8)"],
+            id="pcie-replays",
+        ),
+        pytest.param(
+            "some-future-kind", AlertFigures(), [":warning: some-future-kind"], id="unknown"
+        ),
+    ],
+)
+def test_slack_message_renders_every_kind(
+    kind: str, figures: AlertFigures, shown: list[str]
+) -> None:
+    text = str(slack_message(replace(alert(), kind=kind, figures=figures)))  # type: ignore[arg-type]
+    for part in shown:
+        assert part in text
