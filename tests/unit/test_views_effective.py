@@ -10,7 +10,14 @@ import orjson
 import pytest
 from rich.console import Console
 
-from contract.outputs import Activity, AttributionEvent, Health, MigInstance, Telemetry
+from contract.outputs import (
+    Activity,
+    AttributionEvent,
+    EffectiveSource,
+    Health,
+    MigInstance,
+    Telemetry,
+)
 from gpuattr.report import accumulate, csv_rows, effective_coverage
 from gpuattr.report_cli import print_table
 from gpuattr.top import render
@@ -24,7 +31,7 @@ from streams.core.views import (
 )
 from tests.unit.test_views_report import ALICE, BOB, TRAIN, ev
 
-SM = "DCGM_FI_PROF_SM_ACTIVE"
+SM: EffectiveSource = "DCGM_FI_PROF_SM_ACTIVE"
 NO_PROF = "no profiling field exported by dcgm-exporter (DCGM_FI_PROF_SM_ACTIVE, GR_ENGINE_ACTIVE)"
 
 
