@@ -357,7 +357,8 @@ def idle() -> list[Any]:
             .title("Allocated GPUs idle now, and open alerts")
             .description(
                 "Idle seconds of each held device in an idle episode (event time), and the "
-                "alerts open on it (idle, orphaned-memory, xid-N)."
+                "alerts open on it (idle, orphaned-memory, xid-N, low-efficiency, thermal, "
+                "memory-fault, pcie-replays)."
             )
             .datasource(DS)
             .grid_pos(at(0, 66, 24, 8))
@@ -456,10 +457,6 @@ def stack() -> list[Any]:
         )
     )
     return [*panels, states]
-
-
-#: the alerts of a device's condition (the worker's, mirrored in gpuattr_device_open_alerts)
-CONDITION_ALERTS = "low-efficiency|thermal|memory-fault|pcie-replays"
 
 
 def effective() -> list[Any]:
@@ -568,42 +565,35 @@ def effective() -> list[Any]:
     )
     owners = merged(
         table.Panel()
-        .title("Device health and condition alerts, with their holders")
+        .title("Health marks of held devices, with their holders")
         .description(
-            "Each device's health marks now (hot, throttled, memory-fault, pcie-replays), the "
-            "condition alerts open on it (low-efficiency, thermal, memory-fault, pcie-replays: "
-            "the worker's, joined to the holders at the time and never inherited by a later "
-            "holder), and who holds it now, from gpu-attribution's own join."
+            "Each held device with a reading, each health mark (hot, throttled, memory-fault, "
+            "pcie-replays) as of its latest sample: 1 set, 0 clear (a field the exporter does "
+            "not export cannot set one); and who holds the device now, from gpu-attribution's "
+            "own join: the owner of the failure. The condition alerts (low-efficiency, thermal, "
+            "memory-fault, pcie-replays: the worker's, joined to the holders at the time and "
+            "never inherited by a later holder) are in the open alerts table."
         )
         .datasource(DS)
         .grid_pos(at(0, 96, 24, 8))
         .with_target(
             query(
-                f"max by (node, device_uuid, mark) (gpuattr_device_health{{{NODE}}}) == 1",
+                f"max by (node, device_uuid, mark) (gpuattr_device_health{{{NODE}}}) "
+                f"and on (node, device_uuid) {HELD}",
                 "A",
                 instant=True,
             )
         )
         .with_target(
             query(
-                "max by (node, device_uuid, alert) "
-                f'(gpuattr_device_open_alerts{{alert=~"{CONDITION_ALERTS}", {NODE}}})',
+                f"max by ({HOLDER_ID}) (gpuattr_device_holder_info{{{NODE}}}) "
+                "and on (node, device_uuid) "
+                f"max by (node, device_uuid) (gpuattr_device_health{{{NODE}}})",
                 "B",
                 instant=True,
             )
-        )
-        .with_target(
-            query(
-                f"max by ({HOLDER_ID}) (gpuattr_device_holder_info{{{NODE}}}) "
-                "and on (node, device_uuid) ("
-                f"(max by (node, device_uuid) (gpuattr_device_health{{{NODE}}}) == 1) or "
-                "max by (node, device_uuid) "
-                f'(gpuattr_device_open_alerts{{alert=~"{CONDITION_ALERTS}", {NODE}}}))',
-                "C",
-                instant=True,
-            )
         ),
-        {"A": None, "B": None, "C": None},
+        {"A": "set (1) or clear (0)", "B": None},
     )
     return [*panels, versus, work, owners]
 
