@@ -94,7 +94,7 @@ def _effective(line: Line) -> str:
         return "n/a (shared)"
     if alone <= line.unmeasured_held_gpu_hours:
         return "unknown (no sample)"
-    return "unknown (no profiling field)"
+    return "unknown (no effective figure)"
 
 
 def _effective_over(line: Line) -> str:

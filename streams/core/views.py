@@ -153,7 +153,7 @@ def _effective_reason(event: AttributionEvent) -> str | None:
         return None
     if event.telemetry.status == "unknown":
         return f"usage unknown ({event.telemetry.cause or 'no sample'})"
-    return event.activity.effective_reason or "no profiling field exported"
+    return event.activity.effective_reason or "effective activity not reported"
 
 
 def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRow:

@@ -81,6 +81,11 @@ def test_effective_unknown_is_unknown_with_its_reason_never_busy_or_zero() -> No
         "usage unknown (exporter-unreachable)",
     )
     assert effective_text(blind) == "?"
+    silent = device_row(ev("GPU-A", 10, 97, (TRAIN,)), None)  # a worker that fills no activity
+    assert (silent.effective_pct, silent.effective_reason) == (
+        None,
+        "effective activity not reported",
+    )
 
 
 def test_shared_device_effective_is_one_device_wide_figure() -> None:
@@ -223,5 +228,5 @@ def test_report_table_prints_effective_and_coverage(
     print_table(accumulate(events, max_gap_s=60, idle_threshold_pct=5), "t")
     out = capsys.readouterr().out
     assert "effective measured over 0.000 of 0.020 held GPU-hours" in out
-    assert "unknown (no profiling field)" in out  # train: busy measured, effective not
+    assert "unknown (no effective figure)" in out  # train: busy measured, effective not
     assert "n/a (shared)" in out
