@@ -17,6 +17,12 @@ charged for a device nobody can vouch for.
 - ``unmeasured_held_gpu_hours``: held time no sample measured (exporter unreachable, refused,
   no row): held, busy unknown — never counted as idle.
 - ``idle_share``: of the measured held time, the part below the idle threshold.
+- ``effective_gpu_hours``: time x effective activity (SM active, else graphics-engine active),
+  by the same share and the same rule as busy (devices held alone), and only over the intervals
+  whose event carried an effective figure (a profiling field was exported). Nothing is derived
+  from busy where it is missing: ``effective_measured_held_gpu_hours`` says over how many of the
+  held hours effective was measured, so a partial figure never reads as the whole; ``None``
+  where it never was.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ class Line:
     idle_share: float | None
     unmeasured_held_gpu_hours: float = 0.0
     mig_profile: str = ""  # "" for whole GPUs; a MIG profile's instance-hours apart
+    # additive (issue 29): effective hours, only where a profiling field measured them
+    effective_gpu_hours: float | None = None
+    effective_measured_held_gpu_hours: float = 0.0
 
 
 @dataclass
@@ -54,6 +63,8 @@ class _Acc:
     busy: float = 0.0
     idle: float = 0.0
     unmeasured: float = 0.0
+    effective_measured: float = 0.0
+    effective: float = 0.0
 
 
 def _workload(namespace: str, pod: str, workload: Workload | None) -> tuple[str, str]:
@@ -86,6 +97,7 @@ def accumulate(
                 continue
             profile = (ev.mig.profile or "unknown") if ev.mig is not None else ""
             measured = ev.telemetry.status == "measured" and ev.usage.util_pct is not None
+            effective = ev.activity.effective_pct if ev.telemetry.status == "measured" else None
             for (ns, wl), share in _shares(ev):
                 a = acc[(ns, wl, profile)]
                 held = hours * share
@@ -97,6 +109,9 @@ def accumulate(
                     a.busy += held * ev.usage.util_pct / 100
                     if ev.usage.util_pct < idle_threshold_pct:
                         a.idle += held
+                if ev.state != "shared" and effective is not None:
+                    a.effective_measured += held
+                    a.effective += held * effective / 100
                 if ev.telemetry.status != "measured":
                     a.unmeasured += held
     return [
@@ -109,9 +124,29 @@ def accumulate(
             idle_share=a.idle / a.measured if a.measured else None,
             unmeasured_held_gpu_hours=a.unmeasured,
             mig_profile=profile,
+            effective_gpu_hours=a.effective if a.effective_measured else None,
+            effective_measured_held_gpu_hours=a.effective_measured,
         )
         for (ns, wl, profile), a in sorted(acc.items())
     ]
+
+
+def effective_coverage(lines: Iterable[Line]) -> str:
+    """The report's caveat line: over how much of the held time effective was measured (whole
+    GPUs and MIG instances apart: an instance-hour is not a GPU-hour)."""
+    parts = []
+    chosen = list(lines)
+    for unit, mig in (("GPU-hours", False), ("MIG instance-hours", True)):
+        kind = [x for x in chosen if bool(x.mig_profile) == mig]
+        if not kind and mig:
+            continue
+        measured = sum(x.effective_measured_held_gpu_hours for x in kind)
+        held = sum(x.held_gpu_hours for x in kind)
+        parts.append(f"effective measured over {measured:.3f} of {held:.3f} held {unit}")
+    return (
+        "; ".join(parts) + " (devices held alone whose dcgm-exporter exports a profiling field;"
+        " never derived from busy)"
+    )
 
 
 CSV_HEADER = (
@@ -123,6 +158,8 @@ CSV_HEADER = (
     "unmeasured_held_gpu_hours",
     "busy_gpu_hours",
     "idle_share",
+    "effective_gpu_hours",
+    "effective_measured_held_gpu_hours",
 )
 
 
@@ -140,6 +177,8 @@ def csv_rows(lines: Iterable[Line]) -> list[list[str]]:
             num(line.unmeasured_held_gpu_hours),
             num(line.busy_gpu_hours),
             num(line.idle_share, 3),
+            num(line.effective_gpu_hours),
+            num(line.effective_measured_held_gpu_hours),
         ]
         for line in lines
     ]

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from contract import codec
 from contract.outputs import AttributionEvent
-from gpuattr.report import CSV_HEADER, Line, accumulate, csv_rows
+from gpuattr.report import CSV_HEADER, Line, accumulate, csv_rows, effective_coverage
 from infra.kafka import client_options
 from infra.settings import KafkaSettings
 
@@ -85,8 +85,24 @@ def _busy(line: Line) -> str:
     return "n/a (shared)"
 
 
+def _effective(line: Line) -> str:
+    """Effective GPU-hours where measured, else why not: never 0 for unknown, never busy's."""
+    if line.effective_gpu_hours is not None:
+        return f"{line.effective_gpu_hours:.3f}"
+    alone = line.held_gpu_hours - line.shared_held_gpu_hours
+    if line.shared_held_gpu_hours and alone <= 0:
+        return "n/a (shared)"
+    if alone <= line.unmeasured_held_gpu_hours:
+        return "unknown (no sample)"
+    return "unknown (no effective figure)"
+
+
+def _effective_over(line: Line) -> str:
+    return f"{line.effective_measured_held_gpu_hours:.3f} of {line.held_gpu_hours:.3f}"
+
+
 def print_table(lines: list[Line], title: str) -> None:
-    table = Table(title=title)
+    table = Table(title=title, caption=effective_coverage(lines))
     columns = (
         "namespace",
         "workload",
@@ -96,6 +112,8 @@ def print_table(lines: list[Line], title: str) -> None:
         "of which unmeasured",
         "busy GPU-h",
         "idle",
+        "effective GPU-h",
+        "effective measured over (h held)",
     )
     for name in columns:
         table.add_column(
@@ -112,6 +130,8 @@ def print_table(lines: list[Line], title: str) -> None:
             f"{line.unmeasured_held_gpu_hours:.3f}" if line.unmeasured_held_gpu_hours else "",
             _busy(line),
             f"{line.idle_share:.0%}" if line.idle_share is not None else "",
+            _effective(line),
+            _effective_over(line),
         )
     Console().print(table)
 

@@ -2,8 +2,12 @@
 
 One row per device or MIG instance, from any worker's query API (``/api/v1/devices``; the worker
 gathers the others). A shared device shows "N tenants · device-wide X%" and every holder, never
-a per-pod usage figure. Above the devices, each node's GPU stack in one line, broken nodes first
-and the broken boundary first in the line ("gpu-a  BROKEN  container toolkit not ready on gpu-a
+a per-pod usage figure. Beside usage (busy: any kernel running), ``EFF`` is the device's
+effective activity (SM or graphics-engine active) and its kind of work where notable
+(``memory-bound``, ``tensor``), ``?`` with the reason where no profiling field is exported —
+never 0; ``HEALTH`` the device's marks (``HOT``, ``THR`` throttled, ``MEM`` memory fault,
+``PCIe`` replays). Above the devices, each node's GPU stack in one line, broken nodes first and
+the broken boundary first in the line ("gpu-a  BROKEN  container toolkit not ready on gpu-a
 (…); device plugin, dcgm-exporter and GFD wait on it"). ``--once --json`` prints the rows for
 scripts.
 """
@@ -25,7 +29,14 @@ from rich.table import Table
 from rich.text import Text
 
 from streams.core.noderows import NODE_ROWS, NodeRow, node_line
-from streams.core.views import ROWS, SORT_KEYS, DeviceRow, usage_text
+from streams.core.views import (
+    ROWS,
+    SORT_KEYS,
+    DeviceRow,
+    effective_text,
+    health_text,
+    usage_text,
+)
 
 #: how each stack state is drawn
 STACK_STYLE = {"broken": "bold red", "unknown": "yellow", "reconciling": "cyan", "disabled": "dim"}
@@ -75,11 +86,38 @@ def stack_lines(nodes: Sequence[NodeRow]) -> Text:
     return text
 
 
+#: the columns, and the widest the narrow ones may grow (the reason under ``?`` folds)
+COLUMNS = (
+    "node",
+    "gpu",
+    "model",
+    "sharing",
+    "holders",
+    "usage",
+    "eff",
+    "health",
+    "memory",
+    "idle",
+    "alerts",
+)
+MAX_WIDTH = {"eff": 18, "health": 9}
+
+
+def _effective(row: DeviceRow) -> Text:
+    """``?`` with why, where usage itself is known (else the usage cell already says why)."""
+    text = effective_text(row)
+    if row.effective_pct is not None:
+        return Text(text, style="yellow" if row.work == "memory-bound" else "")
+    if row.telemetry != "unknown" and row.effective_reason:
+        return Text.assemble(text, "\n", (row.effective_reason, "dim"))
+    return Text(text, style="dim")
+
+
 def render(body: dict[str, Any], rows: Sequence[DeviceRow], title: str) -> Group:
     nodes = NODE_ROWS.validate_python(body.get("nodes", []))
     table = Table(title=title, expand=True, show_lines=True)
-    for name in ("node", "gpu", "model", "sharing", "holders", "usage", "memory", "idle", "alerts"):
-        table.add_column(name.upper(), overflow="fold")
+    for name in COLUMNS:
+        table.add_column(name.upper(), overflow="fold", max_width=MAX_WIDTH.get(name))
     for r in rows:
         gpu = str(r.gpu_index) if r.gpu_index is not None else r.gpu_uuid[:12]
         if r.mig_instance is not None:
@@ -101,6 +139,8 @@ def render(body: dict[str, Any], rows: Sequence[DeviceRow], title: str) -> Group
             sharing,
             _holders(r),
             usage,
+            _effective(r),
+            Text(health_text(r), style="bold red"),
             mem,
             _duration(r.idle_s),
             Text(", ".join(r.open_alerts), style="bold red") if r.open_alerts else "",

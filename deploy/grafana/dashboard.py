@@ -6,11 +6,12 @@ The committed JSON is this module's output; tests/unit/test_dashboard.py fails w
 re-reads it through the SDK's own models, and tests/integration/test_prometheus_handover.py runs
 every panel's query against a real Prometheus scraping two workers.
 
-Honesty on the wall: usage is only ever the device's (or MIG instance's) figure; the holders of a
-shared device are a separate table with no usage column; GPU-hours are *held* (each pod's share
-of a device, the one accounting figure the report uses too), never "used" by a pod. A held GPU
-no sample speaks for is shown with why, never as idle. Every table names its columns (Grafana
-would otherwise show ``Value #A``). Queries read the recording rules in
+Honesty on the wall: usage (busy and effective alike) is only ever the device's (or MIG
+instance's) figure; the holders of a shared device are a separate table with no usage column;
+GPU-hours are *held* (each pod's share of a device, the one accounting figure the report uses
+too), never "used" by a pod. A held GPU no sample speaks for is shown with why, never as idle;
+a device without a profiling field has no effective figure, never 0. Every table names its
+columns (Grafana would otherwise show ``Value #A``). Queries read the recording rules in
 deploy/kustomize/base/monitoring.yaml or take ``max by`` a series' identity first, so a device
 whose partition is changing hands between workers is counted once.
 """
@@ -139,6 +140,9 @@ def funnel() -> list[Any]:
     )
     for ref, (title, expr, _) in zip("ABCDE", steps, strict=True):
         over_time = over_time.with_target(query(expr, ref, title))
+    over_time = over_time.with_target(
+        query("gpuattr:devices_effective:count", "F", "Effective (>= 15 % SM active)")
+    )
     return [*stats, over_time]
 
 
@@ -353,7 +357,8 @@ def idle() -> list[Any]:
             .title("Allocated GPUs idle now, and open alerts")
             .description(
                 "Idle seconds of each held device in an idle episode (event time), and the "
-                "alerts open on it (idle, orphaned-memory, xid-N)."
+                "alerts open on it (idle, orphaned-memory, xid-N, low-efficiency, thermal, "
+                "memory-fault, pcie-replays)."
             )
             .datasource(DS)
             .grid_pos(at(0, 66, 24, 8))
@@ -454,6 +459,145 @@ def stack() -> list[Any]:
     return [*panels, states]
 
 
+def effective() -> list[Any]:
+    """Busy versus effective, and health (issue 29). Busy (GPU_UTIL) is any kernel running;
+    effective is SM active (else graphics-engine active), only where dcgm-exporter exports a
+    profiling field — never derived from busy, absent where unknown. Both are the device's
+    figures; health marks and alerts are joined to the device's holders (who owns the
+    failure), never a usage figure."""
+    stats = [
+        (
+            "Effective (>= 15 % SM active)",
+            "gpuattr:devices_effective:count",
+            "green",
+            "Of the active held devices (over 5 % busy), those whose effective activity (SM "
+            "active, else graphics-engine active) is at or over 15 %, the low-efficiency "
+            "alert's default threshold.",
+        ),
+        (
+            "Busy, not effective",
+            "gpuattr:devices_ineffective:count",
+            "orange",
+            "Active held devices whose effective activity is under 15 %: a kernel runs, the "
+            "GPU does little (the low-efficiency alert fires once it lasts its window).",
+        ),
+        (
+            "Active, effective unknown",
+            "gpuattr:devices_effective_unknown:count",
+            "text",
+            "Active held devices whose dcgm-exporter exports no profiling field "
+            "(DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_GR_ENGINE_ACTIVE): neither effective nor "
+            "not, never counted as 0. The attribution events say why.",
+        ),
+        (
+            "Devices with a health mark",
+            f"count(max by (node, device_uuid) (gpuattr_device_health{{{NODE}}}) == 1) "
+            "or on() vector(0)",
+            "red",
+            "Devices hot, throttled, with memory faults or PCIe replays rising, as of their "
+            "latest sample.",
+        ),
+    ]
+    panels: list[Any] = [
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .with_target(query(expr, "A", title))
+        .grid_pos(at(6 * i, 84, 6, 4))
+        .color_mode(BigValueColorMode.BACKGROUND)
+        .graph_mode(BigValueGraphMode.AREA)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]))
+        .thresholds(
+            ThresholdsConfig()
+            .mode(ThresholdsMode.ABSOLUTE)
+            .steps([Threshold(color=color, value=None)])
+        )
+        for i, (title, expr, color, description) in enumerate(stats)
+    ]
+    versus = (
+        timeseries.Panel()
+        .title("Busy versus effective, per held device")
+        .description(
+            "Each held device's busy ratio (any kernel running, GPU_UTIL) and its effective "
+            "activity (SM active, else graphics-engine active): the whole device's or MIG "
+            "instance's figures, never a pod's. A device without an effective line exports no "
+            "profiling field: unknown, not 0."
+        )
+        .datasource(DS)
+        .grid_pos(at(0, 88, 12, 8))
+        .unit("percentunit")
+        .with_target(
+            query(
+                f"max by (node, device_uuid) (gpuattr_device_utilization_ratio{{{NODE}}}) "
+                f"and on (node, device_uuid) {HELD}",
+                "A",
+                "{{node}} {{device_uuid}} busy",
+            )
+        )
+        .with_target(
+            query(
+                f"max by (node, device_uuid) (gpuattr_device_effective_ratio{{{NODE}}}) "
+                f"and on (node, device_uuid) {HELD}",
+                "B",
+                "{{node}} {{device_uuid}} effective",
+            )
+        )
+    )
+    work = (
+        timeseries.Panel()
+        .title("Held devices by kind of work")
+        .description(
+            "tensor (tensor pipes busy), memory-bound (memory interface busy while compute "
+            "stays low), compute, light, unknown (no profiling field)."
+        )
+        .datasource(DS)
+        .grid_pos(at(12, 88, 12, 8))
+        .with_target(
+            query(
+                "count by (work) ("
+                f"max by (node, device_uuid, work) (gpuattr_device_work{{{NODE}}}) == 1 "
+                f"and on (node, device_uuid) {HELD})",
+                "A",
+                "{{work}}",
+            )
+        )
+    )
+    owners = merged(
+        table.Panel()
+        .title("Health marks of held devices, with their holders")
+        .description(
+            "Each held device with a reading, each health mark (hot, throttled, memory-fault, "
+            "pcie-replays) as of its latest sample: 1 set, 0 clear (a field the exporter does "
+            "not export cannot set one); and who holds the device now, from gpu-attribution's "
+            "own join: the owner of the failure. The condition alerts (low-efficiency, thermal, "
+            "memory-fault, pcie-replays: the worker's, joined to the holders at the time and "
+            "never inherited by a later holder) are in the open alerts table."
+        )
+        .datasource(DS)
+        .grid_pos(at(0, 96, 24, 8))
+        .with_target(
+            query(
+                f"max by (node, device_uuid, mark) (gpuattr_device_health{{{NODE}}}) "
+                f"and on (node, device_uuid) {HELD}",
+                "A",
+                instant=True,
+            )
+        )
+        .with_target(
+            query(
+                f"max by ({HOLDER_ID}) (gpuattr_device_holder_info{{{NODE}}}) "
+                "and on (node, device_uuid) "
+                f"max by (node, device_uuid) (gpuattr_device_health{{{NODE}}})",
+                "B",
+                instant=True,
+            )
+        ),
+        {"A": "set (1) or clear (0)", "B": None},
+    )
+    return [*panels, versus, work, owners]
+
+
 def build() -> dict[str, Any]:
     dashboard = (
         Dashboard("GPU attribution")
@@ -497,6 +641,7 @@ def build() -> dict[str, Any]:
         ("dcgm-exporter misattribution over time", misattribution()),
         ("Idle allocated GPUs", idle()),
         ("GPU Operator stack per node", stack()),
+        ("Busy versus effective, and health", effective()),
     ]
     ids = iter(range(1, 1000))
     for title, panels in sections:

@@ -17,6 +17,14 @@ and shares with it, and ``gpuattr_device_telemetry_unknown{cause}`` says why the
 utilisation series. A stale device (its node fell silent) keeps only its info series, marked
 ``stale="true"``: nothing is charged for it; a device that is gone leaves.
 
+Busy versus effective (issue 29) is the device's too: ``gpuattr_device_effective_ratio`` (SM
+active, else graphics-engine active; ``source`` names the field) exists only where a profiling
+field gave a figure — absent is unknown, never 0, and never GPU_UTIL's figure
+(``gpuattr_device_utilization_ratio`` is busy). ``gpuattr_device_work{work}`` and
+``gpuattr_device_health{mark}`` carry one series per kind and per mark (1 for the current ones),
+so a device's label sets stay the same while its condition moves; a device without a reading
+has neither (its condition is unknown, not healthy).
+
 Each node's GPU stack (its last ``node-status``, :mod:`streams.core.noderows`) is one series per
 stack state (``gpuattr_node_stack_state``, 1 for the current one, 0 for the others) and one per
 plane of its stack (``gpuattr_node_plane_broken``, 1 where the plane's own boundary is broken),
@@ -27,7 +35,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import get_args
 
+from contract.outputs import HealthMark, WorkKind
 from streams.core.noderows import STATE_ORDER, NodeRow
 from streams.core.views import DeviceRow
 
@@ -43,6 +53,11 @@ class Family:
 
 def _device(row: DeviceRow) -> Labels:
     return (("node", row.node), ("device_uuid", row.device_uuid))
+
+
+#: every kind of work and every health mark, in the contract's order: one series each per device
+WORK_KINDS: tuple[str, ...] = get_args(WorkKind)
+HEALTH_MARKS: tuple[str, ...] = get_args(HealthMark)
 
 
 #: a plane's own boundary is broken (not merely waiting on a lower one, or disabled)
@@ -106,6 +121,22 @@ def families(rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = ()) -> list[F
         "against our join (value 1): trusted, unchecked, stranger, wrong-claim, shared-device, "
         "per-process or uncredited",
     )
+    effective = Family(
+        "gpuattr_device_effective_ratio",
+        "Effective activity of the whole device or MIG instance (scope): SM active, else the "
+        "graphics engine's active ratio (source). Absent where no profiling field is exported: "
+        "unknown, never derived from utilisation, never a pod's",
+    )
+    work = Family(
+        "gpuattr_device_work",
+        "What kind of work the device does, one series per kind (value 1 for the current one): "
+        "tensor, memory-bound, compute, light or unknown (no profiling field)",
+    )
+    health = Family(
+        "gpuattr_device_health",
+        "The device's health marks, one series per mark (value 1 while set): hot, throttled, "
+        "memory-fault, pcie-replays; absent while the device has no reading",
+    )
     for row in rows:
         device = _device(row)
         info.samples.append(
@@ -165,6 +196,15 @@ def families(rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = ()) -> list[F
             util.samples.append((scope, row.util_pct / 100.0))
         if row.fb_used_mib is not None:
             memory.samples.append((scope, row.fb_used_mib * 2**20))
+        if row.effective_pct is not None:
+            source = (*scope, ("source", row.effective_source or ""))
+            effective.samples.append((source, row.effective_pct / 100.0))
+        if row.telemetry != "unknown":
+            for kind in WORK_KINDS:
+                work.samples.append(((*device, ("work", kind)), 1.0 if row.work == kind else 0.0))
+            for mark in HEALTH_MARKS:
+                set_ = 1.0 if mark in row.health_marks else 0.0
+                health.samples.append(((*device, ("mark", mark)), set_))
         if row.idle_s is not None:
             idle.samples.append((device, row.idle_s))
         for alert in row.open_alerts:
@@ -172,4 +212,5 @@ def families(rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = ()) -> list[F
         verdict = (("verdict", row.exporter_verdict), ("mode", row.exporter_mode))
         exporter.samples.append(((*device, *verdict), 1.0))
     devices = [info, holder, share, unknown, tenants, util, memory, idle, alerts, exporter]
+    devices += [effective, work, health]
     return [*devices, *node_families(nodes)]

@@ -6,6 +6,9 @@ Idle time is event time: the latest sample's ``ts_ms`` minus the start of the id
 
 Honesty carries through: a shared device's row has every holder and one device-wide usage
 figure (``usage_scope``), never a per-pod split; ``allocation_share`` is labelled as allocation.
+Busy (any kernel running) and effective activity (SM or graphics-engine active) are the
+device's too; an effective figure no profiling field gave is unknown with its reason, never 0
+and never busy's. Health marks are the device's, from the event (:class:`contract.outputs.Health`).
 """
 
 from __future__ import annotations
@@ -77,6 +80,13 @@ class DeviceRow:
     telemetry_cause: str | None = None
     telemetry_reason: str | None = None
     pods: tuple[PodShareRow, ...] = ()
+    # additive (issue 29): busy versus effective, device-wide; None: unknown (reason says why)
+    busy_pct: float | None = None
+    effective_pct: float | None = None
+    effective_source: str | None = None
+    effective_reason: str | None = None
+    work: str = "unknown"  # tensor, memory-bound, compute, light, unknown
+    health_marks: tuple[str, ...] = ()  # hot, throttled, memory-fault, pcie-replays
 
     @property
     def stale(self) -> bool:
@@ -93,6 +103,7 @@ class Filter:
     idle: bool = False  # only devices in an idle episode
     alerts: bool = False  # only devices with an open alert
     unknown: bool = False  # only devices whose usage is unknown (with the reason)
+    health: bool = False  # only devices with a health mark (hot, throttled, memory-fault, …)
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> Filter:
@@ -107,6 +118,7 @@ class Filter:
             idle=flag("idle"),
             alerts=flag("alerts"),
             unknown=flag("unknown"),
+            health=flag("health"),
         )
 
 
@@ -131,6 +143,17 @@ def _holder(h: Holder) -> HolderRow:
 def _pod(p: PodShare) -> PodShareRow:
     workload = f"{p.workload.kind}/{p.workload.name}" if p.workload else None
     return PodShareRow(p.namespace, p.pod, p.uid, workload, p.share, p.basis)
+
+
+def _effective_reason(event: AttributionEvent) -> str | None:
+    """Why the device's effective activity is unknown (None when it is known). An event without
+    a reading says so through its telemetry; one with a reading but no profiling field, through
+    the activity's own reason."""
+    if event.activity.effective_pct is not None:
+        return None
+    if event.telemetry.status == "unknown":
+        return f"usage unknown ({event.telemetry.cause or 'no sample'})"
+    return event.activity.effective_reason or "effective activity not reported"
 
 
 def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRow:
@@ -171,6 +194,12 @@ def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRo
         telemetry_cause=event.telemetry.cause,
         telemetry_reason=event.telemetry.reason,
         pods=tuple(_pod(p) for p in event.pods),
+        busy_pct=event.activity.busy_pct,
+        effective_pct=event.activity.effective_pct,
+        effective_source=event.activity.effective_source,
+        effective_reason=_effective_reason(event),
+        work=event.activity.work,
+        health_marks=tuple(event.health.marks),
     )
 
 
@@ -190,6 +219,7 @@ def matches(row: DeviceRow, f: Filter) -> bool:
         and (not f.idle or row.idle_since_ms is not None)
         and (not f.alerts or bool(row.open_alerts))
         and (not f.unknown or row.telemetry == "unknown")
+        and (not f.health or bool(row.health_marks))
     )
 
 
@@ -225,6 +255,24 @@ def usage_text(row: DeviceRow) -> str:
         tenants = f"{row.tenant_count} tenant" + ("" if row.tenant_count == 1 else "s")
         return f"{tenants} · device-wide {figure}"
     return figure
+
+
+#: how ``gpuattr top`` writes each health mark (short, so the column stays narrow)
+MARK_TEXT = {"hot": "HOT", "throttled": "THR", "memory-fault": "MEM", "pcie-replays": "PCIe"}
+
+
+def effective_text(row: DeviceRow) -> str:
+    """The effective cell: the device-wide figure with its kind of work where known, ``?`` where
+    no profiling field gave one (never 0, never busy's figure)."""
+    if row.effective_pct is None:
+        return "?"
+    figure = f"{row.effective_pct:.0f}%"
+    return f"{figure} {row.work}" if row.work in ("memory-bound", "tensor") else figure
+
+
+def health_text(row: DeviceRow) -> str:
+    """The health cell: the device's marks, short (``HOT THR MEM PCIe``); empty when none."""
+    return " ".join(MARK_TEXT.get(m, m) for m in row.health_marks)
 
 
 def merge(parts: Sequence[Iterable[DeviceRow]]) -> list[DeviceRow]:

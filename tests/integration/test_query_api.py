@@ -26,7 +26,21 @@ from tests.integration.pipeline import collect, pipeline
 pytestmark = pytest.mark.integration
 
 #: what a row shares with the event behind it (idle and alerts come from the alert table)
-SAME = ("node", "device_uuid", "state", "sharing", "tenant_count", "holders", "util_pct", "ts_ms")
+SAME = (
+    "node",
+    "device_uuid",
+    "state",
+    "sharing",
+    "tenant_count",
+    "holders",
+    "util_pct",
+    "ts_ms",
+    "busy_pct",
+    "effective_pct",
+    "effective_reason",
+    "work",
+    "health_marks",
+)
 
 
 async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, Any]:

@@ -141,6 +141,11 @@ def test_the_asked_for_views_are_there() -> None:
         "gpuattr_device_holder_info",  # who holds what on shared devices
         "namespace_workload:gpuattr_gpu_hours_held:1h",  # GPU-hours by namespace/workload
         "verdict:gpuattr_devices_exporter_misattributed:count",  # exporter misattribution
+        "gpuattr:devices_effective:count",  # the funnel to effective, and its unknown apart
+        "gpuattr:devices_ineffective:count",
+        "gpuattr:devices_effective_unknown:count",
+        "gpuattr_device_effective_ratio",  # busy versus effective
+        "gpuattr_device_health",  # health marks, with their holders
     ):
         assert needed in exprs, needed
 
@@ -194,6 +199,8 @@ def test_held_gpus_without_a_reading_are_shown_with_why() -> None:
 @pytest.mark.parametrize("query", list(queries(committed())), ids=lambda q: f"{q.panel}/{q.ref}")
 def test_no_query_multiplies_a_device_figure_onto_a_holder(query: PanelQuery) -> None:
     """The lie PromQL could recreate: a device-wide usage series joined onto each holder."""
-    usage = re.search(r"gpuattr_device_(utilization_ratio|memory_used_bytes)", query.expr)
+    usage = re.search(
+        r"gpuattr_device_(utilization_ratio|memory_used_bytes|effective_ratio)", query.expr
+    )
     holders = re.search(r"gpuattr_device_holder_", query.expr)
     assert not (usage and holders), query.expr

@@ -41,7 +41,7 @@ def rules_file(folder: Path, *, every_evaluation: bool = False) -> Path:
 
 def test_rules_are_valid(tmp_path: Path) -> None:
     out = promtool("check", "rules", str(rules_file(tmp_path)), cwd=tmp_path)
-    assert "SUCCESS: 12 rules found" in out
+    assert "SUCCESS: 19 rules found" in out
 
 
 def test_rules_unit_tests_pass(tmp_path: Path) -> None:
@@ -113,3 +113,27 @@ def test_per_container_holder_series_would_count_twice(tmp_path: Path) -> None:
     out = done.stdout + done.stderr
     for job in ("duo", "claimer", "twin"):
         assert f'workload_name="{job}"}} 2E+00' in out, job
+
+
+def test_unknown_effective_counted_as_ineffective_bites(tmp_path: Path) -> None:
+    """rules_test.yaml has an active device whose exporter exports no profiling field: a rule
+    that reads its missing effective series as 0 (active and not effective → ineffective) counts
+    it as busy-but-ineffective, and fails; the shipped rule keeps it apart as unknown."""
+    groups = rule_groups()
+    (rule,) = [r for r in groups[0]["rules"] if r.get("record", "").endswith("ineffective:count")]
+    rule["expr"] = (
+        "count((max by (node, device_uuid) (gpuattr_device_utilization_ratio) > 0.05) and on "
+        "(node, device_uuid) (max by (node, device_uuid) (gpuattr_device_tenants) > 0) unless on "
+        "(node, device_uuid) (max by (node, device_uuid) (gpuattr_device_effective_ratio) >= 0.15))"
+        " or vector(0)"
+    )
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    shutil.copy(TESTS, tmp_path / "rules_test.yaml")
+    tool = shutil.which("promtool")
+    assert tool
+    done = subprocess.run(
+        [tool, "test", "rules", "rules_test.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    assert "gpuattr:devices_ineffective:count" in done.stdout + done.stderr
+    assert "2E+00" in done.stdout + done.stderr  # E2 (unknown) counted beside E1
