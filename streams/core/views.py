@@ -165,6 +165,17 @@ def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRo
         open_alerts.append("orphaned-memory")
     if alerts and alerts.xid is not None and alerts.xid.firing:
         open_alerts.append(f"xid-{alerts.xid.value}")
+    low_eff = alerts.low_eff.episode if alerts and alerts.low_eff is not None else None
+    if low_eff is not None and low_eff.firing:
+        open_alerts.append("low-efficiency")
+    health = alerts.health if alerts is not None else None
+    for kind, ep in (
+        ("thermal", health.thermal if health else None),
+        ("memory-fault", health.memory_fault if health else None),
+        ("pcie-replays", health.pcie if health else None),
+    ):
+        if ep is not None and ep.firing:
+            open_alerts.append(kind)
     return DeviceRow(
         node=event.node,
         device_uuid=event.device_uuid,

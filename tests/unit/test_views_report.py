@@ -22,6 +22,8 @@ from gpuattr.report_cli import parse_duration
 from sim.cluster import Cluster
 from sim.scenario import gpu_uuid, load
 from streams.core.alerts import DeviceAlerts, Episode
+from streams.core.healthalerts import HealthAlerts
+from streams.core.lowefficiency import LowEfficiency
 from streams.core.processor import Processor, Tables
 from streams.core.views import Filter, device_row, merge, select, usage_text
 from streams.worker.live import LiveDevices
@@ -114,6 +116,19 @@ def test_idle_time_is_event_time_and_alerts_are_listed() -> None:
     pending = device_row(ev("GPU-A", 64, 0, (TRAIN,)), DeviceAlerts(idle=Episode(60_000)))
     assert pending.open_alerts == ()
     assert pending.idle_s == 4.0
+
+
+def test_open_health_and_low_efficiency_alerts_are_listed_pending_ones_not() -> None:
+    alerts = DeviceAlerts(
+        low_eff=LowEfficiency(episode=Episode(since_ms=1_000, firing=True)),
+        health=HealthAlerts(
+            thermal=Episode(2_000, firing=True),
+            memory_fault=Episode(3_000, firing=True),
+            pcie=Episode(4_000),  # pending: not open
+        ),
+    )
+    row = device_row(ev("GPU-A", 64, 100, (TRAIN,)), alerts)
+    assert row.open_alerts == ("low-efficiency", "thermal", "memory-fault")
 
 
 def test_filters_and_sorting() -> None:
