@@ -151,6 +151,9 @@ class Health:
     ecc_dbe_increase: float | None = None
     counter_resets: tuple[str, ...] = ()
     marks: tuple[HealthMark, ...] = ()
+    #: the marks this sample could judge: their fields exported and, for a counter, its increase
+    #: known. A mark not watched is unknown at this sample — not healthy
+    watched: tuple[HealthMark, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

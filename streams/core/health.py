@@ -123,7 +123,28 @@ def health(sample: DcgmSample, policy: AlertSettings) -> Health:
         ecc_dbe_increase=dbe,
         counter_resets=tuple(since.resets) if since else (),
     )
-    return replace(h, marks=marks(h, policy))
+    clock_known = sample.clock_event_reasons is not None
+    return replace(h, marks=marks(h, policy), watched=watched(h, clock_known))
+
+
+def watched(h: Health, clock_known: bool) -> tuple[HealthMark, ...]:
+    """The marks ``h`` can judge (``clock_known``: the clock-event reasons were exported): a mark
+    whose every input is missing (not exported, or a counter's increase not known at this
+    sample) is unknown, never reported as clear."""
+    out: list[HealthMark] = []
+    if h.gpu_temp_c is not None or h.memory_temp_c is not None:
+        out.append("hot")
+    if h.thermal_throttle_pct is not None or clock_known:
+        out.append("throttled")
+    if (
+        h.uncorrectable_remapped_rows_increase is not None
+        or h.ecc_dbe_increase is not None
+        or h.row_remap_failure is not None
+    ):
+        out.append("memory-fault")
+    if h.pcie_replays_per_min is not None:
+        out.append("pcie-replays")
+    return tuple(out)
 
 
 def increase(since: SinceLast | None, name: CounterName) -> float | None:

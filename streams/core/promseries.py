@@ -23,7 +23,8 @@ field gave a figure — absent is unknown, never 0, and never GPU_UTIL's figure
 (``gpuattr_device_utilization_ratio`` is busy). ``gpuattr_device_work{work}`` and
 ``gpuattr_device_health{mark}`` carry one series per kind and per mark (1 for the current ones),
 so a device's label sets stay the same while its condition moves; a device without a reading
-has neither (its condition is unknown, not healthy).
+has neither, and a mark the sample could not judge (its fields not exported, a counter's increase
+not known: ``Health.watched``) has no series — its condition is unknown, not healthy.
 
 Each node's GPU stack (its last ``node-status``, :mod:`streams.core.noderows`) is one series per
 stack state (``gpuattr_node_stack_state``, 1 for the current one, 0 for the others) and one per
@@ -135,7 +136,8 @@ def families(rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = ()) -> list[F
     health = Family(
         "gpuattr_device_health",
         "The device's health marks, one series per mark (value 1 while set): hot, throttled, "
-        "memory-fault, pcie-replays; absent while the device has no reading",
+        "memory-fault, pcie-replays; absent while the device has no reading or the mark's fields "
+        "are not exported (unknown, not healthy)",
     )
     for row in rows:
         device = _device(row)
@@ -202,9 +204,10 @@ def families(rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = ()) -> list[F
         if row.telemetry != "unknown":
             for kind in WORK_KINDS:
                 work.samples.append(((*device, ("work", kind)), 1.0 if row.work == kind else 0.0))
-            for mark in HEALTH_MARKS:
-                set_ = 1.0 if mark in row.health_marks else 0.0
-                health.samples.append(((*device, ("mark", mark)), set_))
+            for mark in HEALTH_MARKS:  # a mark the sample could not judge has no series
+                if mark in row.health_watched or mark in row.health_marks:
+                    set_ = 1.0 if mark in row.health_marks else 0.0
+                    health.samples.append(((*device, ("mark", mark)), set_))
         if row.idle_s is not None:
             idle.samples.append((device, row.idle_s))
         for alert in row.open_alerts:

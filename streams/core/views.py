@@ -87,6 +87,7 @@ class DeviceRow:
     effective_reason: str | None = None
     work: str = "unknown"  # tensor, memory-bound, compute, light, unknown
     health_marks: tuple[str, ...] = ()  # hot, throttled, memory-fault, pcie-replays
+    health_watched: tuple[str, ...] = ()  # the marks the sample could judge (others unknown)
 
     @property
     def stale(self) -> bool:
@@ -211,6 +212,7 @@ def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRo
         effective_reason=_effective_reason(event),
         work=event.activity.work,
         health_marks=tuple(event.health.marks),
+        health_watched=tuple(event.health.watched),
     )
 
 

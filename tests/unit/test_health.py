@@ -213,3 +213,39 @@ def test_events_carry_health_and_events_without_a_reading_keep_the_defaults() ->
         DeviceFacts("n", "GPU-1"), 1000, [], DeviceContext(), "heartbeat", Telemetry("unknown")
     )
     assert (beat.activity, beat.health) == (Activity(), Health())
+
+
+RISE = SinceLast(60_000, pcie_replays=0.0, uncorrectable_remapped_rows=0.0)
+
+
+@pytest.mark.parametrize(
+    ("since", "fields", "watched"),
+    [
+        pytest.param(None, {}, (), id="nothing-exported-nothing-judged"),
+        pytest.param(None, {"temp_c": 40.0}, ("hot",), id="temperature-judges-hot-only"),
+        pytest.param(None, {"clock_event_reasons": 0}, ("throttled",), id="reasons-exported-clear"),
+        pytest.param(
+            None, {"row_remap_failure": False}, ("memory-fault",), id="remap-flag-judges-faults"
+        ),
+        pytest.param(
+            None,
+            {"pcie_replays": 5.0, "uncorrectable_remapped_rows": 0.0},
+            (),
+            id="first-scrape-counters-not-judged",
+        ),
+        pytest.param(RISE, {}, ("memory-fault", "pcie-replays"), id="increases-known-judged"),
+        pytest.param(
+            SinceLast(60_000, pcie_replays=None, resets=("pcie_replays",)),
+            {},
+            (),
+            id="reset-not-judged",
+        ),
+    ],
+)
+def test_a_mark_is_watched_only_where_its_fields_say(
+    since: SinceLast | None, fields: dict[str, object], watched: tuple[str, ...]
+) -> None:
+    """A mark the sample cannot judge is unknown (no series, no 0), never reported clear."""
+    h = health(sample(since, **fields), POLICY)
+    assert h.watched == watched
+    assert set(h.marks) <= set(h.watched)

@@ -21,7 +21,8 @@ ROWS = [
         ),
         None,
     ),
-    device_row(with_activity(ev("GPU-N", 10, 97, (TRAIN,)), None), None),  # no profiling field
+    # no profiling field; only the temperatures exported: the other marks are not judged
+    device_row(with_activity(ev("GPU-N", 10, 97, (TRAIN,)), None, watched=("hot",)), None),
     device_row(replace(ev("GPU-U", 10, None, (TRAIN,)), telemetry=BLIND), None),  # no reading
     device_row(
         replace(with_activity(ev("GPU-Z", 10, 50, (TRAIN,)), 40.0, marks=("hot",)), origin="stale"),
@@ -64,7 +65,8 @@ def test_work_and_health_one_series_per_kind_and_mark() -> None:
     assert set(health) == {"GPU-A", "GPU-S", "GPU-N"}
     marks = {d: {lab["mark"] for lab, v in s if v == 1.0} for d, s in health.items()}
     assert marks == {"GPU-A": set(), "GPU-S": {"hot", "pcie-replays"}, "GPU-N": set()}
-    assert all(len(s) == 4 for s in health.values())
+    assert {d: len(s) for d, s in health.items()} == {"GPU-A": 4, "GPU-S": 4, "GPU-N": 1}
+    assert [lab["mark"] for lab, _ in health["GPU-N"]] == ["hot"]  # unknown marks: no series, no 0
 
 
 def test_no_new_series_names_a_pod() -> None:

@@ -41,6 +41,7 @@ def with_activity(
     *,
     work: str = "compute",
     marks: tuple[str, ...] = (),
+    watched: tuple[str, ...] = ("hot", "throttled", "memory-fault", "pcie-replays"),
 ) -> AttributionEvent:
     activity = Activity(
         busy_pct=event.usage.util_pct,
@@ -49,7 +50,8 @@ def with_activity(
         effective_reason=None if effective is not None else NO_PROF,
         work=work if effective is not None else "unknown",  # type: ignore[arg-type]
     )
-    return replace(event, activity=activity, health=Health(marks=marks))  # type: ignore[arg-type]
+    health = Health(marks=marks, watched=watched)  # type: ignore[arg-type]
+    return replace(event, activity=activity, health=health)
 
 
 BLIND = Telemetry("unknown", "exporter-unreachable", "dcgm-exporter at … failing", 0)
