@@ -478,6 +478,120 @@ class ClusterPolicyRecord:
     resource_version: str = ""
 
 
+# --- demand (issue 30): GPUs asked for and not yet given, and the supply they could have had.
+# These travel on the demand-events topic, keyed by the pool's resource name
+# (:func:`contract.inputs.pool_resource`), where the workers' demand stage joins them.
+
+#: where a pending pod stands: still ``pending``; ``bound`` by the scheduler to ``node``;
+#: ``deleted`` before it was bound
+PendingState = Literal["pending", "bound", "deleted"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """One kind of GPU a pending pod asks for, and how many.
+
+    ``resource`` is a device-plugin resource (``nvidia.com/gpu``, a renamed shared resource such
+    as ``nvidia.com/gpu.shared``, a MIG resource ``nvidia.com/mig-1g.10gb``) or, for a DRA claim,
+    ``dra:<device class>``. ``count`` follows the scheduler's rule (the larger of the sum over
+    containers and the largest init container); a DRA claim counts its requests' devices.
+    ``product`` is what the pod's node selector (or a required node affinity with one value)
+    says of ``nvidia.com/gpu.product``; ``mig_profile`` the MIG profile the resource name or the
+    selector names; ``""`` when the pod does not say (any product, no MIG profile)."""
+
+    resource: str
+    count: int
+    product: str = ""
+    mig_profile: str = ""
+    claim: str = ""  # DRA: the ResourceClaim (namespace/name) the request is made through
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A pod that asks for GPUs and that the scheduler has not bound to a node (the cluster
+    role's pending-pod watch), with the scheduler's own word on why (its ``PodScheduled``
+    condition). Published on every change, and once more when it is ``bound`` or ``deleted``:
+    the last record of a pod's wait."""
+
+    ts_ms: int
+    namespace: str
+    name: str
+    uid: str
+    created_ms: int
+    requests: tuple[GpuRequest, ...]
+    state: PendingState = "pending"
+    node: str = ""  # bound: where
+    priority: int = 0
+    priority_class: str = ""
+    workload: OwnerRef | None = None
+    #: the PodScheduled condition: "False"/"True"/"" (not written yet), its reason
+    #: (``Unschedulable``, ``SchedulerError``), message ("0/8 nodes are available: 8
+    #: Insufficient nvidia.com/gpu.") and last transition
+    scheduled_status: str = ""
+    scheduled_reason: str = ""
+    scheduled_message: str = ""
+    scheduled_since_ms: int | None = None
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPodList:
+    """Every pod pending for a GPU after a (re)list of the cluster role's watch (a new leader
+    lists first): a pod of the demand stage's tables missing from it is gone. Published into
+    every partition of the demand-events topic (no key), like ``clock.tick``."""
+
+    ts_ms: int
+    pods: tuple[PendingPod, ...]
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SupplyHolder:
+    """A pod holding an allocated device, as the demand stage names it."""
+
+    namespace: str
+    pod: str
+    uid: str | None = None
+    workload: str | None = None  # "Kind/name"
+
+
+@dataclass(frozen=True, slots=True)
+class SupplyDevice:
+    """One allocated device of a node, in the terms a pending pod asks for: its ``product``
+    (the node's ``nvidia.com/gpu.product``) and MIG profile; ``idle_since_ms`` the start of its
+    measured idle episode (below the idle threshold, :mod:`streams.core.alerts`), ``None`` when
+    it is not idle or its usage is unknown (never counted as idle)."""
+
+    device_uuid: str
+    product: str = ""
+    mig_profile: str = ""
+    idle_since_ms: int | None = None
+    holders: tuple[SupplyHolder, ...] = ()
+    slots: int = 1  # the holders' allocation units of this resource on the device
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSupply:
+    """A node's allocated devices of one resource (the node's worker, on change): what the
+    demand stage joins pending pods with. Empty ``devices`` (or ``gone``): the node has none of
+    that resource allocated any more."""
+
+    ts_ms: int
+    node: str
+    resource: str
+    devices: tuple[SupplyDevice, ...] = ()
+    gone: bool = False
+
+
+#: Records on the demand-events topic (keyed by resource; the list and ticks into every partition)
+DemandInput = PendingPod | PendingPodList | NodeSupply | ClockTick
+
+
+def pool_resource(resource: str) -> str:
+    """The demand-events key of a resource (its name as the scheduler counts it)."""
+    return resource
+
+
 #: Every record an agent publishes on the node-events topic (keyed by its node)
 InputRecord = (
     PodResourcesSnapshot
@@ -513,4 +627,7 @@ KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "clock.tick": (ClockTick, 1),
     "k8s.operand-pods": (OperandPods, 1),
     "k8s.clusterpolicy": (ClusterPolicyRecord, 1),
+    "k8s.pending-pod": (PendingPod, 1),
+    "k8s.pending-pods": (PendingPodList, 1),
+    "pool.supply": (NodeSupply, 1),
 }

@@ -302,6 +302,7 @@ AlertKind = Literal[
     "thermal",
     "memory-fault",
     "pcie-replays",
+    "demand-while-idle",
 ]
 
 
@@ -326,6 +327,12 @@ class AlertFigures:
     ecc_dbe_increase: float | None = None
     pcie_replays_per_min: float | None = None
     pcie_threshold_per_min: float | None = None
+    # additive (issue 30): a pool's demand while its allocated GPUs idle
+    pending_pods: int | None = None
+    gpus_requested: int | None = None
+    oldest_wait_s: float | None = None
+    idle_gpus: int | None = None
+    idle_for_s: float | None = None  # the shortest idle time among the idle GPUs named
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +359,9 @@ class Alert:
     #: additive (v1): a ``stack-broken`` alert's break (a node's alert: ``device_uuid`` and
     #: ``gpu_uuid`` are empty, ``holders`` are the pods on the GPUs it leaves without telemetry)
     stack: StackBreak | None = None
+    #: additive (issue 30): a ``demand-while-idle`` alert's pool (a pool's alert: ``node``,
+    #: ``device_uuid`` and ``gpu_uuid`` are empty; ``holders`` are the idle GPUs' holders)
+    demand: DemandBrief | None = None
 
 
 #: the planes of a node's GPU stack, in dependency order (:mod:`streams.core.operatorstack`)
@@ -485,6 +495,96 @@ class StackBreak:
 
 
 @dataclass(frozen=True, slots=True)
+class Pool:
+    """GPUs a pending pod could be given: a resource, and the product and MIG profile where the
+    pod's request says so (``""``: any)."""
+
+    resource: str
+    product: str = ""
+    mig_profile: str = ""
+
+    def key(self) -> str:
+        """``nvidia.com/gpu``, ``nvidia.com/gpu|product=NVIDIA-A100-SXM4-80GB``, …"""
+        parts = [self.resource]
+        if self.product:
+            parts.append(f"product={self.product}")
+        if self.mig_profile:
+            parts.append(f"mig={self.mig_profile}")
+        return "|".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingPod:
+    """A pod waiting for GPUs of a pool, with the scheduler's word."""
+
+    namespace: str
+    pod: str
+    uid: str
+    gpus: int
+    since_ms: int  # when it was created: its wait began
+    priority: int = 0
+    workload: str | None = None  # "Kind/name"
+    reason: str = ""  # PodScheduled reason
+    message: str = ""  # PodScheduled message
+
+
+@dataclass(frozen=True, slots=True)
+class IdleGpu:
+    """An allocated device of the pool that has been measured idle since ``since_ms``."""
+
+    node: str
+    device_uuid: str
+    since_ms: int
+    holders: tuple[Holder, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolDemand:
+    """A pool's demand and supply at ``ts_ms``: the pods waiting for its GPUs (oldest first, at
+    most ``WAITING_LISTED``; ``pending_pods`` counts them all) and, in the same pool, the allocated
+    GPUs and those measured idle with their holders. Emitted on change to the compacted demand
+    topic, keyed by ``pool``; a tombstone when nobody waits and nothing of the pool is allocated."""
+
+    ts_ms: int
+    pool: str  # Pool.key()
+    resource: str
+    product: str
+    mig_profile: str
+    pending_pods: int
+    gpus_requested: int
+    oldest_since_ms: int | None
+    waiting: tuple[WaitingPod, ...]
+    allocated_gpus: int
+    idle: tuple[IdleGpu, ...]
+    #: allocated devices of the pool whose usage is unknown (never counted idle)
+    unmeasured_gpus: int = 0
+
+
+#: how many waiting pods a demand record lists (every pod is counted)
+WAITING_LISTED = 50
+
+
+@dataclass(frozen=True, slots=True)
+class DemandBrief:
+    """What a ``demand-while-idle`` alert is about."""
+
+    pool: str
+    resource: str
+    product: str
+    mig_profile: str
+    waiting: tuple[WaitingPod, ...]  # oldest first, at most WAITING_LISTED
+    idle: tuple[IdleGpu, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolDemandRetired:
+    """A pool with nobody waiting and nothing allocated: its key on the demand topic is removed
+    with a tombstone. Never encoded: no kind."""
+
+    pool: str
+
+
+@dataclass(frozen=True, slots=True)
 class NodeStatusRetired:
     """The node left (deleted in the API, or silent past its TTL): its key on the compacted
     node-status topic is removed with a tombstone (a null value). Never encoded: no kind."""
@@ -500,4 +600,5 @@ KINDS: dict[str, tuple[type, int]] = {
     "telemetry.refused": (TelemetryRefused, 1),
     "alert": (Alert, 1),
     "node-status": (NodeStatus, 1),
+    "demand": (PoolDemand, 1),
 }

@@ -22,6 +22,7 @@ OUTPUTS: dict[str, str] = {
     "exporter.misattribution": "flags",
     "telemetry.refused": "flags",
     "node-status": "node-status",
+    "demand": "demand",
     "deadletter": "deadletter",
     "delivery.failure": "deadletter",
 }

@@ -9,7 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags", "node-status"]
+TopicRole = Literal[
+    "node-events",
+    "attribution",
+    "alerts",
+    "deadletter",
+    "flags",
+    "node-status",
+    "demand-events",
+    "demand",
+]
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -50,6 +59,22 @@ TOPICS: tuple[TopicDoc, ...] = (
         "node",
         "node-status: each node's GPU stack (intended versus reconciled, the first broken "
         "boundary), on every change; a tombstone when the node leaves",
+        7 * DAY_MS,
+        compacted=True,
+    ),
+    TopicDoc(
+        "demand-events",
+        "resource (the pool's resource name)",
+        "the demand stage's input: the cluster role's k8s.pending-pod (per resource a pod asks "
+        "for), k8s.pending-pods and clock.tick (into every partition); the workers' pool.supply "
+        "(each node's allocated devices of a resource, on change)",
+        3 * DAY_MS,
+    ),
+    TopicDoc(
+        "demand",
+        "pool",
+        "demand: a pool's waiting pods and its allocated and idle GPUs, on change; a tombstone "
+        "when nobody waits and nothing of it is allocated",
         7 * DAY_MS,
         compacted=True,
     ),

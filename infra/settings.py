@@ -14,7 +14,16 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from infra.endpoints import endpoint
 
-TopicRole = Literal["node-events", "attribution", "alerts", "deadletter", "flags", "node-status"]
+TopicRole = Literal[
+    "node-events",
+    "attribution",
+    "alerts",
+    "deadletter",
+    "flags",
+    "node-status",
+    "demand-events",
+    "demand",
+]
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 MICROK8S_KUBELET_SOCKET = Path(
@@ -236,6 +245,9 @@ class AlertSettings(BaseSettings):
     pcie_replays_per_min: float = Field(default=8.0, gt=0)
     #: a memory-fault or pcie-replays alert resolves after this long without a new rise
     health_quiet_s: float = Field(default=900.0, gt=0)
+    #: demand-while-idle: a pod of a pool has waited this long while a GPU of the same pool
+    #: has been allocated and measured idle this long (event time)
+    demand_window_s: float = Field(default=900.0, gt=0)
 
     @model_validator(mode="after")
     def _busy_above_idle(self) -> AlertSettings:
