@@ -155,7 +155,8 @@ HOLDERS_NAMED = 4
 def pool_line(row: PoolRow) -> str:
     """``nvidia.com/gpu  12 pods wait (24 GPUs, oldest 28 d: "0/8 nodes are available: 8
     Insufficient nvidia.com/gpu.") · 5 allocated idle ≥ 2 h: ns/pod, …``"""
-    unit = "MIG instances" if row.mig_profile else "GPUs"
+    unit = "MIG instance" if row.mig_profile else "GPU"
+    unit += "" if row.gpus_requested == 1 else "s"
     if row.pending_pods:
         pods = "pod waits" if row.pending_pods == 1 else "pods wait"
         oldest = ""
