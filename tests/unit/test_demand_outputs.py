@@ -135,7 +135,7 @@ def test_rows_survive_json_and_merge_keeps_the_latest_per_pool_oldest_wait_first
 
 
 def _fields(record: PoolDemand) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in record.__slots__}  # type: ignore[attr-defined]
+    return {name: getattr(record, name) for name in record.__slots__}
 
 
 def series(pools: list[PoolDemand]) -> dict[str, dict[str, float]]:

@@ -120,7 +120,7 @@ def test_two_claims_of_one_class_add_up() -> None:
 
 
 def test_the_waited_table_and_csv(capsys: pytest.CaptureFixture[str]) -> None:
-    records = [pod("a", 11, 11), pod("a", 11, 14, state="bound")]
+    records: list[PendingPod | PendingPodList] = [pod("a", 11, 11), pod("a", 11, 14, state="bound")]
     lines = report_waits(records, "10h", start_ms=START, end_ms=END, csv_path=None)
     out = capsys.readouterr().out
     assert "GPU-hours waited" in out
