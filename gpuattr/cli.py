@@ -111,7 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--once", action="store_true", help="print once and exit")
     t.add_argument("--json", action="store_true", help="with --once: the rows as JSON")
 
-    rp = sub.add_parser("report", help="GPU-hours held per namespace and workload")
+    rp = sub.add_parser(
+        "report", help="GPU-hours held (and GPU-hours waited) per namespace and workload"
+    )
     rp.add_argument("--since", required=True, help="how far back: 30m, 2h, 1d, 1h30m")
     rp.add_argument("--csv", help="also write CSV to this file ('-': CSV to stdout only)")
     rp.add_argument(
@@ -121,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds one event may cover (default: 1.5 x GPUATTR_SPINE_HEARTBEAT_S, 90)",
     )
     rp.add_argument("--idle-threshold", type=float, default=AlertSettings().idle_threshold_pct)
+    rp.add_argument("--waited-csv", help="also write the GPU-hours waited as CSV to this file")
 
     d = sub.add_parser("demo", help="local Kafka + simulated cluster + agents + worker, live")
     d.add_argument(
@@ -334,6 +337,7 @@ def _main(argv: Sequence[str] | None) -> int:
                     args.max_gap if args.max_gap is not None else 1.5 * SpineSettings().heartbeat_s
                 ),
                 idle_threshold_pct=args.idle_threshold,
+                waited_csv_path=args.waited_csv,
             )
         )
     if args.command == "agent":

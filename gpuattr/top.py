@@ -8,8 +8,10 @@ effective activity (SM or graphics-engine active) and its kind of work where not
 never 0; ``HEALTH`` the device's marks (``HOT``, ``THR`` throttled, ``MEM`` memory fault,
 ``PCIe`` replays). Above the devices, each node's GPU stack in one line, broken nodes first and
 the broken boundary first in the line ("gpu-a  BROKEN  container toolkit not ready on gpu-a
-(…); device plugin, dcgm-exporter and GFD wait on it"). ``--once --json`` prints the rows for
-scripts.
+(…); device plugin, dcgm-exporter and GFD wait on it"). Above those, each pool's demand in one
+line, oldest wait first (``/api/v1/demand``): "nvidia.com/gpu  12 pods wait (24 GPUs, oldest 28 d:
+"0/8 nodes are available: …") · 5 allocated idle ≥ 2 h: ns/pod, … (of 8 allocated)". ``--once
+--json`` prints the rows for scripts (the pools under ``pools``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from streams.core.noderows import NODE_ROWS, NodeRow, node_line
+from streams.core.poolrows import POOL_ROWS, PoolRow, pool_line
 from streams.core.views import (
     ROWS,
     SORT_KEYS,
@@ -54,6 +57,19 @@ async def fetch(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
         if resp.status != 200:
             raise RuntimeError(f"{url}: HTTP {resp.status}: {body.get('error', body)}")
         return body
+
+
+def demand_url(base: str) -> str:
+    return f"{base.rstrip('/')}/api/v1/demand"
+
+
+async def fetch_demand(session: aiohttp.ClientSession, base: str) -> dict[str, Any]:
+    """The pools' demand; a worker of an older release has none to give (no pools, not an
+    error: the devices are still shown)."""
+    try:
+        return await fetch(session, demand_url(base))
+    except (RuntimeError, orjson.JSONDecodeError):  # a 404 is not JSON
+        return {"pools": []}
 
 
 def _duration(seconds: float | None) -> str:
@@ -86,6 +102,18 @@ def stack_lines(nodes: Sequence[NodeRow]) -> Text:
     return text
 
 
+def demand_lines(pools: Sequence[PoolRow]) -> Text:
+    """Each pool's demand in one line (oldest wait first, as the API orders them): red where
+    pods wait while GPUs of the pool idle, yellow where pods wait."""
+    text = Text()
+    for i, row in enumerate(pools):
+        if i:
+            text.append("\n")
+        style = "bold red" if row.pending_pods and row.idle_gpus else ""
+        text.append(pool_line(row), style=style or ("yellow" if row.pending_pods else "dim"))
+    return text
+
+
 #: the columns, and the widest the narrow ones may grow (the reason under ``?`` folds)
 COLUMNS = (
     "node",
@@ -115,6 +143,7 @@ def _effective(row: DeviceRow) -> Text:
 
 def render(body: dict[str, Any], rows: Sequence[DeviceRow], title: str) -> Group:
     nodes = NODE_ROWS.validate_python(body.get("nodes", []))
+    pools = POOL_ROWS.validate_python(body.get("pools", []))
     table = Table(title=title, expand=True, show_lines=True)
     for name in COLUMNS:
         table.add_column(name.upper(), overflow="fold", max_width=MAX_WIDTH.get(name))
@@ -145,7 +174,8 @@ def render(body: dict[str, Any], rows: Sequence[DeviceRow], title: str) -> Group
             _duration(r.idle_s),
             Text(", ".join(r.open_alerts), style="bold red") if r.open_alerts else "",
         )
-    notes: list[Table | Text] = [stack_lines(nodes), table] if nodes else [table]
+    notes: list[Table | Text] = [demand_lines(pools)] if pools else []
+    notes += [stack_lines(nodes), table] if nodes else [table]
     if body.get("unavailable"):
         missing = ", ".join(body["unavailable"])
         notes.append(Text(f"workers not answering: {missing}", style="yellow"))
@@ -175,6 +205,7 @@ async def run(
     async with aiohttp.ClientSession() as session:
         if once:
             body = await fetch(session, target)
+            body["pools"] = (await fetch_demand(session, url)).get("pools", [])
             if as_json:
                 sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
             else:
@@ -185,6 +216,7 @@ async def run(
             while True:
                 try:
                     body = await fetch(session, target)
+                    body["pools"] = (await fetch_demand(session, url)).get("pools", [])
                     rows = ROWS.validate_python(body["devices"])
                     title = f"{url} · {len(rows)} devices · {time.strftime('%H:%M:%S')}"
                     live.update(render(body, rows, title), refresh=True)

@@ -103,13 +103,14 @@ def funnel() -> list[Any]:
         ("Active (> 5 % busy)", "gpuattr:devices_active:count", "green"),
         ("Allocated but idle", "gpuattr:devices_idle:count", "orange"),
         ("Allocated, no reading", "gpuattr:devices_unmeasured:count", "text"),
+        ("Requested, not placed", "gpuattr:gpus_requested:count", "red"),
     ]
     stats = [
         stat.Panel()
         .title(title)
         .datasource(DS)
         .with_target(query(expr, "A", title))
-        .grid_pos(at(5 * i, 1, 5 if i < 4 else 4, 4))
+        .grid_pos(at(4 * i, 1, 4, 4))
         .color_mode(BigValueColorMode.BACKGROUND)
         .graph_mode(BigValueGraphMode.AREA)
         .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]))
@@ -126,8 +127,9 @@ def funnel() -> list[Any]:
         .description(
             "Whole fleet (the node filter does not apply): devices total, allocated to pods, "
             "active, allocated but idle, and allocated with no reading (exporter unreachable, "
-            "refused or without a row: held, never counted idle). A MIG instance counts as a "
-            "device of its own."
+            "refused or without a row: held, never counted idle), and GPUs requested by pods the "
+            "scheduler has not placed (Pending: unmet demand, beside the supply). A MIG instance "
+            "counts as a device of its own."
         )
         .datasource(DS)
         .grid_pos(at(0, 5, 24, 7))
@@ -138,10 +140,10 @@ def funnel() -> list[Any]:
             .show_legend(True)
         )
     )
-    for ref, (title, expr, _) in zip("ABCDE", steps, strict=True):
+    for ref, (title, expr, _) in zip("ABCDEF", steps, strict=True):
         over_time = over_time.with_target(query(expr, ref, title))
     over_time = over_time.with_target(
-        query("gpuattr:devices_effective:count", "F", "Effective (>= 15 % SM active)")
+        query("gpuattr:devices_effective:count", "G", "Effective (>= 15 % SM active)")
     )
     return [*stats, over_time]
 
@@ -598,6 +600,80 @@ def effective() -> list[Any]:
     return [*panels, versus, work, owners]
 
 
+def demand() -> list[Any]:
+    """Pods waiting for GPUs (issue 30), per pool: a resource, and the product or MIG profile a
+    pod asks for. Whole fleet (pools have no node). Waiting pods and GPUs requested add up across
+    pools; allocated and idle GPUs overlap (a device of a product is in its product's pool and in
+    the any-product pool), so they are shown per pool, never summed. Every query answers 0 where
+    nobody waits (``or on() vector(0)``). Which pods wait, and which pods hold the idle GPUs, are
+    in ``gpuattr top`` and ``/api/v1/demand``: no pod is a label."""
+    waiting_while_idle = (
+        "count((max by (pool) (gpuattr_pool_pending_pods) > 0) "
+        "and on (pool) (max by (pool) (gpuattr_pool_idle_gpus) > 0)) or on() vector(0)"
+    )
+    stats = [
+        ("Pods waiting for GPUs", "gpuattr:pods_pending:count", "orange", ""),
+        ("Oldest wait", "max(gpuattr_pool_oldest_wait_seconds) or on() vector(0)", "orange", "s"),
+        ("Pools waiting while GPUs idle", waiting_while_idle, "red", ""),
+    ]
+    panels: list[Any] = []
+    for i, (title, expr, color, unit) in enumerate(stats):
+        panel = (
+            stat.Panel()
+            .title(title)
+            .description(
+                "Pods the scheduler has not placed that ask for GPUs (device-plugin resources or "
+                "DRA claims), counted per pool; the oldest wait is since the pod's creation. A "
+                "pool waits while idle when pods wait for it and allocated GPUs of the same pool "
+                "are measured idle (usage unknown is never idle)."
+            )
+            .datasource(DS)
+            .with_target(query(expr, "A", title))
+            .grid_pos(at(4 * i, 105, 4, 8))
+            .color_mode(BigValueColorMode.BACKGROUND)
+            .graph_mode(BigValueGraphMode.AREA)
+            .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]))
+            .thresholds(
+                ThresholdsConfig()
+                .mode(ThresholdsMode.ABSOLUTE)
+                .steps([Threshold(color="green", value=None), Threshold(color=color, value=1.0)])
+            )
+        )
+        panels.append(panel.unit(unit) if unit else panel)
+    by_pool = (
+        timeseries.Panel()
+        .title("GPUs requested and allocated GPUs idle, by pool")
+        .description(
+            "Per pool: GPUs (or MIG instances) its waiting pods ask for, and of its allocated "
+            "GPUs those measured idle. Both high at once is the waste this row is for: demand "
+            "the scheduler cannot place while GPUs it could have had sit idle."
+        )
+        .datasource(DS)
+        .grid_pos(at(12, 105, 12, 8))
+        .legend(
+            VizLegendOptions()
+            .display_mode(LegendDisplayMode.LIST)
+            .placement(LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+        .with_target(
+            query(
+                "max by (pool) (gpuattr_pool_gpus_requested) or on() vector(0)",
+                "A",
+                "{{pool}} requested",
+            )
+        )
+        .with_target(
+            query(
+                "max by (pool) (gpuattr_pool_idle_gpus) or on() vector(0)",
+                "B",
+                "{{pool}} allocated idle",
+            )
+        )
+    )
+    return [*panels, by_pool]
+
+
 def build() -> dict[str, Any]:
     dashboard = (
         Dashboard("GPU attribution")
@@ -642,6 +718,7 @@ def build() -> dict[str, Any]:
         ("Idle allocated GPUs", idle()),
         ("GPU Operator stack per node", stack()),
         ("Busy versus effective, and health", effective()),
+        ("Pods waiting for GPUs while allocated GPUs idle", demand()),
     ]
     ids = iter(range(1, 1000))
     for title, panels in sections:

@@ -30,6 +30,14 @@ Each node's GPU stack (its last ``node-status``, :mod:`streams.core.noderows`) i
 stack state (``gpuattr_node_stack_state``, 1 for the current one, 0 for the others) and one per
 plane of its stack (``gpuattr_node_plane_broken``, 1 where the plane's own boundary is broken),
 so a node's label sets stay the same while its state moves; they leave with the node.
+
+Each pool's demand (its latest ``demand`` record, :mod:`streams.core.poolrows`) is a handful of
+gauges labelled ``pool``, ``resource``, ``product`` and ``mig_profile`` (``""``: any): pods
+waiting, GPUs requested, the oldest wait, allocated and idle GPUs. No pod is a label: the
+waiting pods and the idle GPUs' holders are in the record and the query API. Waiting pods and
+GPUs requested add up across pools; allocated and idle GPUs do not (a device of a product is in
+the product's pool and in the any-product pool alike). They leave with the pool's tombstone or
+its partition.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from typing import get_args
 
 from contract.outputs import HealthMark, WorkKind
 from streams.core.noderows import STATE_ORDER, NodeRow
+from streams.core.poolrows import PoolRow
 from streams.core.views import DeviceRow
 
 Labels = tuple[tuple[str, str], ...]
@@ -92,7 +101,48 @@ def node_families(nodes: Iterable[NodeRow]) -> list[Family]:
     return [state, plane, alert]
 
 
-def families(rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = ()) -> list[Family]:
+def pool_families(pools: Iterable[PoolRow]) -> list[Family]:
+    pending = Family(
+        "gpuattr_pool_pending_pods",
+        "Pods the scheduler has not placed that wait for GPUs of the pool (resource, and product "
+        'and MIG profile where the pod asks for one; "" is any)',
+    )
+    requested = Family(
+        "gpuattr_pool_gpus_requested",
+        "GPUs (or MIG instances) the pool's waiting pods ask for: the funnel's requested step",
+    )
+    oldest = Family(
+        "gpuattr_pool_oldest_wait_seconds",
+        "How long the pool's oldest waiting pod has waited (since its creation, event time)",
+    )
+    allocated = Family(
+        "gpuattr_pool_allocated_gpus",
+        "Allocated devices that match the pool (a device may match several pools: do not sum "
+        "across pools)",
+    )
+    idle = Family(
+        "gpuattr_pool_idle_gpus",
+        "Of the pool's allocated devices, those measured idle (usage unknown is never idle)",
+    )
+    for row in pools:
+        pool = (
+            ("pool", row.pool),
+            ("resource", row.resource),
+            ("product", row.product),
+            ("mig_profile", row.mig_profile),
+        )
+        pending.samples.append((pool, float(row.pending_pods)))
+        requested.samples.append((pool, float(row.gpus_requested)))
+        if row.oldest_wait_s is not None:
+            oldest.samples.append((pool, row.oldest_wait_s))
+        allocated.samples.append((pool, float(row.allocated_gpus)))
+        idle.samples.append((pool, float(row.idle_gpus)))
+    return [pending, requested, oldest, allocated, idle]
+
+
+def families(
+    rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = (), pools: Iterable[PoolRow] = ()
+) -> list[Family]:
     info = Family("gpuattr_device_info", "A device (GPU or MIG instance) and how it is held")
     holder = Family(
         "gpuattr_device_holder_info", "A pod holding a device, from our own join (value 1)"
@@ -216,4 +266,4 @@ def families(rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = ()) -> list[F
         exporter.samples.append(((*device, *verdict), 1.0))
     devices = [info, holder, share, unknown, tenants, util, memory, idle, alerts, exporter]
     devices += [effective, work, health]
-    return [*devices, *node_families(nodes)]
+    return [*devices, *node_families(nodes), *pool_families(pools)]

@@ -17,7 +17,9 @@ it owns answers 503), and no request goes to it. Faust's own views are off unles
     GET /api/v1/namespaces/{namespace}
     GET /api/v1/workloads/{namespace}/{name}        (name, or Kind/name as kind and name)
     GET /api/v1/alerts                              devices with an open alert
-    GET /api/v1/local/devices                       this worker's partitions only (and nodes)
+    GET /api/v1/demand                              every pool's waiting pods and idle GPUs
+    GET /api/v1/local/devices                       this worker's partitions only (and nodes,
+                                                    and the pools of its demand partitions)
     GET /metrics, /healthz, /readyz
 """
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -38,9 +40,11 @@ from faust.types import TP
 from infra.endpoints import endpoint
 from infra.observe import metrics_body
 from streams.core.noderows import NODE_ROWS, NodeRow, merge_nodes, node_row, ordered
+from streams.core.poolrows import POOL_ROWS, PoolRow, merge_pools, pool_row
 from streams.core.processor import Tables
 from streams.core.views import ROWS, DeviceRow, Filter, merge, select
 from streams.worker.live import LiveDevices
+from streams.worker.livedemand import LiveDemand
 from streams.worker.peers import PeerPolicy
 from streams.worker.promexport import exposition
 
@@ -50,8 +54,28 @@ PEER_TIMEOUT = aiohttp.ClientTimeout(total=5)
 FORWARDED_HEADER = "X-Gpuattr-Forwarded"
 
 
-def rows_json(rows: list[DeviceRow] | list[NodeRow]) -> Any:
+def rows_json(rows: list[DeviceRow] | list[NodeRow] | list[PoolRow]) -> Any:
     return orjson.loads(orjson.dumps(rows))
+
+
+@dataclass(frozen=True, slots=True)
+class Gathered:
+    """Every verified worker's rows, merged, and who answered: the workers that did, the verified
+    ones that did not, and the advertised ones that are not verified (never called)."""
+
+    rows: list[DeviceRow]
+    nodes: list[NodeRow]
+    pools: list[PoolRow]
+    answered: list[str]
+    unavailable: list[str]
+    unverified: list[str]
+
+    def workers(self) -> dict[str, list[str]]:
+        return {
+            "workers": self.answered,
+            "unavailable": self.unavailable,
+            "unverified": self.unverified,
+        }
 
 
 def assignment(app: faust.App) -> set[TP]:
@@ -72,6 +96,8 @@ class QueryApi:
         input_topic: str,
         ready: Callable[[], bool],
         peers: PeerPolicy,
+        demand: LiveDemand,
+        demand_topic: str,
     ) -> None:
         self.app = app
         self.tables = tables
@@ -79,13 +105,21 @@ class QueryApi:
         self.input_topic = input_topic
         self.ready = ready
         self.policy = peers
+        self.demand = demand
+        self.demand_topic = demand_topic
 
     @property
     def me(self) -> str:
         return str(self.app.conf.canonical_url).rstrip("/")
 
-    def owned(self) -> list[int]:
-        return sorted(tp.partition for tp in assignment(self.app) if tp.topic == self.input_topic)
+    def owned(self, topic: str | None = None) -> list[int]:
+        """The partitions of the input topic (or ``topic``) this worker owns now."""
+        topic = topic or self.input_topic
+        return sorted(tp.partition for tp in assignment(self.app) if tp.topic == topic)
+
+    def local_pools(self) -> list[PoolRow]:
+        """The demand of each pool on demand-events partitions this worker owns now."""
+        return [pool_row(r) for r in self.demand.records(set(self.owned(self.demand_topic)))]
 
     def local_rows(self) -> list[DeviceRow]:
         return self.live.rows(set(self.owned()), self.tables.alert_state)
@@ -107,29 +141,29 @@ class QueryApi:
         hosts = {str(h).rstrip("/") for h in self.app.router.tables_metadata()}
         return sorted(hosts - {self.me})
 
-    async def _peer_rows(self, host: str) -> tuple[list[DeviceRow], list[NodeRow]]:
+    async def _peer_rows(self, host: str) -> tuple[list[DeviceRow], list[NodeRow], list[PoolRow]]:
         async with self.app.http_client.get(
             f"{host}/api/v1/local/devices", timeout=PEER_TIMEOUT, allow_redirects=False
         ) as resp:
             resp.raise_for_status()
             body = orjson.loads(await resp.read())
-        # a worker of an older release lists no nodes
-        return ROWS.validate_python(body["devices"]), NODE_ROWS.validate_python(
-            body.get("nodes", [])
+        # a worker of an older release lists no nodes, or no pools
+        return (
+            ROWS.validate_python(body["devices"]),
+            NODE_ROWS.validate_python(body.get("nodes", [])),
+            POOL_ROWS.validate_python(body.get("pools", [])),
         )
 
-    async def gather(
-        self,
-    ) -> tuple[list[DeviceRow], list[NodeRow], list[str], list[str], list[str]]:
-        """All verified workers' rows: (device rows, node rows, workers that answered, verified
-        workers that did not, advertised workers that are not verified and were not called)."""
+    async def gather(self) -> Gathered:
+        """All verified workers' device, node and pool rows, and who answered."""
         peers, unverified = await self.policy.split(self.advertised())
         for host in unverified:
             log.warning("worker %s (group metadata) is not a verified peer: not called", host)
         results = await asyncio.gather(*(self._peer_rows(h) for h in peers), return_exceptions=True)
-        parts, nodes, answered, unavailable = (
+        parts, nodes, pools, answered, unavailable = (
             [self.local_rows()],
             [self.local_nodes()],
+            [self.local_pools()],
             [self.me],
             [],
         )
@@ -140,20 +174,26 @@ class QueryApi:
             else:
                 parts.append(result[0])
                 nodes.append(result[1])
+                pools.append(result[2])
                 answered.append(host)
-        return merge(parts), merge_nodes(nodes), answered, unavailable, unverified
+        return Gathered(
+            merge(parts), merge_nodes(nodes), merge_pools(pools), answered, unavailable, unverified
+        )
 
     async def listing(self, f: Filter, sort: str) -> dict[str, Any]:
-        rows, nodes, answered, unavailable, unverified = await self.gather()
-        chosen = select(rows, f, sort)
+        got = await self.gather()
+        chosen = select(got.rows, f, sort)
         return {
-            "workers": answered,
-            "unavailable": unavailable,
-            "unverified": unverified,
+            **got.workers(),
             "count": len(chosen),
             "devices": rows_json(chosen),
-            "nodes": rows_json(ordered(nodes, f.node)),  # each node's GPU stack, broken first
+            "nodes": rows_json(ordered(got.nodes, f.node)),  # each node's GPU stack, broken first
         }
+
+    async def demand_listing(self) -> dict[str, Any]:
+        """Every pool's demand, oldest wait first (from every verified worker)."""
+        got = await self.gather()
+        return {**got.workers(), "count": len(got.pools), "pools": rows_json(got.pools)}
 
     def owner(self, node: str) -> str | None:
         """The URL of the worker owning ``node``'s partition (None: no assignment yet)."""
@@ -256,16 +296,20 @@ class QueryApi:
         async def alerts(view: Any, request: Any) -> Any:
             return json(view, await api.listing(Filter(alerts=True), "idle"))
 
+        async def demand(view: Any, request: Any) -> Any:
+            return json(view, await api.demand_listing())
+
         async def local(view: Any, request: Any) -> Any:
             body = {"worker": api.me, "partitions": api.owned(), "devices": [], "nodes": []}
             body["devices"] = rows_json(api.local_rows())
             body["nodes"] = rows_json(api.local_nodes())
+            body["pools"] = rows_json(api.local_pools())
             return json(view, body)
 
         async def metrics(view: Any, request: Any) -> Any:
             body, content_type = metrics_body()
-            # the devices and nodes this worker owns now
-            body += exposition(api.local_rows(), api.local_nodes())
+            # the devices, nodes and pools this worker owns now
+            body += exposition(api.local_rows(), api.local_nodes(), api.local_pools())
             return view.bytes(body, content_type=content_type.split(";")[0])
 
         async def healthz(view: Any, request: Any) -> Any:
@@ -284,6 +328,7 @@ class QueryApi:
             "/api/v1/workloads/{namespace}/{name}": workload,
             "/api/v1/workloads/{namespace}/{kind}/{name}": workload_kind,
             "/api/v1/alerts": alerts,
+            "/api/v1/demand": demand,
             "/api/v1/local/devices": local,
             "/metrics": metrics,
             "/healthz": healthz,

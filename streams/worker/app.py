@@ -37,6 +37,7 @@ from streams.worker import selfmetrics
 from streams.worker.api import QueryApi, assignment
 from streams.worker.faust_codecs import RecordTable, register
 from streams.worker.live import LiveDevices
+from streams.worker.livedemand import LiveDemand
 from streams.worker.loop import Event, RecordLoop
 from streams.worker.peers import PeerPolicy
 from streams.worker.transport import App
@@ -143,6 +144,7 @@ def build_app(
     tables = Tables(**{field: table(name) for field, name in TABLES.items()})
     processor = Processor(tables, alerts, lifetimes_of(spine or SpineSettings()))
     live = LiveDevices()
+    live_demand = LiveDemand()  # the demand stage's records, for the API and /metrics
 
     async def dead_letter(event: Event, error: str) -> None:
         msg = event.message
@@ -207,7 +209,10 @@ def build_app(
     if worker.web_enabled:
         ready = lambda: bool(assignment(app))  # noqa: E731
         peers = PeerPolicy(worker.peers, worker.peer_service, worker.web_port)
-        QueryApi(app, tables, live, kafka.topic("node-events"), ready, peers).register()
+        demand_topic = kafka.topic("demand-events")
+        QueryApi(
+            app, tables, live, kafka.topic("node-events"), ready, peers, live_demand, demand_topic
+        ).register()
     return app
 
 

@@ -1,5 +1,6 @@
 """The attribution series (:mod:`streams.core.promseries`) rendered by prometheus_client, for the
-worker's ``/metrics`` beside its own metrics: built at scrape time from the devices it owns."""
+worker's ``/metrics`` beside its own metrics: built at scrape time from the devices (and pools) it
+owns."""
 
 from __future__ import annotations
 
@@ -10,17 +11,21 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from streams.core.noderows import NodeRow
+from streams.core.poolrows import PoolRow
 from streams.core.promseries import families
 from streams.core.views import DeviceRow
 
 
 class _Rows(Collector):
-    def __init__(self, rows: Iterable[DeviceRow], nodes: Iterable[NodeRow]) -> None:
+    def __init__(
+        self, rows: Iterable[DeviceRow], nodes: Iterable[NodeRow], pools: Iterable[PoolRow]
+    ) -> None:
         self.rows = rows
         self.nodes = nodes
+        self.pools = pools
 
     def collect(self) -> Iterator[Metric]:
-        for family in families(self.rows, self.nodes):
+        for family in families(self.rows, self.nodes, self.pools):
             labels = [k for k, _ in family.samples[0][0]] if family.samples else []
             gauge = GaugeMetricFamily(family.name, family.help, labels=labels)
             for sample_labels, value in family.samples:
@@ -28,8 +33,11 @@ class _Rows(Collector):
             yield gauge
 
 
-def exposition(rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = ()) -> bytes:
-    """The attribution series (and the nodes' GPU stack series) in Prometheus text format."""
+def exposition(
+    rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = (), pools: Iterable[PoolRow] = ()
+) -> bytes:
+    """The attribution series (and the nodes' GPU stack series, and the pools' demand series) in
+    Prometheus text format."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Rows(list(rows), list(nodes)))
+    registry.register(_Rows(list(rows), list(nodes), list(pools)))
     return generate_latest(registry)

@@ -41,7 +41,7 @@ def rules_file(folder: Path, *, every_evaluation: bool = False) -> Path:
 
 def test_rules_are_valid(tmp_path: Path) -> None:
     out = promtool("check", "rules", str(rules_file(tmp_path)), cwd=tmp_path)
-    assert "SUCCESS: 19 rules found" in out
+    assert "SUCCESS: 23 rules found" in out
 
 
 def test_rules_unit_tests_pass(tmp_path: Path) -> None:
@@ -137,3 +137,20 @@ def test_unknown_effective_counted_as_ineffective_bites(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "gpuattr:devices_ineffective:count" in done.stdout + done.stderr
     assert "2E+00" in done.stdout + done.stderr  # E2 (unknown) counted beside E1
+
+
+def test_the_requested_step_counts_a_pool_changing_hands_once(tmp_path: Path) -> None:
+    """rules_test.yaml has a pool served by two workers at once: a requested rule without its
+    per-pool ``max by`` counts its 24 GPUs twice, and fails."""
+    groups = rule_groups()
+    (rule,) = [r for r in groups[0]["rules"] if r.get("record") == "gpuattr:gpus_requested:count"]
+    rule["expr"] = "sum(gpuattr_pool_gpus_requested) or vector(0)"
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    shutil.copy(TESTS, tmp_path / "rules_test.yaml")
+    tool = shutil.which("promtool")
+    assert tool
+    done = subprocess.run(
+        [tool, "test", "rules", "rules_test.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    assert "4.9E+01" in done.stdout + done.stderr  # 24 + 24 + 1
