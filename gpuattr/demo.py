@@ -1,4 +1,6 @@
-"""``gpuattr demo``: local Kafka, a simulated cluster, one agent per node, a worker, live output.
+"""``gpuattr demo``: local Kafka, a simulated cluster, one agent per node, the cluster role, a
+worker, live output: attribution events, alerts, node statuses and demand records (``--json``:
+each as the worker wrote it, one a line).
 
 ``--secure`` (with the embedded broker): Kafka with TLS, SASL/SCRAM and the authorizer, one user
 per role with only its role's ACLs (:mod:`infra.acls`): the agents, the worker, a sink (alerts
@@ -44,6 +46,8 @@ DEMO_ALERTS = {  # seconds, not the production half hour: the demo shows alerts 
     "GPUATTR_ALERTS_LOW_EFF_WINDOW_S": "20",
     "GPUATTR_ALERTS_THERMAL_WINDOW_S": "15",
     "GPUATTR_ALERTS_HEALTH_QUIET_S": "30",
+    # issue 30 (scenario demand): pods waiting for a pool while its allocated GPUs idle
+    "GPUATTR_ALERTS_DEMAND_WINDOW_S": "20",
 }
 #: the allocation spine on the demo's clock: a heartbeat every 10 s, a silent node stale after
 #: 30 s and gone after a minute (production: 1, 3 and 10 minutes)
@@ -60,6 +64,7 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
         kafka.topic("attribution"),
         kafka.topic("alerts"),
         kafka.topic("node-status"),
+        kafka.topic("demand"),
         bootstrap_servers=kafka.bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -71,10 +76,14 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
     latest: dict[str, dict[str, object]] = {}
     alerts: list[dict[str, object]] = []
     stacks: dict[str, dict[str, object]] = {}  # node → its latest node-status
+    pools: dict[str, dict[str, object]] = {}  # pool → its latest demand record
+    retired = {kafka.topic("node-status"): stacks, kafka.topic("demand"): pools}
     live = (
         None
         if json_out
-        else Live(render(latest, alerts, title, stacks), console=Console(), auto_refresh=False)
+        else Live(
+            render(latest, alerts, title, stacks, pools), console=Console(), auto_refresh=False
+        )
     )
     try:
         if live:
@@ -84,8 +93,8 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
             for messages in batch.values():
                 for msg in messages:
                     key = (msg.key or b"").decode()
-                    if msg.value is None:  # a node-status tombstone: the node left
-                        stacks.pop(key, None)
+                    if msg.value is None:  # a tombstone: the node left, the pool is empty
+                        retired.get(msg.topic, {}).pop(key, None)
                         continue
                     count += 1
                     if json_out:
@@ -96,12 +105,14 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
                         alerts.append(event)
                     elif event["schema"] == "node-status":
                         stacks[key] = event
+                    elif event["schema"] == "demand":
+                        pools[key] = event
                     else:
                         latest[key] = event
             if json_out:
                 sys.stdout.flush()
             elif live:
-                live.update(render(latest, alerts, title, stacks), refresh=True)
+                live.update(render(latest, alerts, title, stacks, pools), refresh=True)
     finally:
         if live:
             live.stop()
@@ -224,7 +235,7 @@ async def run_demo(
             print(
                 orjson.dumps({"demo": scenario.name, "events": count}).decode()
                 if json_out
-                else f"{count} records (attribution events, alerts, node statuses)",
+                else f"{count} records (attribution events, alerts, node statuses, demand)",
                 file=sys.stderr,
             )
     return 0

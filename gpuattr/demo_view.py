@@ -1,6 +1,7 @@
 """The demo's live view, refreshed in place: each node's GPU stack in one line (the latest
 node-status: its state and summary, the first broken boundary first), the latest attribution
-event per device, the latest alerts."""
+event per device, the waiting line per pool (the latest demand record: who waits, how long, with
+the scheduler's word, and the pool's allocated GPUs that idle meanwhile), the latest alerts."""
 
 from __future__ import annotations
 
@@ -60,11 +61,64 @@ def stack_table(stacks: Mapping[str, Mapping[str, Any]]) -> Table:
     return table
 
 
+def _age(ms: int) -> str:
+    s = max(0, ms) // 1000
+    return f"{s // 86400} d" if s >= 86400 else f"{s // 3600} h" if s >= 3600 else f"{s} s"
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def waiting_line(pool: Mapping[str, Any]) -> str:
+    """``2 pods wait for 2 GPUs (oldest 40 s): inference/serve-mistral-…, … — 0/3 nodes are
+    available: …`` and, below, ``4 allocated · 3 idle: dem-a GPU-… (research/notebook-kim-0)``."""
+    now = int(pool["ts_ms"])
+    waiting = pool["waiting"]
+    if pool["pending_pods"]:
+        oldest = pool.get("oldest_since_ms")
+        age = f" (oldest {_age(now - int(oldest))})" if oldest is not None else ""
+        pods = ", ".join(f"{w['namespace']}/{w['pod']}" for w in waiting[:3])
+        more = f" +{pool['pending_pods'] - 3}" if pool["pending_pods"] > 3 else ""
+        said = next((w["message"] for w in waiting if w.get("message")), "")
+        head = (
+            f"[yellow]{_count(pool['pending_pods'], 'pod waits', 'pods wait')} for "
+            f"{_count(pool['gpus_requested'], 'GPU', 'GPUs')}[/]"
+            f"{age}: {pods}{more}" + (f" — {said}" if said else "")
+        )
+    else:
+        head = "nobody waits"
+    idle = pool["idle"]
+    supply = f"{pool['allocated_gpus']} allocated"
+    if idle:
+        who = ", ".join(
+            f"{g['node']} {g['device_uuid'][:12]} "
+            f"({', '.join(h['namespace'] + '/' + h['pod'] for h in g['holders']) or '-'}, "
+            f"idle {_age(now - int(g['since_ms']))})"
+            for g in idle
+        )
+        mark = "red" if pool["pending_pods"] else "default"
+        supply += f" · [{mark}]{len(idle)} idle[/]: {who}"
+    if pool.get("unmeasured_gpus"):
+        supply += f" · {pool['unmeasured_gpus']} unmeasured"
+    return f"{head}\n{supply}"
+
+
+def demand_table(pools: Mapping[str, Mapping[str, Any]]) -> Table:
+    table = Table(title="GPU demand per pool", expand=True, show_header=False)
+    table.add_column("pool", no_wrap=True)
+    table.add_column("waiting line", overflow="fold")
+    for key in sorted(pools):
+        table.add_row(key, waiting_line(pools[key]))
+    return table
+
+
 def render(
     latest: Mapping[str, Mapping[str, Any]],
     alerts: Sequence[Mapping[str, Any]],
     title: str,
     stacks: Mapping[str, Mapping[str, Any]] | None = None,
+    pools: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Group:
     table = Table(title=title, expand=True)
     for col in ("node", "device", "model", "state", "holders", "usage", "exporter says"):
@@ -92,6 +146,10 @@ def render(
         recent.add_row(f"{mark} {a['summary']}")
     if not alerts:
         recent.add_row("none yet")
+    parts: list[Table] = []
     if stacks:  # only nodes the GPU Operator manages have one
-        return Group(stack_table(stacks), table, recent)
-    return Group(table, recent)
+        parts.append(stack_table(stacks))
+    parts.append(table)
+    if pools:  # only where pods ask for GPUs the scheduler has not given
+        parts.append(demand_table(pools))
+    return Group(*parts, recent)

@@ -1,7 +1,10 @@
 """A protocol-faithful API-server double: list and watch for pods and nodes over real HTTP.
 
-Field selectors (``a.b=v``) and label selectors (``k=v``, comma-separated) as the real server
-reads them; the GPU Operator's ``clusterpolicies.nvidia.com/v1`` when the scenario has the CRD
+Field selectors (``a.b=v``, ``a.b==v``, ``a.b!=v``; a field not set reads ``""``, so
+``spec.nodeName=`` selects the pods the scheduler has not bound, cluster-wide) and label
+selectors (``k=v``, comma-separated) as the real server reads them; one pod by name
+(``/api/v1/namespaces/{ns}/pods/{name}``); the GPU Operator's
+``clusterpolicies.nvidia.com/v1`` when the scenario has the CRD
 (:attr:`ApiServerDouble.serves_cluster_policies`; without it, the real server's plain-text
 ``404 page not found`` for a path no API group serves); ``coordination.k8s.io/v1`` Leases (get,
 create, replace with optimistic concurrency: a stale ``resourceVersion`` answers 409 Conflict)
@@ -10,7 +13,10 @@ for the cluster role's election.
 Like the real one: every change gets a new ``resourceVersion``; ``?watch=1&resourceVersion=RV``
 streams newline-delimited JSON events (``ADDED|MODIFIED|DELETED|BOOKMARK|ERROR``) with chunked
 transfer encoding; a pod is marked for deletion (MODIFIED) before it is DELETED; bookmarks carry
-only ``metadata.resourceVersion``; a version older than the kept history answers with an
+only ``metadata.resourceVersion``; a filtered watch sees an object that comes into its
+selection as ADDED and one that leaves it as DELETED (its previous content, the new
+resourceVersion: a pod bound to a node leaves ``spec.nodeName=`` and appears on its node's
+watch); a version older than the kept history answers with an
 ``ERROR`` event holding a ``Status`` of code 410 (Expired). Checked against the real API server
 by ``tests/realkube/test_double_conformance.py``.
 """
@@ -60,6 +66,28 @@ class Event:
     plural: str
     type: str
     obj: dict[str, Any]
+    #: the object before this change (MODIFIED, DELETED): a filtered watch needs both
+    prev: dict[str, Any] | None = None
+
+    def seen_by(self, plural: str, selector: _Selector) -> tuple[str, dict[str, Any]] | None:
+        """What a watch of ``plural`` through ``selector`` is sent for this change, as the real
+        server's watch cache decides (``cacheWatcher.convertToWatchEvent``): an object that
+        comes into the selection is ADDED, one that stays MODIFIED; one that leaves it is
+        DELETED with its previous content at the new resourceVersion (a pod bound to a node
+        leaves ``spec.nodeName=`` that way: the watcher reads the pod to learn where it went)."""
+        if self.plural != plural:
+            return None
+        now = self.type != "DELETED" and selector.matches(self.obj)
+        before = self.prev is not None and selector.matches(self.prev)
+        if now:
+            return ("MODIFIED" if before else "ADDED"), self.obj
+        if before and self.prev is not None:
+            rv = self.obj["metadata"]["resourceVersion"]
+            return "DELETED", {
+                **self.prev,
+                "metadata": {**self.prev["metadata"], "resourceVersion": rv},
+            }
+        return None
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -74,13 +102,25 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
+def _field(obj: dict[str, Any], path: str) -> str:
+    """A field as a field selector reads it: a field that is not set reads ``""`` (a pod the
+    scheduler has not bound has no ``spec.nodeName``: ``spec.nodeName=`` selects it)."""
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
 def _matches(obj: dict[str, Any], selector: str) -> bool:
+    """``a.b=v``, ``a.b==v`` and ``a.b!=v`` terms, all of which must hold."""
     for term in filter(None, selector.split(",")):
+        if "!=" in term:
+            key, _, want = term.partition("!=")
+            if _field(obj, key) == want:
+                return False
+            continue
         key, _, want = term.partition("=")
-        value: Any = obj
-        for part in key.split("."):
-            value = value.get(part, {}) if isinstance(value, dict) else {}
-        if value != want:
+        if _field(obj, key) != want.removeprefix("="):
             return False
     return True
 
@@ -210,11 +250,12 @@ class ApiServerDouble:
             self.rv += 1
             stored = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.rv)}}
             key = (plural, stored["metadata"]["uid"])
+            prev = self._store.get(key)
             if kind == "DELETED":
                 self._store.pop(key, None)
             else:
                 self._store[key] = stored
-            self._log.append(Event(self.rv, plural, kind, stored))
+            self._log.append(Event(self.rv, plural, kind, stored, prev))
         del self._log[: max(0, len(self._log) - self.history)]
 
     async def _tick(self) -> None:
@@ -293,8 +334,9 @@ class ApiServerDouble:
         while True:
             for ev in [e for e in self._log if e.rv > since]:
                 since = ev.rv  # every event up to here is processed (sent or filtered out)
-                if ev.plural == plural and selector.matches(ev.obj):
-                    line = json.dumps({"type": ev.type, "object": ev.obj}).encode() + b"\n"
+                seen = ev.seen_by(plural, selector)
+                if seen is not None:
+                    line = json.dumps({"type": seen[0], "object": seen[1]}).encode() + b"\n"
                     await resp.write(line)
             if self._cut != generation:
                 await resp.write(b'{"type": "MODIFIED", "object": {"kind": "Po')
@@ -319,6 +361,20 @@ class ApiServerDouble:
                     },
                 }
                 await resp.write(json.dumps(mark).encode() + b"\n")
+
+    async def _get_pod(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/namespaces/{namespace}/pods/{name}``: the pod as stored, or 404."""
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        if self._fail:
+            code = self._fail.pop(0)
+            return web.json_response(
+                _status(code, "InternalError", "injected failure"), status=code
+            )
+        for (plural, _), obj in sorted(self._store.items()):
+            meta = obj["metadata"]
+            if plural == "pods" and (meta.get("namespace"), meta["name"]) == (namespace, name):
+                return web.json_response(obj)
+        return web.json_response(_status(404, "NotFound", f'pods "{name}" not found'), status=404)
 
     # --- Leases (coordination.k8s.io/v1): the cluster role's leader election
     def _lease_path(self, request: web.Request) -> tuple[str, str]:
@@ -390,6 +446,7 @@ class ApiServerDouble:
         app.router.add_post(leases, self._create_lease)
         app.router.add_put(leases + "/{name}", self._replace_lease)
         app.router.add_get("/api/v1/{plural:pods|nodes}", self._handle)
+        app.router.add_get("/api/v1/namespaces/{namespace}/pods/{name}", self._get_pod)
         app.router.add_get(
             "/apis/resource.k8s.io/v1/{plural:resourceslices|resourceclaims}", self._handle
         )

@@ -8,6 +8,7 @@ from one :class:`~sim.scenario.Scenario`, so the three views always agree.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Callable
 
 from contract.inputs import AllocatableDevice, DeviceAssignment
@@ -33,10 +34,26 @@ def device_id(node: NodeSpec, slot: Slot) -> str:
     return base if slot.replica is None else f"{base}::{slot.replica}"
 
 
+def allocatable_counts(node: NodeSpec) -> dict[str, str]:
+    """What the device plugin advertises on the node: resource → count (a MIG GPU its
+    instances, a shared GPU its replicas, under the renamed resource where it is renamed)."""
+    counts: Counter[str] = Counter()
+    for gpu in range(node.gpus):
+        replicas = node.replicas_of(gpu)
+        if node.mig and gpu in node.mig.gpus:
+            counts[f"nvidia.com/mig-{node.mig.profile}"] += len(node.mig.instances)
+        else:
+            counts[
+                "nvidia.com/gpu.shared" if node.rename_shared and replicas > 1 else "nvidia.com/gpu"
+            ] += replicas
+    return {k: str(v) for k, v in sorted(counts.items())}
+
+
 def holds_at(pod: PodSpec, t: float) -> bool:
-    """The pod holds its slots from start until its containers stop after the grace period."""
+    """The pod holds its slots from start until its containers stop after the grace period
+    (a pod the scheduler never binds holds nothing)."""
     released = pod.released_s
-    return pod.start_s <= t and (released is None or t < released)
+    return bool(pod.node) and pod.start_s <= t and (released is None or t < released)
 
 
 class Cluster:

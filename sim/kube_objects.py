@@ -3,6 +3,8 @@
 A pod exists from ``start_s``; at ``stop_s`` deletion is requested (``deletionTimestamp`` and
 ``deletionGracePeriodSeconds`` set, the pod keeps its devices); at ``stop_s + grace_s`` its
 containers have stopped and it is gone. Owner references follow the controllers' naming.
+A pod that waits for the scheduler (``pending_s``) exists before that without ``spec.nodeName``,
+``Pending`` with the scheduler's ``PodScheduled`` condition (:mod:`sim.scheduling`).
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sim.cluster import holds_at, resource_name
-from sim.gpuoperator import node_labels
-from sim.scenario import NodeSpec, PodSpec, Scenario, parse_slot
+from sim.cluster import allocatable_counts, holds_at, resource_name
+from sim.scenario import PodSpec, Scenario, parse_slot
+from sim.scheduling import UNSCHEDULABLE, labels_at, nodes_at, unschedulable_message
 from sim.timefmt import rfc3339
 
 
@@ -40,14 +42,66 @@ def _owner(pod: PodSpec) -> tuple[dict[str, Any] | None, dict[str, str]]:
     }, labels
 
 
+def _containers(scenario: Scenario, pod: PodSpec) -> list[dict[str, Any]]:
+    """The pod's containers with their resources: the same before and after it is bound (a
+    pod's spec does not change when the scheduler binds it)."""
+    node = scenario.node(pod.node) if pod.node else None
+    containers = []
+    for i, (name, slots) in enumerate(pod.held_by_container):
+        if pod.requests:  # what it asks for, on its first container
+            counts = Counter(dict(pod.requests)) if i == 0 else Counter[str]()
+        elif node is not None and not node.dra:
+            counts = Counter(resource_name(node, parse_slot(s)) for s in slots)
+        else:  # on a DRA node no limit: the devices come through claims
+            counts = Counter()
+        resources = {k: str(v) for k, v in sorted(counts.items())}
+        container: dict[str, Any] = {
+            "name": name,
+            "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+            "resources": {"limits": resources, "requests": resources},
+        }
+        if node is not None and node.dra and pod.claims:  # through ResourceClaims
+            refs = [{"name": f"gpu{j}" if j else "gpu"} for j in range(len(pod.claims))]
+            container["resources"] = {"claims": refs}
+        containers.append(container)
+    return containers
+
+
+def _scheduled(
+    scenario: Scenario, pod: PodSpec, t: float, epoch_s: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(spec fields, status) of a pod that waits for the scheduler: unbound with the
+    scheduler's word while it waits, bound (PodScheduled True) once scheduled."""
+    spec: dict[str, Any] = {"schedulerName": "default-scheduler", "priority": pod.priority}
+    if pod.node_selector:
+        spec["nodeSelector"] = dict(pod.node_selector)
+    if pod.pending_at(t):
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": UNSCHEDULABLE,
+            "message": unschedulable_message(scenario, pod, t),
+            "lastProbeTime": None,
+            "lastTransitionTime": rfc3339(epoch_s + pod.created_s),
+        }
+        return spec, {"phase": "Pending", "conditions": [condition], "qosClass": "BestEffort"}
+    condition = {
+        "type": "PodScheduled",
+        "status": "True",
+        "lastProbeTime": None,
+        "lastTransitionTime": rfc3339(epoch_s + pod.start_s),
+    }
+    return {**spec, "nodeName": pod.node}, {"phase": "Running", "conditions": [condition]}
+
+
 def pod_object(scenario: Scenario, pod: PodSpec, t: float, epoch_s: float) -> dict[str, Any]:
-    node = scenario.node(pod.node)
+    node = scenario.node(pod.node) if pod.node else None
     owner, extra = _owner(pod)
     meta: dict[str, Any] = {
         "name": pod.name,
         "namespace": pod.namespace,
         "uid": pod.uid,
-        "creationTimestamp": rfc3339(epoch_s + pod.start_s),
+        "creationTimestamp": rfc3339(epoch_s + pod.created_s),
         "labels": {**dict(pod.labels), **extra},
         "annotations": dict(pod.annotations),
     }
@@ -56,22 +110,12 @@ def pod_object(scenario: Scenario, pod: PodSpec, t: float, epoch_s: float) -> di
     if pod.stop_s is not None and t >= pod.stop_s:
         meta["deletionTimestamp"] = rfc3339(epoch_s + pod.stop_s + pod.grace_s)
         meta["deletionGracePeriodSeconds"] = int(pod.grace_s)
-    containers = []
-    for name, slots in pod.held_by_container:
-        counts = Counter(resource_name(node, parse_slot(s)) for s in slots)
-        resources = {k: str(v) for k, v in sorted(counts.items())} if not node.dra else {}
-        container: dict[str, Any] = {
-            "name": name,
-            "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-            "resources": {"limits": resources, "requests": resources},
-        }
-        if node.dra and pod.claims:  # the GPU comes through ResourceClaims, not a limit
-            refs = [{"name": f"gpu{i}" if i else "gpu"} for i in range(len(pod.claims))]
-            container["resources"] = {"claims": refs}
-        containers.append(container)
-    spec: dict[str, Any] = {"nodeName": pod.node, "containers": containers}
+    spec: dict[str, Any] = {"nodeName": pod.node, "containers": _containers(scenario, pod)}
     status: dict[str, Any] = {"phase": "Running"}
-    if node.dra and pod.claims:
+    if pod.pending_s is not None:
+        waited, status = _scheduled(scenario, pod, t, epoch_s)
+        spec = {"containers": spec["containers"], **waited}
+    if node is not None and node.dra and pod.claims:
         named = [
             {"name": f"gpu{i}" if i else "gpu", "resourceClaimName": claim}
             for i, claim in enumerate(pod.claims)
@@ -82,29 +126,19 @@ def pod_object(scenario: Scenario, pod: PodSpec, t: float, epoch_s: float) -> di
 
 
 def pod_objects(scenario: Scenario, t: float, epoch_s: float) -> list[dict[str, Any]]:
-    return [pod_object(scenario, p, t, epoch_s) for p in scenario.pods if holds_at(p, t)]
-
-
-def _allocatable(node: NodeSpec) -> dict[str, str]:
-    counts: Counter[str] = Counter()
-    for gpu in range(node.gpus):
-        replicas = node.replicas_of(gpu)
-        if node.mig and gpu in node.mig.gpus:
-            counts[f"nvidia.com/mig-{node.mig.profile}"] += len(node.mig.instances)
-        else:
-            counts[
-                "nvidia.com/gpu.shared" if node.rename_shared and replicas > 1 else "nvidia.com/gpu"
-            ] += replicas
-    return {k: str(v) for k, v in sorted(counts.items())}
+    """The pods of the scenario at ``t``: those on their nodes, and those waiting unbound."""
+    return [
+        pod_object(scenario, p, t, epoch_s)
+        for p in scenario.pods
+        if holds_at(p, t) or p.pending_at(t)
+    ]
 
 
 def node_objects(scenario: Scenario, t: float = 0.0) -> list[dict[str, Any]]:
     """The scenario's Node objects at ``t`` (a node deleted at ``deleted_s`` is gone)."""
     out = []
-    for node in scenario.nodes:
-        if node.deleted_s is not None and t >= node.deleted_s:
-            continue
-        alloc = {"cpu": "64", "memory": "512Gi", "pods": "110", **_allocatable(node)}
+    for node in nodes_at(scenario, t):
+        alloc = {"cpu": "64", "memory": "512Gi", "pods": "110", **allocatable_counts(node)}
         out.append(
             {
                 "apiVersion": "v1",
@@ -112,11 +146,7 @@ def node_objects(scenario: Scenario, t: float = 0.0) -> list[dict[str, Any]]:
                 "metadata": {
                     "name": node.name,
                     "uid": f"node-{node.name}",
-                    "labels": {
-                        **dict(node.labels),
-                        **node_labels(node, t),
-                        "kubernetes.io/hostname": node.name,
-                    },
+                    "labels": labels_at(node, t),
                 },
                 "status": {"allocatable": alloc, "capacity": alloc},
             }

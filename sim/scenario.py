@@ -16,6 +16,12 @@ thermal throttling, rising remapped rows, PCIe replays, an XID), exporter restar
 (``exporter_restarts``: every counter and the last XID start again from 0) and what its
 counters had counted before the scenario began (``[nodes.counters]``); :mod:`sim.traces` turns
 them into DCGM field values.
+
+A pod may wait for the scheduler first (``pending_s``): from then it exists unbound (no
+``spec.nodeName``, ``PodScheduled`` False/Unschedulable in the scheduler's words,
+:mod:`sim.scheduling`) until ``start_s``, when it is bound to ``node`` and holds its slots; a
+pod without ``node`` is never scheduled. What it asks for is ``requests`` (resource → count), by
+default what its slots are on its node; ``node_selector`` is its ``spec.nodeSelector``.
 """
 
 from __future__ import annotations
@@ -235,6 +241,26 @@ class PodSpec:
     #: per-container slots, when the pod's containers hold different ones (else all slots are
     #: ``container``'s); on a DRA node every container listed references the pod's claims
     containers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: created unbound at this scenario second, waiting for the scheduler until ``start_s`` (or
+    #: for ever without ``node``); None: created bound at ``start_s``, as most pods here are
+    pending_s: float | None = None
+    #: what the pod asks for (resource → count); empty: what its slots are on its node
+    requests: tuple[tuple[str, int], ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    priority: int = 0
+
+    @property
+    def created_s(self) -> float:
+        return self.start_s if self.pending_s is None else self.pending_s
+
+    def pending_at(self, t: float) -> bool:
+        """The pod exists, not bound to a node: from ``pending_s`` until it is scheduled at
+        ``start_s`` (never without ``node``) or deleted at ``stop_s``."""
+        if self.pending_s is None or t < self.pending_s:
+            return False
+        if self.node and t >= self.start_s:
+            return False
+        return self.stop_s is None or t < self.stop_s
 
     @property
     def held_by_container(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -367,6 +393,18 @@ def _policy(doc: dict[str, Any] | None) -> ClusterPolicySpec | None:
     )
 
 
+def _check_pending(pod: PodSpec) -> None:
+    """A pod the scheduler never binds must say what it asks for, and wait from some time."""
+    where = f"pod {pod.namespace}/{pod.name}"
+    if not pod.node:
+        if pod.pending_s is None or not pod.requests or pod.slots:
+            raise ValueError(f"{where}: without a node it needs pending_s and requests, no slots")
+    elif pod.pending_s is not None and pod.pending_s >= pod.start_s:
+        raise ValueError(f"{where}: pending_s must come before start_s (when it is scheduled)")
+    if any(count < 1 for _, count in pod.requests):
+        raise ValueError(f"{where}: every request asks for at least 1")
+
+
 def parse(doc: dict[str, Any]) -> Scenario:
     nodes = []
     for n in doc.get("nodes", []):
@@ -413,7 +451,7 @@ def parse(doc: dict[str, Any]) -> Scenario:
             PodSpec(
                 namespace=p["namespace"],
                 name=p["name"],
-                node=p["node"],
+                node=str(p.get("node", "")),
                 slots=tuple(str(s) for s in slots),
                 start_s=float(p.get("start_s", 0)),
                 stop_s=float(p["stop_s"]) if "stop_s" in p else None,
@@ -429,8 +467,15 @@ def parse(doc: dict[str, Any]) -> Scenario:
                 claim=pod_claims[0] if pod_claims else "",
                 extra_claims=tuple(pod_claims[1:]),
                 containers=containers,
+                pending_s=float(p["pending_s"]) if "pending_s" in p else None,
+                requests=tuple(
+                    sorted((str(k), int(v)) for k, v in (p.get("requests") or {}).items())
+                ),
+                node_selector=_pairs(p.get("node_selector")),
+                priority=int(p.get("priority", 0)),
             )
         )
+        _check_pending(pods[-1])
     claims = tuple(
         ClaimSpec(
             namespace=c["namespace"],
