@@ -19,16 +19,19 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
+from agents.kube.pendingwatch import PendingPodWatcher
+from agents.kube.watch import make_api_client
 from contract import codec
 from contract.inputs import ClockTick, GpuRequest, OwnerRef, PendingPod, PendingPodList
 from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
-from infra.settings import KafkaSettings
+from infra.settings import KafkaSettings, KubeSettings
 from infra.topics import topic_specs
 from tests.helpers import wait_for_async
 from tests.kube_fixture import Rest
 from tests.realkube.deploy import NAMESPACE, cluster_token, ensure_namespace
 from tests.realkube.scheduling import (
+    Published,
     Scheduled,
     gpu_node,
     pending_watch,
@@ -353,3 +356,51 @@ async def test_a_new_leader_lists_every_pending_pod_once(
 async def _ticked(drain: Any, seen: list[tuple[float, int, bytes | None, object]]) -> bool:
     await drain()
     return {p for _, p, _, r in seen if isinstance(r, ClockTick) and r.partition == p} == {0, 1, 2}
+
+
+async def test_a_pod_bound_while_the_watch_was_down_is_found_by_the_relist(
+    scheduled_kube: Scheduled, tmp_path: Path
+) -> None:
+    """No watch running: two lists of the same watcher, the waiting pod bound in between. The
+    second list misses it, reads it (bound, and where) and lists the pending pods without it."""
+    admin = Rest.admin(scheduled_kube.kube)
+    config = await role_kubeconfig(scheduled_kube, tmp_path)
+    ns = await fresh_namespace(admin)
+    pool = {"pool": ns}
+    node = f"{ns}-node"
+    await gpu_node(admin, node, {GPU: 1}, pool)
+    for name in ("holder", "waiter"):
+        await admin.create(f"/api/v1/namespaces/{ns}/pods", waiting_pod(name, {GPU: 1}, pool))
+
+    async def waiter_unschedulable() -> bool:
+        got = await pods_of(admin, ns)
+        return scheduled_condition(got["waiter"]).get("reason") == "Unschedulable" and bool(
+            got["holder"]["spec"].get("nodeName")
+        )
+
+    await wait_for_async(waiter_unschedulable, timeout_s=60, what="the waiter pending")
+    settings = KubeSettings(kubeconfig=config, watch_timeout_s=30, max_backoff_s=0.5)
+    api = await make_api_client(settings)
+    published = Published()
+    watcher = PendingPodWatcher(
+        api=api, sink=published, now_ms=lambda: time.time_ns() // 1_000_000, settings=settings
+    )
+    try:
+        await watcher.relist()
+        (first,) = [p for p in published.lists[-1].pods if p.namespace == ns]
+        assert first.name == "waiter"
+        assert published.last("waiter") == first
+        await admin.delete(f"/api/v1/namespaces/{ns}/pods/holder", grace_s=0)
+
+        async def waiter_bound() -> bool:
+            return bool((await pods_of(admin, ns))["waiter"]["spec"].get("nodeName"))
+
+        await wait_for_async(waiter_bound, timeout_s=60, what="the scheduler binds the waiter")
+        await watcher.relist()
+        last = published.last("waiter")
+        assert last is not None
+        assert (last.state, last.node, last.uid) == ("bound", node, first.uid)
+        assert not [p for p in published.lists[-1].pods if p.namespace == ns]
+        assert not [p for p in watcher.pods.values() if p.namespace == ns]
+    finally:
+        await api.close()
