@@ -1,5 +1,9 @@
 """Publish agent records to Kafka: one input topic, key = node, ordered and idempotent.
 
+The cluster role publishes demand too, on the demand-events topic: a pending pod keyed by the
+resource it asks for (:func:`contract.inputs.pool_resource`), the pending-pod list and the clock
+ticks into every partition with no key.
+
 The producer is idempotent with ``acks=all`` so a retried send never duplicates or reorders a
 node's records. When the broker is unreachable ``publish`` retries with backoff and does not
 return until the record is acknowledged: collectors block instead of dropping data.
@@ -17,7 +21,13 @@ from aiokafka.errors import KafkaError
 from agents.selfmetrics import RECORDS_PUBLISHED, SOURCE_ERRORS
 from agents.types import AgentRecord
 from contract import codec
-from contract.inputs import ClockTick, ClusterPolicyRecord
+from contract.inputs import (
+    ClockTick,
+    ClusterPolicyRecord,
+    PendingPod,
+    PendingPodList,
+    pool_resource,
+)
 from contract.topics import TopicRole
 from infra.backoff import Backoff
 from infra.kafka import client_options
@@ -29,6 +39,8 @@ log = logging.getLogger(__name__)
 #: node events, inventory and samples stay in publish order in one partition, so the worker
 #: joins them in the order they happened and a replay gives the same results.
 INPUT_ROLE: TopicRole = "node-events"
+#: The demand stage's input: pending pods (the cluster role's) and node supply, keyed by resource
+DEMAND_ROLE: TopicRole = "demand-events"
 
 
 class Publisher:
@@ -76,20 +88,30 @@ class Publisher:
     async def __aexit__(self, *exc: Any) -> None:
         await self.stop()
 
-    async def partitions(self) -> int:
-        """How many partitions the input topic has (each gets its own clock tick)."""
+    async def partitions(self, role: TopicRole = INPUT_ROLE) -> int:
+        """How many partitions a topic (the input topic) has (each gets its own clock tick)."""
         if self._producer is None:
             raise RuntimeError("publisher not started")
-        found = await self._producer.partitions_for(self._kafka.topic(INPUT_ROLE))
+        found = await self._producer.partitions_for(self._kafka.topic(role))
         return len(found)
 
     async def publish(self, record: AgentRecord) -> None:
         """Send one record and wait for the broker's acknowledgement, retrying while it is down."""
         await self._send(record, record.node.encode(), None)
 
-    async def publish_tick(self, tick: ClockTick) -> None:
-        """A partition's clock tick: no key, into that very partition."""
-        await self._send(tick, None, tick.partition)
+    async def publish_tick(self, tick: ClockTick, role: TopicRole = INPUT_ROLE) -> None:
+        """A partition's clock tick: no key, into that very partition (of the input topic, or of
+        the demand-events topic)."""
+        await self._send(tick, None, tick.partition, role)
+
+    async def publish_pending(self, resource: str, record: PendingPod) -> None:
+        """A pending pod's record for one resource it asks for, keyed by that resource."""
+        await self._send(record, pool_resource(resource).encode(), None, DEMAND_ROLE)
+
+    async def publish_pending_list(self, record: PendingPodList) -> None:
+        """Every pending GPU pod after a list: no key, into every demand-events partition."""
+        for partition in range(await self.partitions(DEMAND_ROLE)):
+            await self._send(record, None, partition, DEMAND_ROLE)
 
     async def publish_to_every_partition(self, record: ClusterPolicyRecord) -> None:
         """A record every partition's join reads (the ClusterPolicy): no key, into each
@@ -97,10 +119,16 @@ class Publisher:
         for partition in range(await self.partitions()):
             await self._send(record, None, partition)
 
-    async def _send(self, record: object, key: bytes | None, partition: int | None) -> None:
+    async def _send(
+        self,
+        record: object,
+        key: bytes | None,
+        partition: int | None,
+        role: TopicRole = INPUT_ROLE,
+    ) -> None:
         if self._producer is None:
             raise RuntimeError("publisher not started")
-        topic = self._kafka.topic(INPUT_ROLE)
+        topic = self._kafka.topic(role)
         value = codec.encode(record)
         backoff = Backoff(0.1, self._max_backoff_s)
         while True:

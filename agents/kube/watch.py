@@ -176,8 +176,7 @@ class ListWatcher(Generic[R]):
         listing = await self._list_call()(**self._filters())
         rv, items = self._listed(listing)
         for obj in items:
-            for record in self._records(obj, deleted=False):
-                await self.emit(record)
+            await self._handle(obj, deleted=False)
         await self._after_list(items, rv)  # last: it marks the full list as published
         self._up()
         self.position = rv
@@ -205,9 +204,14 @@ class ListWatcher(Generic[R]):
                 self.position = rv
                 if kind == "BOOKMARK":
                     continue
-                for record in self._records(event["object"], deleted=kind == "DELETED"):
-                    await self.emit(record)
+                await self._handle(event["object"], deleted=kind == "DELETED")
         return rv
+
+    async def _handle(self, obj: Any, deleted: bool) -> None:
+        """One listed or watched object: emit its records (a watcher that must read more, e.g.
+        the pod behind a DELETED event, overrides this)."""
+        for record in self._records(obj, deleted):
+            await self.emit(record)
 
     def _down(self, reason: str, details: str) -> None:
         self.health.failed(reason, details)

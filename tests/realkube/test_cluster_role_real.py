@@ -1,7 +1,8 @@
 """The cluster role (``gpuattr cluster``) against the real API server and the real local Kafka.
 
 Its shipped RBAC proven with a TokenRequest token: nodes listed and watched, its own Lease held,
-nothing else here (its ClusterPolicy reads: ``test_clusterpolicy_real.py``). Two replicas with
+nothing else here (its ClusterPolicy reads: ``test_clusterpolicy_real.py``; its pod reads:
+``test_pending_real.py``). Two replicas with
 that token: one leads (the Lease says which), Node deletions and every partition's clock ticks
 reach the input topic, and when the leader is killed the other takes over within the lease
 duration and the ticks go on.
@@ -42,7 +43,11 @@ async def test_the_cluster_role_reads_nodes_and_holds_its_own_lease_only(
         assert await role.allowed(verb, "nodes")
     for verb in ("get", *WRITES):
         assert not await role.allowed(verb, "nodes"), verb
-    for resource in ("pods", "secrets", "configmaps"):
+    for verb in ("list", "watch"):  # pods no node has yet (test_pending_real.py)
+        assert await role.allowed(verb, "pods")
+    for verb in ("get", *WRITES):
+        assert not await role.allowed(verb, "pods", ns=NAMESPACE), verb
+    for resource in ("secrets", "configmaps"):
         for verb in ("get", "list", "watch", *WRITES):
             assert not await role.allowed(verb, resource, ns=NAMESPACE), (verb, resource)
     assert not await role.allowed("list", "leases", group="coordination.k8s.io", ns=NAMESPACE)

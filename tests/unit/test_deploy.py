@@ -103,13 +103,19 @@ def test_every_workload_has_probes_on_its_health_endpoints() -> None:
         assert ctr["readinessProbe"]["httpGet"]["path"] == "/readyz", doc["metadata"]["name"]
 
 
-def test_cluster_role_reads_nodes_and_policies_and_holds_only_its_own_lease() -> None:
+def test_cluster_role_reads_nodes_pending_pods_and_policies_and_holds_only_its_own_lease() -> None:
     docs = base_docs()
     (role,) = [
         r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "gpuattr-cluster"
     ]
     assert role["rules"] == [  # list and watch: it never gets, and never writes, a single object
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims", "resourceclaimtemplates"],
+            "verbs": ["list"],
+        },
         {"apiGroups": ["nvidia.com"], "resources": ["clusterpolicies"], "verbs": ["list", "watch"]},
     ]
     (lease,) = [
