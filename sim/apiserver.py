@@ -278,9 +278,10 @@ class ApiServerDouble:
         if plural == "clusterpolicies" and not self.serves_cluster_policies:
             # no API group serves the path: the real server's plain-text answer, list or watch
             return web.Response(status=404, text="404 page not found\n")
-        selector = _Selector(
-            request.query.get("fieldSelector", ""), request.query.get("labelSelector", "")
-        )
+        fields = request.query.get("fieldSelector", "")
+        if namespace := request.match_info.get("namespace"):  # a namespaced list or watch
+            fields = ",".join(filter(None, (fields, f"metadata.namespace={namespace}")))
+        selector = _Selector(fields, request.query.get("labelSelector", ""))
         if request.query.get("watch", "").lower() in ("1", "true"):
             return await self._watch(request, plural, selector)
         self.lists += 1
@@ -446,6 +447,7 @@ class ApiServerDouble:
         app.router.add_post(leases, self._create_lease)
         app.router.add_put(leases + "/{name}", self._replace_lease)
         app.router.add_get("/api/v1/{plural:pods|nodes}", self._handle)
+        app.router.add_get("/api/v1/namespaces/{namespace}/{plural:pods}", self._handle)
         app.router.add_get("/api/v1/namespaces/{namespace}/pods/{name}", self._get_pod)
         app.router.add_get(
             "/apis/resource.k8s.io/v1/{plural:resourceslices|resourceclaims}", self._handle

@@ -221,3 +221,24 @@ async def test_an_unknown_pod_is_not_found() -> None:
             assert resp.status == 404
             body = await resp.json()
         assert (body["kind"], body["reason"], body["code"]) == ("Status", "NotFound", 404)
+
+
+async def test_a_namespaced_list_by_name_finds_one_pod_of_that_namespace_only() -> None:
+    """How the pending-pod watcher learns where a pod that left the unbound selection went:
+    ``/api/v1/namespaces/{ns}/pods?fieldSelector=metadata.name=<name>``."""
+    clock = Clock()
+    clock.t = 12.0  # serve is pending (from 10 s), notebook-0 runs
+    async with serving(clock) as (_, http):
+        path = "/api/v1/namespaces/inference/pods"
+        by_name = {"fieldSelector": "metadata.name=serve-5d8f7c9b6-x7k2p"}
+        async with http.get(path, params=by_name) as resp:
+            assert resp.status == 200
+            body = await resp.json()
+        assert names(body["items"]) == {"serve-5d8f7c9b6-x7k2p"}
+        elsewhere = {"fieldSelector": "metadata.name=notebook-0"}  # in research, not inference
+        async with http.get(path, params=elsewhere) as resp:
+            assert (await resp.json())["items"] == []
+        async with http.get(path) as resp:
+            assert {o["metadata"]["namespace"] for o in (await resp.json())["items"]} == {
+                "inference"
+            }
