@@ -218,11 +218,11 @@ class DemandStage:
             rd = replace(rd, alerted=(emission, *rd.alerted)[:ALERTS_REMEMBERED])
         if rd != old:
             self.tables.demand_resources[resource] = rd
-        retiring = [PoolDemandRetired(p) for p in retired]
         # a resolution before the pool's tombstone, the new records before a firing
-        return [*[a for a in alerts if a.status == "resolved"], *retiring, *changed] + [
-            a for a in alerts if a.status == "firing"
-        ]
+        out: list[DemandOutput] = [a for a in alerts if a.status == "resolved"]
+        out += [PoolDemandRetired(p) for p in retired]
+        out += changed
+        return out + [a for a in alerts if a.status == "firing"]
 
     def _again(self, rd: ResourceDemand, ts_ms: int, by: str) -> list[DemandOutput] | None:
         """What the record emitted when it was first processed, and each of its pools' latest
