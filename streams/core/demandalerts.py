@@ -137,7 +137,7 @@ def resolve(fired: Alert, now_ms: int, why: str) -> Alert:
 
 def _why(demand: PoolDemand | None, now_ms: int, window_ms: int) -> str:
     if demand is None:
-        return "the pool retired (nobody waits, nothing of it is allocated)"
+        return "nobody waits any more (the pool retired)"
     if not demand.pending_pods:
         return "nobody waits any more"
     return "no allocated GPU of the pool has been idle for the window any more"

@@ -294,8 +294,9 @@ class DemandStage:
         if current is None and departed is not None and record.ts_ms <= departed:
             return rd  # it left after this record
         if record.state != "pending":
-            if current is None:
-                return rd
+            if current is None:  # never seen waiting here: remembered, so an older record of
+                # it (another leader's, late) does not make it wait
+                return rd if departed is not None else _depart(rd, pod, record.ts_ms)
             del self.tables.demand_pods[key]
             self._dirty = True
             return _depart(replace(rd, pods=_without(rd.pods, pod)), pod, record.ts_ms)
