@@ -9,9 +9,9 @@ that the two agree.
 - cluster (the cluster role): writes ``node-events`` (Node deletions, the ClusterPolicy, the
   partitions' clock ticks) and ``demand-events`` (pending pods, their lists, clock ticks).
 - worker: reads ``node-events`` and ``demand-events`` in its group (the app id), writes
-  ``attribution``, ``alerts``, ``flags``, ``node-status``, ``demand-events`` (each node's supply,
-  for the demand stage), ``demand`` and ``deadletter``, and owns every topic named ``<app id>-…`` (its
-  changelogs and Faust's internal topics: create, read, write).
+  ``attribution``, ``alerts``, ``flags``, ``node-status``, ``demand-events`` (each node's
+  supply, for the demand stage), ``demand`` and ``deadletter``, and owns every topic named
+  ``<app id>-…`` (its changelogs and Faust's internal topics: create, read, write).
 - sink: reads ``alerts`` in its group, writes ``deadletter``.
 - reader (``gpuattr report``, the demo's view, dashboards): reads ``attribution``, ``alerts``,
   ``flags``, ``node-status``, ``demand`` and ``demand-events``, without a group.

@@ -174,7 +174,8 @@ def test_the_demand_record_counts_everything_and_lists_the_oldest_first() -> Non
         "uid-a",
         GPU,
     )
-    assert holder.workload is not None and holder.workload.kind == "Deployment"
+    assert holder.workload is not None
+    assert holder.workload.kind == "Deployment"
     assert plain.allocated_gpus == 5  # the H100 too
 
 
@@ -240,12 +241,14 @@ def test_the_alert_names_the_waiting_and_the_idle_holders() -> None:
     assert alert.figures.pending_pods == 12
     assert alert.figures.idle_gpus == 2
     assert alert.figures.idle_for_s == day / 1000
-    assert alert.demand is not None and alert.demand.pool == GPU
+    assert alert.demand is not None
+    assert alert.demand.pool == GPU
     assert [g.device_uuid for g in alert.demand.idle] == ["g0", "g1"]
     assert [h.pod for h in alert.holders] == ["h0", "h1"]
     assert codec.decode(codec.encode(alert)) == alert
     text = str(slack_message(alert))
-    assert "Waiting for `nvidia.com/gpu`" in text and "`n1` · `g0`" in text
+    assert "Waiting for `nvidia.com/gpu`" in text
+    assert "`n1` · `g0`" in text
     assert "*pods waiting* 12" in text
 
 
