@@ -383,8 +383,12 @@ def test_a_product_pool_retires_and_its_alert_resolves_with_it() -> None:
 def test_table_values_round_trip_the_changelog_codec() -> None:
     stage, tables = new_stage()
     run(stage, supply(0, "n1", device("g1", 0)), pod("a", 1), ClockTick(0, W))
-    for table in (tables.demand_pods, tables.demand_supply, tables.demand_resources):
-        for value in table.values():
-            assert TABLE_CODEC.decode(TABLE_CODEC.encode(value)) == value
-    for value in tables.demand_partitions.values():
+    values: list[object] = [
+        *tables.demand_pods.values(),
+        *tables.demand_supply.values(),
+        *tables.demand_resources.values(),
+        *tables.demand_partitions.values(),
+    ]
+    assert len(values) == 4
+    for value in values:
         assert TABLE_CODEC.decode(TABLE_CODEC.encode(value)) == value
