@@ -568,6 +568,9 @@ class SupplyDevice:
     idle_since_ms: int | None = None
     holders: tuple[SupplyHolder, ...] = ()
     slots: int = 1  # the holders' allocation units of this resource on the device
+    #: additive: ``False`` when the device's usage is unknown (no fresh trusted reading), so
+    #: the demand record counts it among ``unmeasured_gpus`` (never idle)
+    measured: bool = True
 
 
 @dataclass(frozen=True, slots=True)

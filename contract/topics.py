@@ -105,3 +105,13 @@ TABLES: dict[str, str] = {
     "node_stack": "node-stack",
     "cluster_policies": "cluster-policies",
 }
+
+#: The demand stage's tables (a second agent of the same app, over demand-events; changelogs as
+#: above, the demand-events topic's partition count):
+#: :class:`streams.core.demandstage.DemandTables` field → name
+DEMAND_TABLES: dict[str, str] = {
+    "demand_pods": "demand-pods",
+    "demand_supply": "demand-supply",
+    "demand_resources": "demand-resources",
+    "demand_partitions": "demand-partitions",
+}

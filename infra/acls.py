@@ -7,13 +7,14 @@ that the two agree.
 
 - agent: writes ``node-events``.
 - cluster (the cluster role): writes ``node-events`` (Node deletions, the ClusterPolicy, the
-  partitions' clock ticks).
-- worker: reads ``node-events`` in its group (the app id), writes ``attribution``, ``alerts``,
-  ``flags``, ``node-status`` and ``deadletter``, and owns every topic named ``<app id>-…`` (its
-  changelogs and Faust's internal topics: create, read, write).
+  partitions' clock ticks) and ``demand-events`` (pending pods, their lists, clock ticks).
+- worker: reads ``node-events`` and ``demand-events`` in its group (the app id), writes
+  ``attribution``, ``alerts``, ``flags``, ``node-status``, ``demand-events`` (each node's
+  supply, for the demand stage), ``demand`` and ``deadletter``, and owns every topic named
+  ``<app id>-…`` (its changelogs and Faust's internal topics: create, read, write).
 - sink: reads ``alerts`` in its group, writes ``deadletter``.
 - reader (``gpuattr report``, the demo's view, dashboards): reads ``attribution``, ``alerts``,
-  ``flags`` and ``node-status``, without a group.
+  ``flags``, ``node-status``, ``demand`` and ``demand-events``, without a group.
 
 Nothing else: with ``allow.everyone.if.no.acl.found=false`` every other request is denied.
 """
@@ -75,7 +76,7 @@ def role_acls(
 
     grants: dict[Role, list[Grant]] = {
         "agent": [topic("node-events", "Write")],
-        "cluster": [topic("node-events", "Write")],
+        "cluster": [topic("node-events", "Write"), topic("demand-events", "Write")],
         "worker": [
             topic("node-events", "Read"),
             ("group", worker_app_id, "literal", "Read"),
@@ -83,6 +84,9 @@ def role_acls(
             topic("alerts", "Write"),
             topic("flags", "Write"),
             topic("node-status", "Write"),
+            topic("demand-events", "Read"),
+            topic("demand-events", "Write"),
+            topic("demand", "Write"),
             topic("deadletter", "Write"),
             # changelogs and Faust's own topics (its leader topic is created at start)
             *(("topic", f"{worker_app_id}-", "prefix", op) for op in PREFIX_OPS),
@@ -97,6 +101,8 @@ def role_acls(
             topic("alerts", "Read"),
             topic("flags", "Read"),
             topic("node-status", "Read"),
+            topic("demand", "Read"),
+            topic("demand-events", "Read"),
         ],
     }
     return {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from contract.topics import TABLES, TOPICS
+from contract.topics import DEMAND_TABLES, TABLES, TOPICS
 from infra.admin import TopicSpec
 from infra.settings import KafkaSettings
 
@@ -26,7 +26,11 @@ def changelog_specs(kafka: KafkaSettings, app_id: str, tables: Iterable[str]) ->
 
 def topic_specs(kafka: KafkaSettings, app_id: str | None = None) -> list[TopicSpec]:
     """Every topic: inputs and outputs, plus the changelogs of worker app ``app_id``."""
-    changelogs = changelog_specs(kafka, app_id, TABLES.values()) if app_id else []
+    changelogs = (
+        changelog_specs(kafka, app_id, [*TABLES.values(), *DEMAND_TABLES.values()])
+        if app_id
+        else []
+    )
     return changelogs + [
         TopicSpec(
             name=kafka.topic(doc.role),

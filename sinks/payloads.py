@@ -64,14 +64,46 @@ _EMOJI = {
     "thermal": ":fire:",
     "memory-fault": ":boom:",
     "pcie-replays": ":electric_plug:",
+    "demand-while-idle": ":hourglass_flowing_sand:",
 }
 #: a kind this sink does not know yet (a newer worker's) still renders
 _EMOJI_UNKNOWN = ":warning:"
 
 
+def _waited(since_ms: int, ts_ms: int) -> str:
+    s = max(0, ts_ms - since_ms) // 1000
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s // size} {unit}"
+    return f"{s} s"
+
+
 def _where(alert: Alert) -> tuple[dict[str, str], dict[str, str]]:
-    """The two fields beside the summary: the device and its sharing, or for a node's alert
-    (``stack-broken``) the broken plane and the GPUs it costs."""
+    """The two fields beside the summary: the device and its sharing, for a node's alert
+    (``stack-broken``) the broken plane and the GPUs it costs, for a pool's
+    (``demand-while-idle``) the pods waiting and the idle GPUs."""
+    if alert.demand is not None:
+        d = alert.demand
+        waiting = "\n".join(
+            f"• `{w.namespace}/{w.pod}`"
+            + (f" ({w.workload})" if w.workload else "")
+            + f" · {w.gpus} GPU · {_waited(w.since_ms, alert.ts_ms)}"
+            + (f" · {w.reason}" if w.reason else "")
+            for w in d.waiting[:10]
+        )
+        more = len(d.waiting) - 10
+        if more > 0:
+            waiting += f"\n… and {more} more listed"
+        idle = "\n".join(
+            f"• `{g.node}` · `{g.device_uuid}` · idle {_waited(g.since_ms, alert.ts_ms)}"
+            for g in d.idle[:10]
+        )
+        if len(d.idle) > 10:
+            idle += f"\n… and {len(d.idle) - 10} more"
+        return (
+            {"type": "mrkdwn", "text": f"*Waiting for `{d.pool}`*\n{waiting or 'nobody'}"[:1900]},
+            {"type": "mrkdwn", "text": f"*Idle GPUs of the pool*\n{idle or 'none'}"[:1900]},
+        )
     if alert.stack is not None:
         b = alert.stack
         plane = f"`{alert.node}` · *{b.plane}*: {b.reason}"
@@ -131,6 +163,16 @@ def _figures(alert: Alert) -> list[str]:
         out.append(
             f"*PCIe replays* {f.pcie_replays_per_min:g}/min{_limit(f.pcie_threshold_per_min)}"
         )
+    if f.pending_pods is not None:
+        out.append(f"*pods waiting* {f.pending_pods}")
+    if f.gpus_requested is not None:
+        out.append(f"*GPUs requested* {f.gpus_requested}")
+    if f.oldest_wait_s is not None:
+        out.append(f"*oldest wait* {_waited(0, int(f.oldest_wait_s * 1000))}")
+    if f.idle_gpus is not None:
+        out.append(f"*idle GPUs* {f.idle_gpus}")
+    if f.idle_for_s is not None:
+        out.append(f"*idle for* at least {_waited(0, int(f.idle_for_s * 1000))}")
     return out
 
 
@@ -152,14 +194,23 @@ def slack_message(alert: Alert) -> dict[str, Any]:
             else ""
         )
         for h in alert.holders
-    ] or ["• no pod holds a GPU on this node" if alert.stack else "• no pod holds this device"]
+    ] or [
+        "• no pod holds a GPU on this node"
+        if alert.stack
+        else "• no holder named"
+        if alert.demand
+        else "• no pod holds this device"
+    ]
     figures = _figures(alert)
     return {
         "text": alert.summary,  # notification fallback
         "blocks": [
             {
                 "type": "header",
-                "text": {"type": "plain_text", "text": f"{head}: {alert.node}"[:150]},
+                "text": {
+                    "type": "plain_text",
+                    "text": f"{head}: {alert.demand.pool if alert.demand else alert.node}"[:150],
+                },
             },
             {"type": "section", "text": {"type": "mrkdwn", "text": alert.summary[:2900]}},
             {

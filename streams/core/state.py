@@ -8,6 +8,8 @@ from __future__ import annotations
 from contract import inputs
 from contract.codec import Codec
 from streams.core.alerts import DeviceAlerts
+from streams.core.demand import Waiter
+from streams.core.demandstage import PartitionResources, ResourceDemand
 from streams.core.dra import NodeSlices
 from streams.core.holders import NodeDevices, SlotHolders
 from streams.core.identity import Inventory
@@ -28,6 +30,9 @@ KINDS: dict[str, tuple[type, int]] = {
     "state.partition_nodes": (PartitionNodes, 1),
     "state.node_stack": (NodeStack, 1),
     "state.partition_policies": (PartitionPolicies, 1),
+    "state.demand_waiter": (Waiter, 1),
+    "state.resource_demand": (ResourceDemand, 1),
+    "state.partition_resources": (PartitionResources, 1),
 }
 
 #: What the tables hold: these state kinds and the input records kept as they came (nodes,

@@ -1,5 +1,10 @@
 """The Faust app factory: topics, tables and one thin agent over the node-keyed input topics.
 
+A second agent consumes ``demand-events`` (keyed by resource) into the demand stage
+(:mod:`streams.core.demandstage`, its own changelog tables, :data:`contract.topics.DEMAND_TABLES`),
+publishing each pool's demand record to the compacted ``demand`` topic (a retired pool's key
+gets a tombstone) and its ``demand-while-idle`` alerts to ``alerts``.
+
 The input topic is keyed by node, so a node's snapshots, diffs, watch events, inventory and
 samples arrive in the order the agent published them, in one partition; every table's changelog
 has the same partition count and Faust keeps partition N of all of them on the same worker.
@@ -19,6 +24,7 @@ import faust
 from aiokafka.errors import IllegalStateError
 
 from contract import codec
+from contract.inputs import NodeSupply, pool_resource
 from contract.outputs import (
     Alert,
     AttributionEvent,
@@ -26,15 +32,19 @@ from contract.outputs import (
     ExporterMisattribution,
     NodeStatus,
     NodeStatusRetired,
+    PoolDemand,
+    PoolDemandRetired,
     TelemetryRefused,
 )
-from contract.topics import TABLES, TopicRole
+from contract.topics import DEMAND_TABLES, TABLES, TopicRole
 from infra.kafka import client_options
 from infra.settings import AlertSettings, KafkaSettings, SpineSettings, WorkerSettings
+from streams.core.demandstage import DemandOutput, DemandStage, DemandTables
 from streams.core.lifetimes import Lifetimes
 from streams.core.processor import Output, Processor, Tables
 from streams.worker import selfmetrics
 from streams.worker.api import QueryApi, assignment
+from streams.worker.demandloop import DemandLoop
 from streams.worker.faust_codecs import RecordTable, register
 from streams.worker.live import LiveDevices
 from streams.worker.livedemand import LiveDemand
@@ -62,19 +72,32 @@ def broker_credentials(kafka: KafkaSettings) -> Any:
     return faust.SSLCredentials(context) if context is not None else None
 
 
-def output_key(record: Output) -> bytes:
+#: everything the worker publishes: stage one's outputs, a node's supply for the demand stage,
+#: the demand stage's outputs
+Published = Output | NodeSupply | DemandOutput
+
+
+def output_key(record: Published) -> bytes:
     """Per device (``node/device-uuid``); an alert by its id; a refused scrape and the node's
-    status are the node's (``node``)."""
+    status are the node's (``node``); a node's supply its resource's (the demand-events key); a
+    pool's demand record and tombstone the pool's."""
     if isinstance(record, Alert):
         return record.id.encode()
+    if isinstance(record, NodeSupply):
+        return pool_resource(record.resource).encode()
+    if isinstance(record, PoolDemand | PoolDemandRetired):
+        return record.pool.encode()
     if isinstance(record, TelemetryRefused | NodeStatus | NodeStatusRetired):
         return record.node.encode()
     return f"{record.node}/{record.device_uuid}".encode()
 
 
-def output_value(record: Output) -> bytes | None:
-    """The record in the codec; a retired node's status is a tombstone (no value)."""
-    return None if isinstance(record, NodeStatusRetired) else codec.encode(record)
+def output_value(record: Published) -> bytes | None:
+    """The record in the codec; a retired node's status and a retired pool are tombstones (no
+    value)."""
+    if isinstance(record, NodeStatusRetired | PoolDemandRetired):
+        return None
+    return codec.encode(record)
 
 
 def lifetimes_of(spine: SpineSettings) -> Lifetimes:
@@ -133,6 +156,8 @@ def build_app(
     alert_topic = app.topic(kafka.topic("alerts"), partitions=kafka.partitions, **raw)
     node_status = app.topic(kafka.topic("node-status"), partitions=kafka.partitions, **raw)
     deadletter = app.topic(kafka.topic("deadletter"), partitions=kafka.partitions, **raw)
+    demand_events = app.topic(kafka.topic("demand-events"), partitions=kafka.partitions, **raw)
+    demand_topic = app.topic(kafka.topic("demand"), partitions=kafka.partitions, **raw)
 
     def table(name: str) -> Any:
         return app.tables.add(
@@ -144,6 +169,8 @@ def build_app(
     tables = Tables(**{field: table(name) for field, name in TABLES.items()})
     processor = Processor(tables, alerts, lifetimes_of(spine or SpineSettings()))
     live = LiveDevices()
+    demand_tables = DemandTables(**{field: table(name) for field, name in DEMAND_TABLES.items()})
+    stage = DemandStage(demand_tables, alerts.demand_window_s)
     live_demand = LiveDemand()  # the demand stage's records, for the API and /metrics
 
     async def dead_letter(event: Event, error: str) -> None:
@@ -168,6 +195,9 @@ def build_app(
         TelemetryRefused: flags.get_topic_name(),
         NodeStatus: node_status.get_topic_name(),
         NodeStatusRetired: node_status.get_topic_name(),
+        NodeSupply: demand_events.get_topic_name(),
+        PoolDemand: demand_topic.get_topic_name(),
+        PoolDemandRetired: demand_topic.get_topic_name(),
     }
 
     def delivered(kind: str, fut: asyncio.Future[Any]) -> None:
@@ -182,7 +212,7 @@ def build_app(
         log.critical("publishing a %s failed, stopping the worker: %r", kind, error)
         app._crash(error)
 
-    async def publish(out: Output) -> None:
+    async def publish(out: Published) -> None:
         """Hand one output to the producer without Faust's per-message channel machinery.
 
         The producer batches; Faust flushes it before every offset commit, so an input is never
@@ -205,7 +235,14 @@ def build_app(
         await record_loop.run(stream.events())
 
     app.agent(inputs, name="node-events")(node_events)
-    _gauges(app, tables, kafka.topic("node-events"))
+
+    demand_loop = DemandLoop(stage, publish, dead_letter, live_demand, stop=app._crash)
+
+    async def demand_events_agent(stream: Any) -> None:
+        await demand_loop.run(stream.events())
+
+    app.agent(demand_events, name="demand-events")(demand_events_agent)
+    _gauges(app, tables, kafka.topic("node-events"), demand_tables)
     if worker.web_enabled:
         ready = lambda: bool(assignment(app))  # noqa: E731
         peers = PeerPolicy(worker.peers, worker.peer_service, worker.web_port)
@@ -216,12 +253,14 @@ def build_app(
     return app
 
 
-def _gauges(app: faust.App, tables: Tables, input_topic: str) -> None:
+def _gauges(app: faust.App, tables: Tables, input_topic: str, demand_tables: DemandTables) -> None:
     """Table sizes and consumer lag for /metrics, refreshed every 5 s."""
 
     async def refresh() -> None:
         for name in TABLES:
             selfmetrics.TABLE_KEYS.labels(name).set(len(getattr(tables, name)))
+        for name in DEMAND_TABLES:
+            selfmetrics.TABLE_KEYS.labels(name).set(len(getattr(demand_tables, name)))
         lags = {}
         for tp in assignment(app):
             if tp.topic != input_topic:

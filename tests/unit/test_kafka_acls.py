@@ -77,4 +77,13 @@ def test_each_role_may_do_only_its_job() -> None:
     assert {a.user for a in every if a.operation == "Create"} == {"gpuattr-worker"}
     assert [a.name for a in every if a.pattern == "prefix"] == ["gpuattr-worker-"] * 3
     assert [(a.operation, a.name) for a in rules["agent"]] == [("Write", "gpuattr.node-events")]
-    assert [(a.operation, a.name) for a in rules["cluster"]] == [("Write", "gpuattr.node-events")]
+    assert [(a.operation, a.name) for a in rules["cluster"]] == [
+        ("Write", "gpuattr.demand-events"),
+        ("Write", "gpuattr.node-events"),
+    ]
+    # demand (issue 30): the cluster role's pending pods and the workers' supply in, the pools'
+    # demand records out
+    assert who("Write", "gpuattr.demand-events") == {"gpuattr-cluster", "gpuattr-worker"}
+    assert who("Read", "gpuattr.demand-events") == {"gpuattr-worker", "gpuattr-reader"}
+    assert who("Write", "gpuattr.demand") == {"gpuattr-worker"}
+    assert who("Read", "gpuattr.demand") == {"gpuattr-reader"}

@@ -11,13 +11,25 @@ import pytest
 
 from contract import codec
 from contract.delivery import DeliveryFailure
-from contract.inputs import DcgmSample, ExporterClaim, OperandPods
+from contract.inputs import (
+    ClockTick,
+    DcgmSample,
+    ExporterClaim,
+    GpuRequest,
+    NodeSupply,
+    OperandPods,
+    OwnerRef,
+    PendingPod,
+    SupplyDevice,
+    SupplyHolder,
+)
 from contract.inputs import DeviceAssignment as A
 from contract.outputs import DeadLetter, Telemetry, TelemetryRefused
 from contract.schemas import OUTPUTS, file_name, json_schema
 from infra.settings import AlertSettings
 from streams.core.alerts import step
 from streams.core.attribution import DeviceContext, DeviceFacts, attribute, describe
+from streams.core.demandstage import DemandStage, DemandTables
 from streams.core.operatorstack import node_status
 
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "schemas"
@@ -72,7 +84,30 @@ def test_real_payloads_validate_and_broken_ones_do_not() -> None:
         None,
         OperandPods("n", 1, "gpu-operator", ()),
     )
+    demand = DemandStage(DemandTables(), 10.0)
+    gpu = b"nvidia.com/gpu"
+    holder = SupplyHolder("ns", "hog", "uid-hog", "Deployment/hog")
+    supply = SupplyDevice("GPU-3", "NVIDIA-A100-SXM4-80GB", "", 0, (holder,))
+    waiting = PendingPod(
+        1,
+        "ns",
+        "w",
+        "uid-w",
+        0,
+        (GpuRequest("nvidia.com/gpu", 1),),
+        workload=OwnerRef("Deployment", "inference"),
+        scheduled_status="False",
+        scheduled_reason="Unschedulable",
+        scheduled_message="0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+    )
+    pools = [
+        *demand.handle(NodeSupply(0, "n", "nvidia.com/gpu", (supply,)), 0, gpu),
+        *demand.handle(waiting, 0, gpu),
+        *demand.handle(ClockTick(0, 10_000), 0, None),  # a demand-while-idle alert
+    ]
+    assert {type(r).__name__ for r in pools} == {"PoolDemand", "Alert"}
     records = [
+        *pools,
         event,
         stack,
         spine,

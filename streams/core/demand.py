@@ -1,0 +1,206 @@
+"""Demand per pool: the pods waiting for GPUs and, in the same pool, the allocated GPUs and those
+measured idle. Pure: records in, table values and demand records out.
+
+**Pools.** A pool is a resource and, where the request says so, a GPU product and MIG profile
+(:class:`contract.outputs.Pool`). The pools of a resource are every distinct (resource,
+product, MIG profile) its waiting pods ask for, and the resource's plain pool (any product, no
+MIG profile) while anything of that resource is allocated — so a resource's supply stays in
+view when nobody waits, and a pool with nobody waiting and nothing allocated (or, for a product
+or MIG pool, nobody waiting) retires: its key on the demand topic gets a tombstone.
+
+**Supply matching.** An allocated device belongs to a pool when the resource is the same and
+the pool's product and MIG profile are ``""`` (any) or the device's (:func:`matches`).
+
+**The record.** :func:`pool_demand` counts every waiting pod and GPU asked for, the oldest
+wait, lists the waiting pods (oldest first, at most :data:`~contract.outputs.WAITING_LISTED`),
+the allocated devices, those measured idle with their holders, and those whose usage is unknown
+(never idle). It holds no age: the same waiters and supply give the same record at any time, so
+it changes only when they do (:func:`same`), and time alone never emits one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from contract.inputs import GpuRequest, NodeSupply, PendingPod, SupplyDevice, SupplyHolder
+from contract.outputs import WAITING_LISTED, Holder, IdleGpu, Pool, PoolDemand, WaitingPod, Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Waiter:
+    """A pending pod as the demand stage keeps it, for one resource (the partition's key): its
+    requests of that resource, and what a demand record says of it. ``ts_ms`` is the event time
+    of the record it came from (an older record of the same pod is stale)."""
+
+    ts_ms: int
+    namespace: str
+    name: str
+    uid: str
+    created_ms: int
+    requests: tuple[GpuRequest, ...]
+    priority: int = 0
+    workload: str | None = None  # "Kind/name"
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def pod(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def waiter_of(record: PendingPod, resource: str) -> Waiter:
+    """The pod's wait for ``resource`` (its requests of other resources are other partitions')."""
+    w = record.workload
+    return Waiter(
+        ts_ms=record.ts_ms,
+        namespace=record.namespace,
+        name=record.name,
+        uid=record.uid,
+        created_ms=record.created_ms,
+        requests=tuple(r for r in record.requests if r.resource == resource),
+        priority=record.priority,
+        workload=f"{w.kind}/{w.name}" if w is not None else None,
+        reason=record.scheduled_reason,
+        message=record.scheduled_message,
+    )
+
+
+def matches(pool: Pool, resource: str, device: SupplyDevice) -> bool:
+    return (
+        pool.resource == resource
+        and pool.product in ("", device.product)
+        and pool.mig_profile in ("", device.mig_profile)
+    )
+
+
+def asks(pool: Pool, request: GpuRequest) -> bool:
+    """The request is for exactly this pool (its product and MIG profile as it says them)."""
+    return (request.resource, request.product, request.mig_profile) == (
+        pool.resource,
+        pool.product,
+        pool.mig_profile,
+    )
+
+
+def pools_of(
+    resource: str, waiters: Iterable[Waiter], supply: Iterable[NodeSupply]
+) -> tuple[Pool, ...]:
+    """The resource's pools (module docstring), sorted by key."""
+    pools = {Pool(resource, r.product, r.mig_profile) for w in waiters for r in w.requests}
+    if any(s.devices and not s.gone for s in supply):
+        pools.add(Pool(resource))
+    return tuple(sorted(pools, key=Pool.key))
+
+
+def _workload(kind_name: str | None) -> Workload | None:
+    if not kind_name or "/" not in kind_name:
+        return None
+    kind, _, name = kind_name.partition("/")
+    return Workload(kind, name)
+
+
+def holders_of(resource: str, device: SupplyDevice) -> tuple[Holder, ...]:
+    """The device's holders as an alert names them. What the supply says and no more: no
+    container (``""``), the device's allocation units for a sole holder (each of several is
+    counted one, their split not being known here), a UID ``resolved`` where the supply knows
+    it."""
+
+    def holder(h: SupplyHolder) -> Holder:
+        return Holder(
+            namespace=h.namespace,
+            pod=h.pod,
+            container="",
+            resource=resource,
+            device_ids=(device.device_uuid,),
+            slots=device.slots if len(device.holders) == 1 else 1,
+            uid=h.uid,
+            uid_status="resolved" if h.uid else "pending",
+            workload=_workload(h.workload),
+        )
+
+    return tuple(holder(h) for h in device.holders)
+
+
+def _waiting(pool: Pool, w: Waiter) -> WaitingPod:
+    return WaitingPod(
+        namespace=w.namespace,
+        pod=w.name,
+        uid=w.uid,
+        gpus=sum(r.count for r in w.requests if asks(pool, r)),
+        since_ms=w.created_ms,
+        priority=w.priority,
+        workload=w.workload,
+        reason=w.reason,
+        message=w.message,
+    )
+
+
+def pool_demand(
+    pool: Pool, waiters: Sequence[Waiter], supply: Sequence[NodeSupply], ts_ms: int
+) -> PoolDemand:
+    """The pool's demand record as of ``ts_ms`` (module docstring)."""
+    waiting = sorted(
+        (_waiting(pool, w) for w in waiters if any(asks(pool, r) for r in w.requests)),
+        key=lambda p: (p.since_ms, p.namespace, p.pod),
+    )
+    devices = sorted(
+        (
+            (s.node, d)
+            for s in supply
+            if not s.gone
+            for d in s.devices
+            if matches(pool, s.resource, d)
+        ),
+        key=lambda nd: (nd[0], nd[1].device_uuid),
+    )
+    idle = sorted(
+        (
+            IdleGpu(node, d.device_uuid, d.idle_since_ms, holders_of(pool.resource, d))
+            for node, d in devices
+            if d.idle_since_ms is not None and d.measured
+        ),
+        key=lambda g: (g.since_ms, g.node, g.device_uuid),
+    )
+    return PoolDemand(
+        ts_ms=ts_ms,
+        pool=pool.key(),
+        resource=pool.resource,
+        product=pool.product,
+        mig_profile=pool.mig_profile,
+        pending_pods=len(waiting),
+        gpus_requested=sum(p.gpus for p in waiting),
+        oldest_since_ms=waiting[0].since_ms if waiting else None,
+        waiting=tuple(waiting[:WAITING_LISTED]),
+        allocated_gpus=len(devices),
+        idle=tuple(idle),
+        unmeasured_gpus=sum(1 for _, d in devices if not d.measured),
+    )
+
+
+def demands(
+    resource: str, waiters: Sequence[Waiter], supply: Sequence[NodeSupply], ts_ms: int
+) -> tuple[PoolDemand, ...]:
+    """Every pool of the resource and its record, sorted by pool key."""
+    return tuple(
+        pool_demand(p, waiters, supply, ts_ms) for p in pools_of(resource, waiters, supply)
+    )
+
+
+def same(a: PoolDemand | None, b: PoolDemand | None) -> bool:
+    """Equal but for the event time."""
+    if a is None or b is None:
+        return a is b
+    return replace(a, ts_ms=0) == replace(b, ts_ms=0)
+
+
+def changes(
+    last: Sequence[PoolDemand], now: Sequence[PoolDemand]
+) -> tuple[tuple[PoolDemand, ...], tuple[str, ...]]:
+    """What to emit: the pools whose record changed (or that are new), and the pools that
+    retired (in ``last``, not in ``now``)."""
+    before = {d.pool: d for d in last}
+    after = {d.pool for d in now}
+    changed = tuple(d for d in now if not same(before.get(d.pool), d))
+    retired = tuple(sorted(p for p in before if p not in after))
+    return changed, retired

@@ -1,0 +1,343 @@
+"""The demand stage: one demand-events record in, table updates and demand records and alerts
+out. The glue between :mod:`streams.core.demand` / :mod:`streams.core.demandalerts` and the
+stage's tables.
+
+**Tables** (plain ``MutableMapping`` objects, Faust tables in the worker; every key lives in the
+partition of its resource, the key of the demand-events topic):
+
+- ``demand_pods`` ``<resource>|<namespace>/<name>`` → :class:`~streams.core.demand.Waiter`: the
+  live pending pods, one key each — removed when the pod is bound or deleted, or when a
+  pending-pod list taken after its last record does not name it. Bounded by the live pending pods.
+- ``demand_supply`` ``<resource>|<node>`` → :class:`~contract.inputs.NodeSupply` as it came;
+  removed when the node has none of the resource allocated (or is gone).
+- ``demand_resources`` ``<resource>`` → :class:`ResourceDemand`: the keys of those two, the
+  pools' last records and open alerts, and what the latest records emitted (replay). Kept while
+  the worker runs (one per resource name the cluster has).
+- ``demand_partitions`` ``<partition>`` → :class:`PartitionResources`: the resources a partition
+  holds, for its pending-pod lists and clock ticks (published into every partition, no key).
+
+**Writes** happen only when something changes: a pod's or node's record that says nothing new
+(event time aside) writes nothing, a tick writes only when an alert moves, a list only when it
+removes a pod.
+
+**Order.** A record older than what a key holds is stale (another producer's late record, or the
+same record processed again); a pod or node removed is remembered (:data:`DEPARTED_KEPT` per
+resource, with the event time of its removal) so an older record does not bring it back.
+
+**Replay** (as :mod:`streams.core.nodestack`): each emission remembers the record that caused it
+(its event time and fingerprint); that record, processed again after a crash whose table writes
+reached the changelog but whose outputs did not, emits the same again — the same alert ids — and
+the pools' latest records. Alerts are remembered apart from demand records, so the demand
+records of later input never push an alert out before its input is committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field, fields, replace
+
+from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList, pool_resource
+from contract.outputs import Alert, PoolDemand, PoolDemandRetired
+from streams.core import demand, demandalerts
+from streams.core.demand import Waiter
+from streams.core.spine import fingerprint
+
+DemandOutput = PoolDemand | PoolDemandRetired | Alert
+
+#: removals remembered per resource (a replay reaching further back may bring a bound pod back
+#: until its own bound record, processed again too, removes it)
+DEPARTED_KEPT = 64
+#: demand emissions remembered per resource (the latest is always among them)
+REMEMBERED = 4
+#: alert emissions remembered per resource (more than move between two commits)
+ALERTS_REMEMBERED = 16
+
+
+class UnusableDemandRecord(ValueError):
+    """A well-formed record that has no place on the demand-events topic under its key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Departure:
+    """A pod (``namespace/name``) or node (``node:<name>``) removed at ``ts_ms``."""
+
+    key: str
+    ts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Emission:
+    """What the record with fingerprint ``by`` at ``ts_ms`` emitted."""
+
+    ts_ms: int
+    by: str
+    demands: tuple[PoolDemand, ...] = ()
+    retired: tuple[str, ...] = ()
+    alerts: tuple[Alert, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceDemand:
+    """A resource's index and memory (module docstring)."""
+
+    pods: tuple[str, ...] = ()  # namespace/name, sorted
+    nodes: tuple[str, ...] = ()  # sorted
+    departed: tuple[Departure, ...] = ()  # newest first
+    pools: tuple[PoolDemand, ...] = ()  # each live pool's last record, by pool key
+    firing: tuple[Alert, ...] = ()  # the open demand-while-idle alerts, by pool
+    emitted: tuple[Emission, ...] = ()  # demand records, newest first
+    alerted: tuple[Emission, ...] = ()  # alerts, newest first
+
+    def departed_at(self, key: str) -> int | None:
+        return next((d.ts_ms for d in self.departed if d.key == key), None)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResources:
+    resources: tuple[str, ...] = ()
+
+
+@dataclass
+class DemandTables:
+    demand_pods: MutableMapping[str, Waiter] = field(default_factory=dict)
+    demand_supply: MutableMapping[str, NodeSupply] = field(default_factory=dict)
+    demand_resources: MutableMapping[str, ResourceDemand] = field(default_factory=dict)
+    demand_partitions: MutableMapping[str, PartitionResources] = field(default_factory=dict)
+
+    def sizes(self) -> dict[str, int]:
+        return {f.name: len(getattr(self, f.name)) for f in fields(self)}
+
+
+def pod_key(resource: str, pod: str) -> str:
+    return f"{resource}|{pod}"
+
+
+def supply_key(resource: str, node: str) -> str:
+    return f"{resource}|{node}"
+
+
+def node_departure(node: str) -> str:
+    return f"node:{node}"
+
+
+def _with(items: tuple[str, ...], item: str) -> tuple[str, ...]:
+    return items if item in items else tuple(sorted((*items, item)))
+
+
+def _without(items: tuple[str, ...], item: str) -> tuple[str, ...]:
+    return tuple(i for i in items if i != item)
+
+
+def _depart(rd: ResourceDemand, key: str, ts_ms: int) -> ResourceDemand:
+    kept = tuple(d for d in rd.departed if d.key != key)
+    return replace(rd, departed=(Departure(key, ts_ms), *kept)[:DEPARTED_KEPT])
+
+
+def key_resource(key: bytes | None, record: object) -> str | None:
+    """The resource a keyed record is processed under, or ``None`` for a partition-wide one
+    (list, tick). Raises :class:`UnusableDemandRecord` when key and payload disagree."""
+    if isinstance(record, ClockTick | PendingPodList):
+        return None
+    if key is None:
+        raise UnusableDemandRecord(f"{type(record).__name__} without a key")
+    resource = key.decode(errors="replace")
+    if isinstance(record, NodeSupply):
+        if pool_resource(record.resource) != resource:
+            raise UnusableDemandRecord(f"key {resource!r} but supply of {record.resource!r}")
+        return resource
+    if isinstance(record, PendingPod):
+        asked = {pool_resource(r.resource) for r in record.requests}
+        if resource not in asked and (record.state == "pending" or asked):
+            raise UnusableDemandRecord(
+                f"key {resource!r} but {record.namespace}/{record.name} asks for {sorted(asked)}"
+            )
+        return resource
+    raise UnusableDemandRecord(f"{type(record).__name__} has no place on demand-events")
+
+
+class DemandStage:
+    """Applies demand-events records to :class:`DemandTables` and returns what to publish."""
+
+    def __init__(self, tables: DemandTables, window_s: float) -> None:
+        self.tables = tables
+        self.window_ms = int(window_s * 1000)
+        self._dirty = False  # the record being applied changed a pod or node key
+
+    def handle(self, record: object, partition: int, key: bytes | None) -> list[DemandOutput]:
+        resource = key_resource(key, record)
+        by = fingerprint(record)
+        if resource is not None:
+            self._index(partition, resource)
+            assert isinstance(record, PendingPod | NodeSupply)
+            return self._resource(resource, record, record.ts_ms, by)
+        assert isinstance(record, ClockTick | PendingPodList)
+        out: list[DemandOutput] = []
+        for r in self.resources(partition):
+            out += self._resource(r, record, record.ts_ms, by)
+        return out
+
+    def resources(self, partition: int) -> tuple[str, ...]:
+        held = self.tables.demand_partitions.get(str(partition))
+        return held.resources if held is not None else ()
+
+    def pools(self, partition: int) -> list[PoolDemand]:
+        """The last record of every live pool of the partition (the worker's live cache)."""
+        out: list[PoolDemand] = []
+        for r in self.resources(partition):
+            rd = self.tables.demand_resources.get(r)
+            out += rd.pools if rd is not None else ()
+        return out
+
+    def _index(self, partition: int, resource: str) -> None:
+        held = self.tables.demand_partitions.get(str(partition)) or PartitionResources()
+        if resource not in held.resources:
+            self.tables.demand_partitions[str(partition)] = PartitionResources(
+                _with(held.resources, resource)
+            )
+
+    # --- one resource
+
+    def _resource(self, resource: str, record: object, ts_ms: int, by: str) -> list[DemandOutput]:
+        old = self.tables.demand_resources.get(resource) or ResourceDemand()
+        again = self._again(old, ts_ms, by)
+        if again is not None:
+            return again
+        self._dirty = False
+        rd = self._apply(resource, old, record)
+        touched = self._dirty  # a pod or node of the resource changed: its pools may have
+        now = demand.demands(resource, *self._read(resource, rd), ts_ms) if touched else None
+        changed, retired = demand.changes(rd.pools, now) if now is not None else ((), ())
+        if now is not None:
+            rd = replace(rd, pools=now if changed or retired else rd.pools)
+        rd, alerts = self._alerts(rd, ts_ms, retired)
+        if changed or retired:
+            emission = Emission(ts_ms, by, changed, retired)
+            rd = replace(rd, emitted=(emission, *rd.emitted)[:REMEMBERED])
+        if alerts:
+            emission = Emission(ts_ms, by, alerts=alerts)
+            rd = replace(rd, alerted=(emission, *rd.alerted)[:ALERTS_REMEMBERED])
+        if rd != old:
+            self.tables.demand_resources[resource] = rd
+        # a resolution before the pool's tombstone, the new records before a firing
+        out: list[DemandOutput] = [a for a in alerts if a.status == "resolved"]
+        out += [PoolDemandRetired(p) for p in retired]
+        out += changed
+        return out + [a for a in alerts if a.status == "firing"]
+
+    def _again(self, rd: ResourceDemand, ts_ms: int, by: str) -> list[DemandOutput] | None:
+        """What the record emitted when it was first processed, and each of its pools' latest
+        record after it (``None``: it is new, or it emitted nothing)."""
+        hit = next((e for e in rd.emitted if (e.ts_ms, e.by) == (ts_ms, by)), None)
+        alerted = next((e for e in rd.alerted if (e.ts_ms, e.by) == (ts_ms, by)), None)
+        if hit is None and alerted is None:
+            return None
+        alerts = alerted.alerts if alerted is not None else ()
+        out: list[DemandOutput] = [a for a in alerts if a.status == "resolved"]
+        if hit is not None:
+            latest = {d.pool: d for d in rd.pools}
+            out += [PoolDemandRetired(p) for p in hit.retired]
+            out += hit.demands
+            for pool in sorted({*hit.retired, *(d.pool for d in hit.demands)}):
+                now = latest.get(pool)
+                then = next((d for d in hit.demands if d.pool == pool), None)
+                if now is not None and now != then:
+                    out.append(now)
+                elif now is None and then is not None:
+                    out.append(PoolDemandRetired(pool))
+        return out + [a for a in alerts if a.status == "firing"]
+
+    def _read(self, resource: str, rd: ResourceDemand) -> tuple[list[Waiter], list[NodeSupply]]:
+        pods = self.tables.demand_pods
+        supply = self.tables.demand_supply
+        waiters = [w for p in rd.pods if (w := pods.get(pod_key(resource, p))) is not None]
+        nodes = [s for n in rd.nodes if (s := supply.get(supply_key(resource, n))) is not None]
+        return waiters, nodes
+
+    def _alerts(
+        self, rd: ResourceDemand, ts_ms: int, retired: tuple[str, ...]
+    ) -> tuple[ResourceDemand, tuple[Alert, ...]]:
+        """Step every pool's alert (a live pool's, and a retired pool's open one)."""
+        firing = {a.demand.pool: a for a in rd.firing if a.demand is not None}
+        records: dict[str, PoolDemand | None] = {d.pool: d for d in rd.pools}
+        records.update({p: None for p in retired if p in firing})
+        moved: list[Alert] = []
+        open_: list[Alert] = []
+        for pool in sorted(records):
+            fired, alerts = demandalerts.step(
+                firing.get(pool), records[pool], ts_ms, self.window_ms
+            )
+            moved += alerts
+            if fired is not None:
+                open_.append(fired)
+        if not moved:
+            return rd, ()
+        return replace(rd, firing=tuple(open_)), tuple(moved)
+
+    # --- applying a record to the resource's keys
+
+    def _apply(self, resource: str, rd: ResourceDemand, record: object) -> ResourceDemand:
+        if isinstance(record, PendingPod):
+            return self._pod(resource, rd, record)
+        if isinstance(record, NodeSupply):
+            return self._supply(resource, rd, record)
+        if isinstance(record, PendingPodList):
+            return self._list(resource, rd, record)
+        return rd  # a tick: time only
+
+    def _pod(self, resource: str, rd: ResourceDemand, record: PendingPod) -> ResourceDemand:
+        pod = f"{record.namespace}/{record.name}"
+        key = pod_key(resource, pod)
+        current = self.tables.demand_pods.get(key)
+        if current is not None and record.ts_ms < current.ts_ms:
+            return rd  # stale
+        departed = rd.departed_at(pod)
+        if current is None and departed is not None and record.ts_ms <= departed:
+            return rd  # it left after this record
+        if record.state != "pending":
+            if current is None:  # never seen waiting here: remembered, so an older record of
+                # it (another leader's, late) does not make it wait
+                return rd if departed is not None else _depart(rd, pod, record.ts_ms)
+            del self.tables.demand_pods[key]
+            self._dirty = True
+            return _depart(replace(rd, pods=_without(rd.pods, pod)), pod, record.ts_ms)
+        waiter = demand.waiter_of(record, resource)
+        if waiter != current:  # a record processed again writes nothing
+            self.tables.demand_pods[key] = waiter
+            self._dirty = True
+        return replace(rd, pods=_with(rd.pods, pod))
+
+    def _supply(self, resource: str, rd: ResourceDemand, record: NodeSupply) -> ResourceDemand:
+        key = supply_key(resource, record.node)
+        current = self.tables.demand_supply.get(key)
+        if current is not None and record.ts_ms < current.ts_ms:
+            return rd
+        departed = rd.departed_at(node_departure(record.node))
+        if current is None and departed is not None and record.ts_ms <= departed:
+            return rd
+        if record.gone or not record.devices:
+            if current is None:
+                return rd
+            del self.tables.demand_supply[key]
+            self._dirty = True
+            rd = replace(rd, nodes=_without(rd.nodes, record.node))
+            return _depart(rd, node_departure(record.node), record.ts_ms)
+        if record != current:
+            self.tables.demand_supply[key] = record
+            self._dirty = True
+        return replace(rd, nodes=_with(rd.nodes, record.node))
+
+    def _list(self, resource: str, rd: ResourceDemand, record: PendingPodList) -> ResourceDemand:
+        """Pods whose last record is older than the list and that it does not name are gone (a
+        pod published after the list was taken stays)."""
+        listed = {(p.namespace, p.name, p.uid) for p in record.pods}
+        for pod in rd.pods:
+            key = pod_key(resource, pod)
+            w = self.tables.demand_pods.get(key)
+            if w is None:
+                rd = replace(rd, pods=_without(rd.pods, pod))
+                continue
+            if w.ts_ms < record.ts_ms and (w.namespace, w.name, w.uid) not in listed:
+                del self.tables.demand_pods[key]
+                self._dirty = True
+                rd = _depart(replace(rd, pods=_without(rd.pods, pod)), pod, record.ts_ms)
+        return rd

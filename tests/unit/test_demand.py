@@ -1,0 +1,394 @@
+"""The demand stage's pure core: pools, supply matching, the demand record, the
+demand-while-idle alert, and the stage's table rules (bounded, ordered, written on change)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from contract import codec
+from contract.inputs import (
+    ClockTick,
+    GpuRequest,
+    NodeSupply,
+    OwnerRef,
+    PendingPod,
+    PendingPodList,
+    SupplyDevice,
+    SupplyHolder,
+)
+from contract.outputs import WAITING_LISTED, Alert, Pool, PoolDemand, PoolDemandRetired
+from sinks.payloads import slack_message
+from streams.core import demandalerts
+from streams.core.demand import matches, pool_demand, pools_of, waiter_of
+from streams.core.demandstage import (
+    DemandOutput,
+    DemandStage,
+    DemandTables,
+    UnusableDemandRecord,
+    key_resource,
+)
+from streams.core.state import TABLE_CODEC
+
+GPU = "nvidia.com/gpu"
+A100 = "NVIDIA-A100-SXM4-80GB"
+H100 = "NVIDIA-H100-80GB-HBM3"
+KEY = GPU.encode()
+MIN = 60_000
+WINDOW_S = 900.0
+W = int(WINDOW_S * 1000)
+
+
+def pod(
+    name: str,
+    ts: int = 0,
+    *,
+    created: int = 0,
+    state: str = "pending",
+    count: int = 1,
+    product: str = "",
+    mig: str = "",
+    resource: str = GPU,
+) -> PendingPod:
+    return PendingPod(
+        ts,
+        "ml",
+        name,
+        f"uid-{name}",
+        created,
+        (GpuRequest(resource, count, product, mig),),
+        state=state,  # type: ignore[arg-type]
+        workload=OwnerRef("Deployment", "inference"),
+        scheduled_status="False",
+        scheduled_reason="Unschedulable",
+        scheduled_message="0/8 nodes are available: 8 Insufficient nvidia.com/gpu.",
+    )
+
+
+def device(
+    uuid: str,
+    idle: int | None = None,
+    *,
+    product: str = A100,
+    mig: str = "",
+    holder: str = "hog",
+    measured: bool = True,
+) -> SupplyDevice:
+    return SupplyDevice(
+        uuid,
+        product,
+        mig,
+        idle,
+        (SupplyHolder("team", holder, f"uid-{holder}", "Deployment/hog"),),
+        measured=measured,
+    )
+
+
+def supply(ts: int, node: str, *devices: SupplyDevice, resource: str = GPU) -> NodeSupply:
+    return NodeSupply(ts, node, resource, devices)
+
+
+# --- supply matching and pools ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pool", "dev", "expected"),
+    [
+        (Pool(GPU), device("g"), True),
+        (Pool(GPU, A100), device("g"), True),
+        (Pool(GPU, H100), device("g"), False),
+        (Pool(GPU, "", "1g.10gb"), device("g"), False),
+        (Pool(GPU, "", "1g.10gb"), device("g", mig="1g.10gb"), True),
+        (Pool(GPU, A100, "1g.10gb"), device("g", mig="1g.10gb"), True),
+        (Pool("nvidia.com/gpu.shared"), device("g"), False),
+    ],
+    ids=[
+        "any-product",
+        "same-product",
+        "other-product",
+        "mig-asked-device-whole",
+        "mig-same",
+        "product-and-mig",
+        "other-resource",
+    ],
+)
+def test_a_device_matches_a_pool(pool: Pool, dev: SupplyDevice, expected: bool) -> None:
+    assert matches(pool, GPU, dev) is expected
+
+
+@pytest.mark.parametrize(
+    ("pods", "supplies", "expected"),
+    [
+        ([], [], []),
+        ([pod("a")], [], [GPU]),
+        ([pod("a", product=A100)], [], [f"{GPU}|product={A100}"]),
+        ([], [supply(0, "n1", device("g"))], [GPU]),
+        ([pod("a", product=A100)], [supply(0, "n1", device("g"))], [GPU, f"{GPU}|product={A100}"]),
+        ([], [NodeSupply(0, "n1", GPU, (device("g"),), gone=True)], []),
+        ([pod("a"), pod("b", mig="1g.10gb")], [], [GPU, f"{GPU}|mig=1g.10gb"]),
+    ],
+    ids=[
+        "nothing",
+        "waiting-plain",
+        "waiting-product",
+        "allocated-nobody-waits",
+        "product-waits-plain-allocated",
+        "gone-node-is-no-supply",
+        "plain-and-mig",
+    ],
+)
+def test_pools_are_what_is_asked_and_the_plain_pool_while_allocated(
+    pods: list[PendingPod], supplies: list[NodeSupply], expected: list[str]
+) -> None:
+    waiters = [waiter_of(p, GPU) for p in pods]
+    assert [p.key() for p in pools_of(GPU, waiters, supplies)] == expected
+
+
+def test_the_demand_record_counts_everything_and_lists_the_oldest_first() -> None:
+    pods = [pod(f"p{i:03}", created=1000 - i, count=2) for i in range(WAITING_LISTED + 5)]
+    pods.append(pod("h100", created=0, product=H100))
+    supplies = [
+        supply(0, "n2", device("g3", 500, holder="b"), device("g4", measured=False)),
+        supply(0, "n1", device("g1", 100, holder="a"), device("g2"), device("h", 0, product=H100)),
+    ]
+    d = pool_demand(Pool(GPU, A100), [waiter_of(p, GPU) for p in pods], supplies, 7)
+    assert d.pending_pods == 0  # nobody asks for A100 by name
+    plain = pool_demand(Pool(GPU), [waiter_of(p, GPU) for p in pods], supplies, 7)
+    assert (plain.pending_pods, plain.gpus_requested) == (WAITING_LISTED + 5, 2 * 55)
+    assert plain.oldest_since_ms == 1000 - (WAITING_LISTED + 4)
+    assert len(plain.waiting) == WAITING_LISTED
+    assert [w.since_ms for w in plain.waiting] == sorted(w.since_ms for w in plain.waiting)
+    assert plain.waiting[0].reason == "Unschedulable"
+    assert plain.waiting[0].workload == "Deployment/inference"
+    a100 = pool_demand(Pool(GPU, A100), [], supplies, 7)
+    assert (a100.allocated_gpus, a100.unmeasured_gpus) == (4, 1)
+    assert [(g.node, g.device_uuid, g.since_ms) for g in a100.idle] == [
+        ("n1", "g1", 100),
+        ("n2", "g3", 500),
+    ]
+    (holder,) = a100.idle[0].holders
+    assert (holder.namespace, holder.pod, holder.uid, holder.resource) == (
+        "team",
+        "a",
+        "uid-a",
+        GPU,
+    )
+    assert holder.workload is not None
+    assert holder.workload.kind == "Deployment"
+    assert plain.allocated_gpus == 5  # the H100 too
+
+
+# --- the alert --------------------------------------------------------------------------------
+
+
+def demand_of(oldest: int | None, idle: Sequence[int], pending: int = 1) -> PoolDemand:
+    waiters = [waiter_of(pod(f"w{i}", created=oldest or 0), GPU) for i in range(pending)]
+    devices = [device(f"g{i}", since, holder=f"h{i}") for i, since in enumerate(idle)]
+    return pool_demand(Pool(GPU), waiters, [supply(0, "n1", *devices)] if devices else [], 0)
+
+
+@pytest.mark.parametrize(
+    ("open_", "demand", "now", "expected"),
+    [
+        (False, demand_of(0, [0]), W - 1, ()),
+        (False, demand_of(0, [0]), W, ("firing",)),
+        (False, demand_of(0, [W]), W, ()),
+        (False, demand_of(W, [0]), W, ()),
+        (False, demand_of(0, [], pending=1), 10 * W, ()),
+        (False, demand_of(None, [0], pending=0), 10 * W, ()),
+        (True, demand_of(0, [0]), 10 * W, ()),
+        (True, demand_of(0, [0]), 0, ()),
+        (True, demand_of(None, [0], pending=0), 10 * W, ("resolved",)),
+        (True, demand_of(0, []), 10 * W, ("resolved",)),
+        (True, None, 10 * W, ("resolved",)),
+    ],
+    ids=[
+        "window-not-yet",
+        "both-a-window-long-fires",
+        "idle-too-short",
+        "wait-too-short",
+        "nothing-idle",
+        "nobody-waits",
+        "open-stays",
+        "older-record-never-resolves",
+        "resolves-nobody-waits",
+        "resolves-nothing-idle",
+        "resolves-pool-retired",
+    ],
+)
+def test_demand_while_idle_decisions(
+    open_: bool, demand: PoolDemand | None, now: int, expected: tuple[str, ...]
+) -> None:
+    fired = demandalerts.fire(demand_of(0, [0]), W, W) if open_ else None
+    after, alerts = demandalerts.step(fired, demand, now, W)
+    assert tuple(a.status for a in alerts) == expected
+    if open_:
+        assert all(a.id == fired.id for a in alerts)  # type: ignore[union-attr]
+    assert (after is not None) == (expected == ("firing",) or (open_ and not expected))
+
+
+def test_the_alert_names_the_waiting_and_the_idle_holders() -> None:
+    day = 86_400_000
+    demand = demand_of(0, [26 * day, 27 * day, 28 * day - 1000], pending=12)
+    alert = demandalerts.fire(demand, 28 * day, W)
+    assert alert.summary.startswith(
+        "12 pods wait for nvidia.com/gpu (oldest 28 d) while 2 allocated GPUs of that pool have "
+        "been idle for 1 d: team/h0 (Deployment/hog) on n1/g0, team/h1 (Deployment/hog) on n1/g1"
+    )
+    assert (alert.node, alert.device_uuid, alert.gpu_uuid) == ("", "", "")
+    assert alert.started_ms == 26 * day  # demand and idleness coexist since the first idle GPU
+    assert alert.figures.pending_pods == 12
+    assert alert.figures.idle_gpus == 2
+    assert alert.figures.idle_for_s == day / 1000
+    assert alert.demand is not None
+    assert alert.demand.pool == GPU
+    assert [g.device_uuid for g in alert.demand.idle] == ["g0", "g1"]
+    assert [h.pod for h in alert.holders] == ["h0", "h1"]
+    assert codec.decode(codec.encode(alert)) == alert
+    text = str(slack_message(alert))
+    assert "Waiting for `nvidia.com/gpu`" in text
+    assert "`n1` · `g0`" in text
+    assert "*pods waiting* 12" in text
+
+
+# --- the stage ---------------------------------------------------------------------------------
+
+
+def run(stage: DemandStage, *records: object) -> list[DemandOutput]:
+    out: list[DemandOutput] = []
+    for r in records:
+        key = None if isinstance(r, ClockTick | PendingPodList) else KEY
+        out += stage.handle(r, 0, key)
+    return out
+
+
+def new_stage() -> tuple[DemandStage, DemandTables]:
+    tables = DemandTables()
+    return DemandStage(tables, WINDOW_S), tables
+
+
+@pytest.mark.parametrize(
+    ("records", "left"),
+    [
+        ([pod("a", 1)], ["a"]),
+        ([pod("a", 1), pod("a", 2, state="bound")], []),
+        ([pod("a", 1), pod("a", 2, state="deleted")], []),
+        ([pod("a", 2, state="bound"), pod("a", 1)], []),
+        ([pod("a", 1), pod("a", 2, state="bound"), pod("a", 1)], []),
+        ([pod("a", 1), PendingPodList(5, ())], []),
+        ([pod("a", 1), PendingPodList(5, (pod("a", 0),))], ["a"]),
+        ([pod("a", 9), PendingPodList(5, ())], ["a"]),
+        ([pod("a", 1), pod("b", 2), PendingPodList(5, (pod("b", 0),)), pod("a", 4)], ["b"]),
+    ],
+    ids=[
+        "pending-kept",
+        "bound-removed",
+        "deleted-removed",
+        "bound-unseen-stays-out",
+        "older-record-after-bound-ignored",
+        "missing-from-list-removed",
+        "listed-kept",
+        "published-after-list-began-kept",
+        "stale-record-after-list-ignored",
+    ],
+)
+def test_pending_pods_live_only_while_they_wait(records: list[object], left: list[str]) -> None:
+    stage, tables = new_stage()
+    run(stage, *records)
+    assert sorted(tables.demand_pods) == [f"{GPU}|ml/{name}" for name in left]
+    rd = tables.demand_resources[GPU]
+    assert rd.pods == tuple(f"ml/{name}" for name in left)
+
+
+@pytest.mark.parametrize(
+    ("key", "record", "why"),
+    [
+        (None, pod("a"), "without a key"),
+        (b"nvidia.com/gpu.shared", pod("a"), "asks for"),
+        (b"other", supply(0, "n", device("g")), "supply of"),
+    ],
+    ids=["no-key", "pod-under-another-resource", "supply-under-another-resource"],
+)
+def test_a_record_under_the_wrong_key_is_refused(
+    key: bytes | None, record: object, why: str
+) -> None:
+    with pytest.raises(UnusableDemandRecord, match=why):
+        key_resource(key, record)
+
+
+def test_a_bound_record_without_requests_is_taken_under_its_key() -> None:
+    bound = PendingPod(5, "ml", "a", "uid-a", 0, (), state="bound", node="n1")
+    assert key_resource(KEY, bound) == GPU
+
+
+def test_demand_emitted_on_change_only_and_a_tombstone_when_nothing_is_left() -> None:
+    stage, tables = new_stage()
+    out = run(stage, supply(0, "n1", device("g1")), pod("a", 10))
+    assert [(type(o).__name__, getattr(o, "pending_pods", None)) for o in out] == [
+        ("PoolDemand", 0),
+        ("PoolDemand", 1),
+    ]
+    writes = dict(tables.demand_resources)
+    # records that say nothing new (a relist's), and ticks: nothing emitted, no pool written
+    assert run(stage, supply(5, "n1", device("g1")), pod("a", 15), ClockTick(0, 20)) == []
+    assert dict(tables.demand_resources) == writes
+    # the same records processed again (after a crash): what they emitted, again
+    again = run(stage, supply(0, "n1", device("g1")), pod("a", 10))
+    assert [(type(o).__name__, getattr(o, "pending_pods", None)) for o in again] == [
+        ("PoolDemand", 0),
+        ("PoolDemand", 1),  # the pool's latest after it
+        ("PoolDemand", 1),
+    ]
+    out = run(stage, pod("a", 30, state="bound"), NodeSupply(40, "n1", GPU))
+    assert [type(o).__name__ for o in out] == ["PoolDemand", "PoolDemandRetired"]
+    assert out[-1] == PoolDemandRetired(GPU)
+    assert (len(tables.demand_pods), len(tables.demand_supply)) == (0, 0)
+    assert tables.demand_resources[GPU].pools == ()
+
+
+def test_the_alert_fires_on_a_tick_and_resolves_when_the_pod_is_bound() -> None:
+    stage, _ = new_stage()
+    out = run(
+        stage,
+        supply(0, "n1", device("g1", 0)),
+        pod("a", 1, created=0),
+        ClockTick(0, W - 1),
+        ClockTick(0, W),
+    )
+    fired = [o for o in out if isinstance(o, Alert)]
+    assert [a.status for a in fired] == ["firing"]
+    assert fired[0].ts_ms == W
+    out = run(stage, ClockTick(0, 2 * W), pod("a", 2 * W + 1, state="bound"))
+    resolved = [o for o in out if isinstance(o, Alert)]
+    assert [(a.status, a.id) for a in resolved] == [("resolved", fired[0].id)]
+    assert "nobody waits" in resolved[0].summary
+
+
+def test_a_product_pool_retires_and_its_alert_resolves_with_it() -> None:
+    stage, _ = new_stage()
+    out = run(
+        stage,
+        supply(0, "n1", device("g1", 0)),
+        pod("a", 1, product=A100),
+        ClockTick(0, W),
+        pod("a", W + 1, state="deleted"),
+    )
+    kinds = [(type(o).__name__, getattr(o, "status", getattr(o, "pool", ""))) for o in out]
+    assert ("Alert", "firing") in kinds
+    resolved = kinds.index(("Alert", "resolved"))
+    assert kinds[resolved + 1] == ("PoolDemandRetired", f"{GPU}|product={A100}")
+
+
+def test_table_values_round_trip_the_changelog_codec() -> None:
+    stage, tables = new_stage()
+    run(stage, supply(0, "n1", device("g1", 0)), pod("a", 1), ClockTick(0, W))
+    values: list[object] = [
+        *tables.demand_pods.values(),
+        *tables.demand_supply.values(),
+        *tables.demand_resources.values(),
+        *tables.demand_partitions.values(),
+    ]
+    assert len(values) == 4
+    for value in values:
+        assert TABLE_CODEC.decode(TABLE_CODEC.encode(value)) == value
