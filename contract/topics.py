@@ -104,4 +104,5 @@ TABLES: dict[str, str] = {
     "operand_pods": "operand-pods",
     "node_stack": "node-stack",
     "cluster_policies": "cluster-policies",
+    "node_supply": "node-supply",
 }

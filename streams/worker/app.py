@@ -19,6 +19,7 @@ import faust
 from aiokafka.errors import IllegalStateError
 
 from contract import codec
+from contract.inputs import NodeSupply, pool_resource
 from contract.outputs import (
     Alert,
     AttributionEvent,
@@ -63,9 +64,11 @@ def broker_credentials(kafka: KafkaSettings) -> Any:
 
 def output_key(record: Output) -> bytes:
     """Per device (``node/device-uuid``); an alert by its id; a refused scrape and the node's
-    status are the node's (``node``)."""
+    status are the node's (``node``); a node's supply is its resource's (the demand-events key)."""
     if isinstance(record, Alert):
         return record.id.encode()
+    if isinstance(record, NodeSupply):
+        return pool_resource(record.resource).encode()
     if isinstance(record, TelemetryRefused | NodeStatus | NodeStatusRetired):
         return record.node.encode()
     return f"{record.node}/{record.device_uuid}".encode()
@@ -166,6 +169,7 @@ def build_app(
         TelemetryRefused: flags.get_topic_name(),
         NodeStatus: node_status.get_topic_name(),
         NodeStatusRetired: node_status.get_topic_name(),
+        NodeSupply: kafka.topic("demand-events"),
     }
 
     def delivered(kind: str, fut: asyncio.Future[Any]) -> None:

@@ -39,6 +39,7 @@ from contract.inputs import (
     DeviceInventory,
     GpuInfo,
     NodeRecord,
+    NodeSupply,
     PodRecord,
     PodResourcesDiff,
     PodResourcesSnapshot,
@@ -158,7 +159,41 @@ def check_event(ev: AttributionEvent, uids: dict[str, set[str]]) -> None:
     check_holder_uids(ev.node, ev.holders, uids)
 
 
-def check_outputs(outputs: Sequence[Output | _DeadLettered], uids: dict[str, set[str]]) -> None:
+#: the last supply record per (node, resource): the next must say something else
+Supplied = dict[tuple[str, str], NodeSupply]
+
+
+def check_supply(out: NodeSupply, uids: dict[str, set[str]], supplied: Supplied) -> None:
+    """A node's supply of one resource: emitted only when it changed (or the same record again:
+    its cause processed again), never back in time, its devices sorted and distinct, each held
+    (pods by name, once, UIDs from the pod records), at least one slot, idle since no later than
+    now; a node that left lists nothing."""
+    assert out.node and out.resource
+    last = supplied.get((out.node, out.resource))
+    if last is not None:
+        assert out == last or (out.devices, out.gone) != (last.devices, last.gone), out
+        assert out.ts_ms >= last.ts_ms, (last, out)
+    else:
+        assert out.devices, out  # nothing was supplied before: nothing to withdraw
+    supplied[(out.node, out.resource)] = out
+    assert not (out.gone and out.devices)
+    names = [d.device_uuid for d in out.devices]
+    assert names == sorted(set(names))
+    for device in out.devices:
+        assert device.holders and device.slots >= 1
+        pods = [(h.namespace, h.pod) for h in device.holders]
+        assert pods == sorted(set(pods))
+        for h in device.holders:
+            assert h.uid is None or h.uid in uids[out.node], h
+        assert device.idle_since_ms is None or device.idle_since_ms <= out.ts_ms
+
+
+def check_outputs(
+    outputs: Sequence[Output | _DeadLettered],
+    uids: dict[str, set[str]],
+    supplied: Supplied | None = None,
+) -> None:
+    supplied = {} if supplied is None else supplied
     for out in outputs:
         if isinstance(out, _DeadLettered):
             continue
@@ -177,6 +212,8 @@ def check_outputs(outputs: Sequence[Output | _DeadLettered], uids: dict[str, set
         elif isinstance(out, NodeStatus):
             assert out.summary
             assert out.planes[0].name == "driver"  # dependency order
+        elif isinstance(out, NodeSupply):
+            check_supply(out, uids, supplied)
         else:
             assert isinstance(out, ExporterMisattribution)
             held = {(c.namespace, c.pod) for c in out.holders}
@@ -194,6 +231,7 @@ def test_holders_carry_no_usage_field() -> None:
 def test_processor_never_raises_and_stays_honest(stream: list[AgentRecord]) -> None:
     proc = new_processor()
     uids: dict[str, set[str]] = defaultdict(set)
+    supplied: Supplied = {}
     events = 0
     for record in stream:
         decoded = wire(record)
@@ -202,7 +240,7 @@ def test_processor_never_raises_and_stays_honest(stream: list[AgentRecord]) -> N
             uids[decoded.node].add(decoded.uid)
         outputs = _handle(proc, decoded)
         events += readings(outputs)
-        check_outputs(outputs, uids)
+        check_outputs(outputs, uids, supplied)
     # every GPU reading (single samples, and every sample of a usable scrape) is an event or
     # refused as not provably its node's
     assert events == sum(isinstance(r, DcgmSample) for r in stream) + sum(
@@ -260,24 +298,26 @@ def test_processor_on_random_records_only(records: list[AgentRecord]) -> None:
     """No fleet at all: state built from random records alone, in any order."""
     proc = new_processor()
     uids: dict[str, set[str]] = defaultdict(set)
+    supplied: Supplied = {}
     for record in records:
         decoded = wire(record)
         if isinstance(decoded, PodRecord):
             uids[decoded.node].add(decoded.uid)
-        check_outputs(_handle(proc, decoded), uids)
+        check_outputs(_handle(proc, decoded), uids, supplied)
 
 
 def test_fleet_stream_is_attributed_honestly() -> None:
     """The unmutated benchmark fleet: every sample an event, every held GPU resolved."""
     proc = new_processor()
     uids: dict[str, set[str]] = defaultdict(set)
+    supplied: Supplied = {}
     events: list[AttributionEvent] = []
     stream = list(bench_fleet.stream(4, 3, start_ms=START_MS, churn_every=2))
     for record in stream:
         if isinstance(record, PodRecord):
             uids[record.node].add(record.uid)
         outputs = proc.handle(wire(record))
-        check_outputs(outputs, uids)
+        check_outputs(outputs, uids, supplied)
         assert not [o for o in outputs if isinstance(o, TelemetryRefused)]
         events += [o for o in outputs if isinstance(o, AttributionEvent) and o.origin == "sample"]
     assert len(events) == bench_fleet.sample_count(4, 3)
