@@ -168,7 +168,8 @@ def check_supply(out: NodeSupply, uids: dict[str, set[str]], supplied: Supplied)
     its cause processed again), never back in time, its devices sorted and distinct, each held
     (pods by name, once, UIDs from the pod records), at least one slot, idle since no later than
     now; a node that left lists nothing."""
-    assert out.node and out.resource
+    assert out.node
+    assert out.resource
     last = supplied.get((out.node, out.resource))
     if last is not None:
         assert out == last or (out.devices, out.gone) != (last.devices, last.gone), out
@@ -180,7 +181,8 @@ def check_supply(out: NodeSupply, uids: dict[str, set[str]], supplied: Supplied)
     names = [d.device_uuid for d in out.devices]
     assert names == sorted(set(names))
     for device in out.devices:
-        assert device.holders and device.slots >= 1
+        assert device.holders
+        assert device.slots >= 1
         pods = [(h.namespace, h.pod) for h in device.holders]
         assert pods == sorted(set(pods))
         for h in device.holders:
