@@ -146,11 +146,21 @@ class NodeSupplyState:
 
 def again(old: NodeSupplyState | None, ts_ms: int, by: str) -> tuple[NodeSupply, ...] | None:
     """What the record (``ts_ms``, ``by``) emitted when it was first processed (``None``: it
-    emitted nothing, or it is new)."""
-    for e in old.emitted if old is not None else ():
+    emitted nothing, or it is new) — and, for a resource a later record spoke of since, that
+    record's word after it: a record delivered twice never leaves an older word as the last."""
+    if old is None:
+        return None
+    for e in old.emitted:
         if (e.ts_ms, e.by) == (ts_ms, by):
-            return e.records
+            latest = [_latest(old, r.resource) for r in e.records]
+            return (*e.records, *(w for r, w in zip(e.records, latest, strict=True) if w != r))
     return None
+
+
+def _latest(state: NodeSupplyState, resource: str) -> NodeSupply:
+    """The newest record of ``resource`` the node emitted (every emission after one still
+    remembered is remembered too)."""
+    return next(r for e in state.emitted for r in e.records if r.resource == resource)
 
 
 def emitted_at(old: NodeSupplyState | None, ts_ms: int) -> bool:

@@ -159,24 +159,28 @@ def check_event(ev: AttributionEvent, uids: dict[str, set[str]]) -> None:
     check_holder_uids(ev.node, ev.holders, uids)
 
 
-#: the last supply record per (node, resource): the next must say something else
-Supplied = dict[tuple[str, str], NodeSupply]
+#: every supply record per (node, resource), in emission order (a record emitted again is not
+#: appended)
+Supplied = dict[tuple[str, str], list[NodeSupply]]
 
 
 def check_supply(out: NodeSupply, uids: dict[str, set[str]], supplied: Supplied) -> None:
-    """A node's supply of one resource: emitted only when it changed (or the same record again:
-    its cause processed again), never back in time, its devices sorted and distinct, each held
-    (pods by name, once, UIDs from the pod records), at least one slot, idle since no later than
-    now; a node that left lists nothing."""
+    """A node's supply of one resource: emitted when it changed, never back in time — or a
+    record emitted before, again (its cause processed again) — its devices sorted and
+    distinct, each held (pods by name, once, UIDs from the pod records), at least one slot, idle
+    since no later than now; a node that left lists nothing."""
     assert out.node
     assert out.resource
-    last = supplied.get((out.node, out.resource))
-    if last is not None:
-        assert out == last or (out.devices, out.gone) != (last.devices, last.gone), out
+    history = supplied.setdefault((out.node, out.resource), [])
+    if out in history:
+        return
+    if history and not history[-1].gone:  # gone: the node's next life starts anew
+        last = history[-1]
+        assert (out.devices, out.gone) != (last.devices, last.gone), out
         assert out.ts_ms >= last.ts_ms, (last, out)
     else:
         assert out.devices, out  # nothing was supplied before: nothing to withdraw
-    supplied[(out.node, out.resource)] = out
+    history.append(out)
     assert not (out.gone and out.devices)
     names = [d.device_uuid for d in out.devices]
     assert names == sorted(set(names))
@@ -188,6 +192,14 @@ def check_supply(out: NodeSupply, uids: dict[str, set[str]], supplied: Supplied)
         for h in device.holders:
             assert h.uid is None or h.uid in uids[out.node], h
         assert device.idle_since_ms is None or device.idle_since_ms <= out.ts_ms
+
+
+def check_supply_last(outputs: Sequence[object], supplied: Supplied) -> None:
+    """After a record emitted again, each resource's last word is still its newest record."""
+    batch = [o for o in outputs if isinstance(o, NodeSupply)]
+    for key in {(o.node, o.resource) for o in batch}:
+        last = [o for o in batch if (o.node, o.resource) == key][-1]
+        assert last == supplied[key][-1], (last, supplied[key][-1])
 
 
 def check_outputs(
@@ -221,6 +233,7 @@ def check_outputs(
             held = {(c.namespace, c.pod) for c in out.holders}
             assert (out.claimed.namespace, out.claimed.pod) not in held
             check_holder_uids(out.node, out.holders, uids)
+    check_supply_last(outputs, supplied)
 
 
 def test_holders_carry_no_usage_field() -> None:

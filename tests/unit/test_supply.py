@@ -242,9 +242,11 @@ def test_step_emits_per_changed_resource_withdraws_what_is_no_longer_held_and_re
     assert [r.resource for r in s2.current] == [GPU]
     # the record processed again after a crash: the same records, no write
     assert supply.step(s2, NODE, {}, 30, "r3") == (None, out)
+    # an older record again: what it emitted, then the newer word of each resource after it
     assert supply.step(s2, NODE, {}, 10, "r1")[1] == (
         NodeSupply(10, NODE, GPU, devices_of(G0)),
         NodeSupply(10, NODE, SHARED, devices_of(G1)),
+        *out,
     )
     # a record stamped earlier than the node's last emission: never back in time
     s3, out = supply.step(s2, NODE, {GPU: devices_of(G2)}, 25, "r4")
