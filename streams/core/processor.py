@@ -352,11 +352,11 @@ class Processor:
             supply.AllocatedDevice(
                 event.device_uuid,
                 event.holders,
-                measured,
+                fresh,
                 _idle(t.alert_state.get(alert_key(node, event.device_uuid))),
                 (event.mig.profile or "") if event.mig is not None else "",
             )
-            for event, measured in self.spine.allocated(node, at)
+            for event, fresh in self.spine.allocated(node, at)
         ]
         supplies = supply.node_supply(product, devices)
         new, emit = supply.step(old, node, supplies, ts_ms, by or fingerprint(record), measured)
