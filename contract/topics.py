@@ -104,6 +104,7 @@ TABLES: dict[str, str] = {
     "operand_pods": "operand-pods",
     "node_stack": "node-stack",
     "cluster_policies": "cluster-policies",
+    "node_supply": "node-supply",
 }
 
 #: The demand stage's tables (a second agent of the same app, over demand-events; changelogs as

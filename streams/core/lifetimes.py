@@ -118,6 +118,7 @@ PER_NODE_TABLES = (
     "node_state",
     "operand_pods",
     "node_stack",
+    "node_supply",
 )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from contract.inputs import SourceStatus
+from contract.inputs import NodeSupply, SourceStatus
 from contract.outputs import Alert, RefusalCause
 from streams.core.lifetimes import quantized
 
@@ -142,6 +142,8 @@ class GoneNode:
     why: str
     devices: tuple[tuple[str, str], ...] = ()
     alerts: Emitted = ()
+    #: additive (issue 30): the gone supply records it emitted (:mod:`streams.core.supply`)
+    supply: tuple[NodeSupply, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from contract.inputs import (
     DcgmScrape,
     DeviceInventory,
     NodeRecord,
+    NodeSupply,
     OperandPods,
     PodListSnapshot,
     PodRecord,
@@ -42,9 +43,10 @@ from contract.outputs import (
 )
 from contract.quantity import valid as valid_quantity
 from infra.settings import AlertSettings
-from streams.core import nodestack, nodestate, stackalerts, telemetry
-from streams.core.alerts import policy_for, step
+from streams.core import nodestack, nodestate, stackalerts, supply, telemetry
+from streams.core.alerts import DeviceAlerts, policy_for, step
 from streams.core.dra import NodeSlices, device_map
+from streams.core.episodes import Episode
 from streams.core.holders import DraDevices, apply_podresources, base_of, reindex
 from streams.core.identity import (
     EMPTY_INVENTORY,
@@ -68,6 +70,7 @@ from streams.core.pods import (
     name_key,
     settle,
 )
+from streams.core.sharing import LABEL_PRODUCT
 from streams.core.spine import Spine, fingerprint
 from streams.core.tables import Tables, alert_key, claim_key, holder_key
 
@@ -80,6 +83,7 @@ Output = (
     | TelemetryRefused
     | NodeStatus
     | NodeStatusRetired
+    | NodeSupply
 )
 
 
@@ -96,6 +100,22 @@ CHANGES_DEVICES = (
 #: a node's GPU stack inputs (besides the partition's ClusterPolicy and the exporter's answers
 #: being refused): a change recomputes its node-status
 STACK_INPUTS = (OperandPods, NodeRecord, AgentStatus)
+
+#: records that can change what a node supplies (:mod:`streams.core.supply`): who holds what,
+#: the holders' identities, the product label, the devices' names; the agent's word on its
+#: exporter. Besides these, a sample's idle episode starting or ending, and the devices a fresh
+#: reading speaks for moving (checked on every record and tick, cheaply)
+SUPPLY_INPUTS = (
+    PodResourcesSnapshot,
+    PodResourcesDiff,
+    PodRecord,
+    PodListSnapshot,
+    NodeRecord,
+    DeviceInventory,
+    ResourceSliceRecord,
+    ResourceClaimRecord,
+    AgentStatus,
+)
 
 
 class UnusableRecord(ValueError):
@@ -124,12 +144,14 @@ class Processor:
         self.tables = tables
         self.policy = policy or AlertSettings.model_construct()  # defaults, no environment read
         self.life = life or Lifetimes()
-        self.spine = Spine(tables, self.life, self._alerts, self._stack_gone)
+        self.spine = Spine(tables, self.life, self._alerts, self._node_gone)
+        self._idle_moved: set[str] = set()  # nodes whose idle episodes moved in this record
 
     # --- dispatch
 
     def handle(self, record: object, partition: int = 0) -> list[Output]:
         """Apply one record read from input partition ``partition``; return its outputs."""
+        self._idle_moved.clear()
         try:
             return self._handle(record, partition)
         finally:
@@ -137,7 +159,11 @@ class Processor:
 
     def _handle(self, record: object, partition: int) -> list[Output]:
         if isinstance(record, ClockTick):
-            return [*self.spine.tick(record.partition, record.ts_ms), *self._stack_tick(record)]
+            return [
+                *self.spine.tick(record.partition, record.ts_ms),
+                *self._stack_tick(record),
+                *self._supply_tick(record),
+            ]
         if getattr(record, "node", None) == "":  # no node is named "": its keys would be ""
             raise UnusableRecord(f"{type(record).__name__} names no node")
         if isinstance(record, NodeRecord) and record.deleted:
@@ -169,6 +195,7 @@ class Processor:
             outputs += self.spine.sync(node, ts_ms)
         outputs += self._stack_alert(node, ts_ms, record)
         outputs += self.spine.beat(node, ts_ms, record)
+        outputs += self._supply(node, ts_ms, record, isinstance(record, SUPPLY_INPUTS))
         return outputs
 
     def _apply(self, record: object) -> list[Output]:
@@ -289,10 +316,68 @@ class Processor:
                 outputs += self._stack_alert(node, tick.ts_ms, tick)
         return outputs
 
-    def _stack_gone(self, node: str, ts_ms: int, why: str) -> list[Alert]:
-        """The node leaves: its open ``stack-broken`` alert resolves (its keys go after)."""
+    def _node_gone(self, node: str, ts_ms: int, why: str) -> list[Alert | NodeSupply]:
+        """The node leaves: its open ``stack-broken`` alert resolves, and each resource it
+        supplied is withdrawn (its keys go after)."""
         old = self.tables.node_stack.get(node)
-        return stackalerts.gone(old.broken if old is not None else None, ts_ms, why)
+        alerts = stackalerts.gone(old.broken if old is not None else None, ts_ms, why)
+        return [*alerts, *supply.gone(self.tables.node_supply.get(node), node, ts_ms)]
+
+    # --- the node's supply: streams.core.supply
+
+    def _supply(self, node: str, ts_ms: int, record: object, changed: bool) -> list[Output]:
+        """The node's supply after a record, emitted per resource when it changed (``changed``:
+        the record is one that can change it; otherwise only an idle episode that moved, or the
+        devices a fresh reading speaks for). A record that emitted before (processed again after
+        a crash) emits what it emitted then."""
+        t = self.tables
+        old = t.node_supply.get(node)
+        by = fingerprint(record) if supply.emitted_at(old, ts_ms) else None
+        if by is not None and (again := supply.again(old, ts_ms, by)) is not None:
+            return list(again)
+        state = self._state(node)
+        if state is None:
+            return []
+        # the node's time (a partition's clock may lag it): its holders now, its readings' age
+        at = max(old.stamp(ts_ms) if old is not None else ts_ms, state.last_ms)
+        measured = self._measured(state, at)
+        moved = node in self._idle_moved or (
+            old is not None and bool(old.current) and old.measured != measured
+        )
+        if not changed and not moved:
+            return []
+        node_rec = t.nodes.get(node)
+        product = dict(node_rec.labels).get(LABEL_PRODUCT) if node_rec is not None else None
+        devices = [
+            supply.AllocatedDevice(
+                event.device_uuid,
+                event.holders,
+                fresh,
+                _idle(t.alert_state.get(alert_key(node, event.device_uuid))),
+                (event.mig.profile or "") if event.mig is not None else "",
+            )
+            for event, fresh in self.spine.allocated(node, at)
+        ]
+        supplies = supply.node_supply(product, devices)
+        new, emit = supply.step(old, node, supplies, ts_ms, by or fingerprint(record), measured)
+        if new is not None:
+            t.node_supply[node] = new
+        return list(emit)
+
+    def _measured(self, state: NodeState, ts_ms: int) -> tuple[str, ...]:
+        """The devices a fresh accepted reading speaks for at ``ts_ms`` (from the node's state)."""
+        return tuple(
+            k for k in state.scraped if telemetry.unknown(state, k, ts_ms, self.life) is None
+        )
+
+    def _supply_tick(self, tick: ClockTick) -> list[Output]:
+        """The partition's clock: a node whose readings stopped (stale, silent) no longer calls
+        its devices idle, without waiting for a record of its own."""
+        index = self.tables.partition_nodes.get(str(tick.partition))
+        outputs: list[Output] = []
+        for node in index.nodes if index is not None else ():
+            outputs += self._supply(node, tick.ts_ms, tick, False)
+        return outputs
 
     # --- the node's life: streams.core.spine
 
@@ -359,6 +444,8 @@ class Processor:
         new, alerts = step(old, event, policy_for(self.policy, annotations))
         if new != old:
             t.alert_state[key] = new
+            if _idle(old) != _idle(new):
+                self._idle_moved.add(event.node)
         return alerts
 
     # --- inputs
@@ -487,6 +574,12 @@ class Processor:
                 t.pods[key] = names
         if new_index != index or node not in t.node_pods:
             t.node_pods[node] = new_index
+
+
+def _idle(alerts: DeviceAlerts | None) -> Episode | None:
+    """A device's idle episode, firing or not (the supply reads when it began, and whose)."""
+    idle = alerts.idle if alerts is not None else None
+    return replace(idle, firing=False) if idle is not None else None
 
 
 def _check_quantities(record: ResourceClaimRecord | ResourceSliceRecord) -> None:

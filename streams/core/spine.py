@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from contract.inputs import NodeSupply
 from contract.outputs import Alert, AttributionEvent, NodeStatusRetired, Origin, Telemetry
 from streams.core import lifetimes, nodestate, telemetry
 from streams.core.attribution import DeviceFacts
@@ -33,14 +34,15 @@ from streams.core.roster import device_ids
 from streams.core.stackalerts import HeldDevice
 from streams.core.tables import Tables, alert_key
 
-Event = AttributionEvent | Alert | NodeStatusRetired
+Event = AttributionEvent | Alert | NodeStatusRetired | NodeSupply
 #: steps one device's alerts by one event (the processor's: policy, annotations, alert state)
 StepAlerts = Callable[[AttributionEvent], list[Alert]]
-#: what a node's leaving resolves of its own (node-wide) alerts: (node, ts_ms, why)
-NodeGone = Callable[[str, int, str], list[Alert]]
+#: what a node's leaving resolves of its own (node-wide) alerts, and the supply it withdraws
+#: (:mod:`streams.core.supply`): (node, ts_ms, why)
+NodeGone = Callable[[str, int, str], list[Alert | NodeSupply]]
 
 
-def _nothing(node: str, ts_ms: int, why: str) -> list[Alert]:
+def _nothing(node: str, ts_ms: int, why: str) -> list[Alert | NodeSupply]:
     return []
 
 
@@ -175,9 +177,17 @@ class Spine:
     def held(self, node: str, ts_ms: int) -> tuple[HeldDevice, ...]:
         """The devices pods hold on the node now, with their holders (as the spine's events name
         them) and whether a fresh trusted reading speaks for each."""
+        return tuple(
+            HeldDevice(event.device_uuid, event.holders, measured=measured)
+            for event, measured in self.allocated(node, ts_ms)
+        )
+
+    def allocated(self, node: str, ts_ms: int) -> list[tuple[AttributionEvent, bool]]:
+        """Each device pods hold on the node now, described as the spine's events describe it
+        (holders, MIG instance), and whether a fresh trusted reading speaks for it."""
         state = self.state(node)
         if state is None:
-            return ()
+            return []
         view = read_node(self.tables, node)
         out = []
         for key, facts in roster(view, self._scraped(state, ts_ms)).items():
@@ -186,8 +196,8 @@ class Spine:
                 self.tables, view, key, facts, ts_ms, "heartbeat", why or Telemetry(), holders=True
             )
             if event.holders and event.state != "mig-parent":
-                out.append(HeldDevice(event.device_uuid, event.holders, measured=why is None))
-        return tuple(out)
+                out.append((event, why is None))
+        return out
 
     def allocation(self, node: str, bases: set[str], ts_ms: int) -> list[Event]:
         """Every device whose holders changed: its holders now; usage not measured since."""
@@ -265,7 +275,11 @@ class Spine:
         outputs: list[Event] = []
         for g in index.gone:
             if g.ts_ms == ts_ms:  # processed again: what this tick's leaving emitted
-                outputs += [*self._gone_events(g.node, g.devices, ts_ms, g.why), *g.alerts]
+                outputs += [
+                    *self._gone_events(g.node, g.devices, ts_ms, g.why),
+                    *g.alerts,
+                    *g.supply,
+                ]
                 outputs.append(NodeStatusRetired(g.node))
         for node in index.nodes:
             state = self.state(node)
@@ -301,7 +315,7 @@ class Spine:
             if again is None:
                 return []
             gone_events = self._gone_events(node, again.devices, ts_ms, again.why)
-            return [*gone_events, *again.alerts, NodeStatusRetired(node)]
+            return [*gone_events, *again.alerts, *again.supply, NodeStatusRetired(node)]
         view = read_node(self.tables, node)
         devices = dict(state.devices)
         devices.update(dict(device_ids(roster(view, self._scraped(state, ts_ms)))))
@@ -314,7 +328,8 @@ class Spine:
         self._forget(node, state, view.index, devices.values())
         index = self._index(state.partition)
         alerts = tuple(o for o in outputs if isinstance(o, Alert))
-        left = GoneNode(node, ts_ms, why, tuple(sorted(devices.items())), alerts)
+        supply = tuple(o for o in outputs if isinstance(o, NodeSupply))
+        left = GoneNode(node, ts_ms, why, tuple(sorted(devices.items())), alerts, supply)
         self._put_index(state.partition, index, index.left(left))
         return [*outputs, NodeStatusRetired(node)]  # its node-status key goes too
 

@@ -16,6 +16,7 @@ from streams.core.identity import Inventory
 from streams.core.nodestack import NodeStack, PartitionPolicies
 from streams.core.nodestate import NodeState, PartitionNodes
 from streams.core.pods import NodePods, PodNames
+from streams.core.supply import NodeSupplyState
 
 #: State kinds kept in changelog-backed tables.
 KINDS: dict[str, tuple[type, int]] = {
@@ -33,6 +34,7 @@ KINDS: dict[str, tuple[type, int]] = {
     "state.demand_waiter": (Waiter, 1),
     "state.resource_demand": (ResourceDemand, 1),
     "state.partition_resources": (PartitionResources, 1),
+    "state.node_supply": (NodeSupplyState, 1),
 }
 
 #: What the tables hold: these state kinds and the input records kept as they came (nodes,

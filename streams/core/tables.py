@@ -20,6 +20,7 @@ from streams.core.identity import Inventory
 from streams.core.nodestack import NodeStack, PartitionPolicies
 from streams.core.nodestate import NodeState, PartitionNodes
 from streams.core.pods import NodePods, PodNames
+from streams.core.supply import NodeSupplyState
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Tables:
     operand_pods: MutableMapping[str, OperandPods]  # node
     node_stack: MutableMapping[str, NodeStack]  # node
     cluster_policies: MutableMapping[str, PartitionPolicies]  # input partition number
+    node_supply: MutableMapping[str, NodeSupplyState]  # node
 
     @classmethod
     def in_memory(cls) -> Tables:

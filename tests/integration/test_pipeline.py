@@ -11,7 +11,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from contract import codec
-from contract.inputs import DeviceAssignment, PodResourcesSnapshot
+from contract.inputs import DeviceAssignment, NodeSupply, PodResourcesSnapshot
 from contract.outputs import AttributionEvent, DeadLetter
 from sim.cluster import Cluster
 from sim.scenario import gpu_uuid, load
@@ -55,6 +55,7 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
         pipeline(kafka_bootstrap, SCENARIO, tmp_path) as p,
         collect(p.kafka, "attribution") as events,
         collect(p.kafka, "deadletter") as dead,
+        collect(p.kafka, "demand-events") as supply,
     ):
         # Hand-checked expectations at two scenario times, plus the scenario's own truth.
         stages = {
@@ -153,6 +154,21 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
                         assert (h.uid, h.uid_status) == (UIDS[name], "resolved"), ev.summary
                         assert h.workload is not None
                         assert (h.workload.kind, h.workload.name) == WORKLOADS[name]
+        # each node's supply for the demand stage (issue 30): the last word per node and
+        # resource names who holds each GPU now, with UIDs and workloads
+        held_now = {d: {(pod, UIDS[pod]) for pod in pods} for d, pods in truth.items() if pods}
+
+        def supply_settled() -> bool:
+            last = {(r.node, r.resource): r for r in supply.records if isinstance(r, NodeSupply)}
+            supplied = {
+                (node, d.device_uuid): {(f"{h.namespace}/{h.pod}", h.uid) for h in d.holders}
+                for (node, resource), r in last.items()
+                if resource == "nvidia.com/gpu"
+                for d in r.devices
+            }
+            return supplied == held_now
+
+        await wait_for(supply_settled, timeout_s=60, what=lambda: f"supply\n{p.logs()}")
 
 
 async def test_consumer_guide_example_reads_real_output(

@@ -39,6 +39,7 @@ from contract.inputs import (
     DeviceInventory,
     GpuInfo,
     NodeRecord,
+    NodeSupply,
     PodRecord,
     PodResourcesDiff,
     PodResourcesSnapshot,
@@ -158,7 +159,55 @@ def check_event(ev: AttributionEvent, uids: dict[str, set[str]]) -> None:
     check_holder_uids(ev.node, ev.holders, uids)
 
 
-def check_outputs(outputs: Sequence[Output | _DeadLettered], uids: dict[str, set[str]]) -> None:
+#: every supply record per (node, resource), in emission order (a record emitted again is not
+#: appended)
+Supplied = dict[tuple[str, str], list[NodeSupply]]
+
+
+def check_supply(out: NodeSupply, uids: dict[str, set[str]], supplied: Supplied) -> None:
+    """A node's supply of one resource: emitted when it changed, never back in time — or a
+    record emitted before, again (its cause processed again) — its devices sorted and
+    distinct, each held (pods by name, once, UIDs from the pod records), at least one slot, idle
+    since no later than now; a node that left lists nothing."""
+    assert out.node
+    assert out.resource
+    history = supplied.setdefault((out.node, out.resource), [])
+    if out in history:
+        return
+    if history and not history[-1].gone:  # gone: the node's next life starts anew
+        last = history[-1]
+        assert (out.devices, out.gone) != (last.devices, last.gone), out
+        assert out.ts_ms >= last.ts_ms, (last, out)
+    else:
+        assert out.devices, out  # nothing was supplied before: nothing to withdraw
+    history.append(out)
+    assert not (out.gone and out.devices)
+    names = [d.device_uuid for d in out.devices]
+    assert names == sorted(set(names))
+    for device in out.devices:
+        assert device.holders
+        assert device.slots >= 1
+        pods = [(h.namespace, h.pod) for h in device.holders]
+        assert pods == sorted(set(pods))
+        for h in device.holders:
+            assert h.uid is None or h.uid in uids[out.node], h
+        assert device.idle_since_ms is None or device.idle_since_ms <= out.ts_ms
+
+
+def check_supply_last(outputs: Sequence[object], supplied: Supplied) -> None:
+    """After a record emitted again, each resource's last word is still its newest record."""
+    batch = [o for o in outputs if isinstance(o, NodeSupply)]
+    for key in {(o.node, o.resource) for o in batch}:
+        last = [o for o in batch if (o.node, o.resource) == key][-1]
+        assert last == supplied[key][-1], (last, supplied[key][-1])
+
+
+def check_outputs(
+    outputs: Sequence[Output | _DeadLettered],
+    uids: dict[str, set[str]],
+    supplied: Supplied | None = None,
+) -> None:
+    supplied = {} if supplied is None else supplied
     for out in outputs:
         if isinstance(out, _DeadLettered):
             continue
@@ -177,11 +226,14 @@ def check_outputs(outputs: Sequence[Output | _DeadLettered], uids: dict[str, set
         elif isinstance(out, NodeStatus):
             assert out.summary
             assert out.planes[0].name == "driver"  # dependency order
+        elif isinstance(out, NodeSupply):
+            check_supply(out, uids, supplied)
         else:
             assert isinstance(out, ExporterMisattribution)
             held = {(c.namespace, c.pod) for c in out.holders}
             assert (out.claimed.namespace, out.claimed.pod) not in held
             check_holder_uids(out.node, out.holders, uids)
+    check_supply_last(outputs, supplied)
 
 
 def test_holders_carry_no_usage_field() -> None:
@@ -194,6 +246,7 @@ def test_holders_carry_no_usage_field() -> None:
 def test_processor_never_raises_and_stays_honest(stream: list[AgentRecord]) -> None:
     proc = new_processor()
     uids: dict[str, set[str]] = defaultdict(set)
+    supplied: Supplied = {}
     events = 0
     for record in stream:
         decoded = wire(record)
@@ -202,7 +255,7 @@ def test_processor_never_raises_and_stays_honest(stream: list[AgentRecord]) -> N
             uids[decoded.node].add(decoded.uid)
         outputs = _handle(proc, decoded)
         events += readings(outputs)
-        check_outputs(outputs, uids)
+        check_outputs(outputs, uids, supplied)
     # every GPU reading (single samples, and every sample of a usable scrape) is an event or
     # refused as not provably its node's
     assert events == sum(isinstance(r, DcgmSample) for r in stream) + sum(
@@ -260,24 +313,26 @@ def test_processor_on_random_records_only(records: list[AgentRecord]) -> None:
     """No fleet at all: state built from random records alone, in any order."""
     proc = new_processor()
     uids: dict[str, set[str]] = defaultdict(set)
+    supplied: Supplied = {}
     for record in records:
         decoded = wire(record)
         if isinstance(decoded, PodRecord):
             uids[decoded.node].add(decoded.uid)
-        check_outputs(_handle(proc, decoded), uids)
+        check_outputs(_handle(proc, decoded), uids, supplied)
 
 
 def test_fleet_stream_is_attributed_honestly() -> None:
     """The unmutated benchmark fleet: every sample an event, every held GPU resolved."""
     proc = new_processor()
     uids: dict[str, set[str]] = defaultdict(set)
+    supplied: Supplied = {}
     events: list[AttributionEvent] = []
     stream = list(bench_fleet.stream(4, 3, start_ms=START_MS, churn_every=2))
     for record in stream:
         if isinstance(record, PodRecord):
             uids[record.node].add(record.uid)
         outputs = proc.handle(wire(record))
-        check_outputs(outputs, uids)
+        check_outputs(outputs, uids, supplied)
         assert not [o for o in outputs if isinstance(o, TelemetryRefused)]
         events += [o for o in outputs if isinstance(o, AttributionEvent) and o.origin == "sample"]
     assert len(events) == bench_fleet.sample_count(4, 3)

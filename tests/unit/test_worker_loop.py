@@ -14,6 +14,7 @@ from contract.inputs import (
     DcgmSample,
     DeviceAssignment,
     ExporterClaim,
+    NodeSupply,
     PodResourcesSnapshot,
 )
 from contract.outputs import AttributionEvent, DeadLetter
@@ -28,8 +29,9 @@ HELD = PodResourcesSnapshot("n1", 100, (DeviceAssignment("ml", "a", "c", "nvidia
 ANOTHER = DeviceAssignment("ml", "b", "c", "nvidia.com/gpu", GPU)
 # dcgm-exporter credits a pod that holds nothing, and reports a new XID: three outputs
 NOISY = {"xid": 79, "exporter_claims": (ExporterClaim("ml", "ghost", "c"),)}
-#: the snapshot's own output: its allocation, reported before any sample
-HELD_OUT = ("AttributionEvent",)
+#: the snapshot's own outputs: its allocation, reported before any sample, and the node's supply
+#: of the resource it holds (for the demand stage)
+HELD_OUT = ("AttributionEvent", "NodeSupply")
 
 
 def sample(ts: int, **kw: Any) -> DcgmSample:
@@ -196,9 +198,11 @@ async def test_loop(case: Case) -> None:
 async def test_attribution_is_published_and_kept_live_for_its_partition() -> None:
     h = Harness()
     await h.run([event(HELD, 0, partition=3), event(sample(150, util_pct=50.0), 1, partition=3)])
-    allocation, out = h.published
+    allocation, supplied, out = h.published
     assert isinstance(allocation, AttributionEvent)
     assert allocation.origin == "allocation"
+    assert isinstance(supplied, NodeSupply)  # published, never kept live
+    assert [d.device_uuid for d in supplied.devices] == [GPU]
     assert isinstance(out, AttributionEvent)
     assert out.origin == "sample"
     assert (out.node, out.device_uuid, out.state) == ("n1", GPU, "exclusive")
@@ -211,7 +215,7 @@ async def test_attribution_is_published_and_kept_live_for_its_partition() -> Non
 async def test_only_attribution_events_are_kept_live() -> None:
     h = Harness()
     await h.run([event(HELD, 0), event(sample(140, xid=0), 1), event(sample(150, **NOISY), 2)])
-    assert len(h.published) == 5
+    assert len(h.published) == 6  # with the node's supply
     assert len(h.live) == 1
 
 

@@ -1,0 +1,212 @@
+"""A node's supply: its allocated devices per resource, in the terms a pending pod asks for
+(:class:`contract.inputs.NodeSupply`), and which of those records the node last emitted. Pure.
+
+**What a node supplies** (:func:`node_supply`). Every device pods hold on the node, grouped by
+the resource its holders hold it through (``nvidia.com/gpu``, a renamed shared resource such as
+``nvidia.com/gpu.shared``, a MIG resource ``nvidia.com/mig-1g.10gb``; a DRA allocation by its
+driver, ``dra:<driver>``). A device shared through replicas (time-slicing, MPS) is one device
+whose ``slots`` are the allocation units its holders hold (replica IDs; DRA: distinct claim
+allocations). Its ``product`` is the node's ``nvidia.com/gpu.product`` label; a MIG instance is
+named as the attribution events name it, with its profile. ``idle_since_ms`` is the start of the
+device's idle episode (:mod:`streams.core.alerts`, measured below the idle threshold) while that
+episode is its current holders' and a fresh reading speaks for the device; not idle, or usage
+unknown, is ``None`` — never counted as idle.
+
+The demand side asks for DRA devices by device class (``dra:<device class>``): it matches a
+node's ``dra:<driver>`` when the class and the driver share a name, as NVIDIA's
+(``gpu.nvidia.com``) and the example driver's (``gpu.example.com``) do.
+
+**What it emitted** (:class:`NodeSupplyState`, table ``node-supply`` keyed by node). A record is
+emitted per resource whose devices changed — an empty one for a resource no longer held, a
+``gone`` one for each resource a node that leaves had — and written to the table only then, so
+a steady node writes nothing per sample. Each emission remembers the record that caused it (its
+event time and fingerprint): that record, processed again after a crash whose state write
+reached the changelog but whose outputs did not, emits the same records again (as
+:mod:`streams.core.nodestack`). Records are stamped with the later of their cause's event time
+and the node's last emission, so a node's records never go back in time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from contract.inputs import NodeSupply, SupplyDevice, SupplyHolder
+from contract.outputs import Holder
+from streams.core.episodes import Episode, HolderId, same_holders
+
+#: emissions remembered per node (more than can happen between two commits of a partition)
+REMEMBERED = 4
+
+#: resource → its allocated devices (sorted by device)
+Supplies = dict[str, tuple[SupplyDevice, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    """One held device as the allocation spine describes it now: its holders (every container,
+    every resource), whether a fresh trusted reading speaks for it, and its idle episode."""
+
+    device_uuid: str  # a MIG instance: its UUID, as the attribution events name it
+    holders: tuple[Holder, ...]
+    measured: bool
+    idle: Episode | None = None
+    mig_profile: str = ""
+
+
+def idle_since(device: AllocatedDevice) -> int | None:
+    """When the device's current holders' idle episode began; ``None`` when it is not idle, its
+    usage is unknown, or the episode was someone else's (holders changed since it began)."""
+    if device.idle is None or not device.measured:
+        return None
+    holders: tuple[HolderId, ...] = tuple(
+        sorted({(h.namespace, h.pod, h.uid or "") for h in device.holders})
+    )
+    return device.idle.since_ms if same_holders(device.idle.holders, holders) else None
+
+
+def _workload(h: Holder) -> str | None:
+    return f"{h.workload.kind}/{h.workload.name}" if h.workload is not None else None
+
+
+def _supply_holders(holders: Iterable[Holder]) -> tuple[SupplyHolder, ...]:
+    """One per pod (its containers folded), sorted."""
+    pods = {(h.namespace, h.pod, h.uid, _workload(h)) for h in holders}
+    by_pod: dict[tuple[str, str], SupplyHolder] = {}
+    for ns, pod, uid, workload in sorted(pods, key=lambda p: (p[0], p[1], p[2] or "", p[3] or "")):
+        old = by_pod.get((ns, pod))
+        # a pod's containers agree on its identity; keep what any of them knows
+        by_pod[(ns, pod)] = SupplyHolder(
+            ns,
+            pod,
+            uid or (old.uid if old is not None else None),
+            workload or (old.workload if old is not None else None),
+        )
+    return tuple(by_pod[k] for k in sorted(by_pod))
+
+
+def _slots(holders: Iterable[Holder]) -> int:
+    """The allocation units held: distinct device IDs (replicas), per claim for DRA."""
+    return len({(h.claim or "", d) for h in holders for d in h.device_ids}) or 1
+
+
+def node_supply(product: str | None, devices: Iterable[AllocatedDevice]) -> Supplies:
+    """The node's allocated devices per resource (module docstring); a device held through two
+    resources is listed under each, with that resource's holders and slots."""
+    grouped: dict[str, list[SupplyDevice]] = {}
+    for device in devices:
+        since = idle_since(device)
+        by_resource: dict[str, list[Holder]] = {}
+        for h in device.holders:
+            if h.resource:  # a row naming no resource: nothing can ask for it
+                by_resource.setdefault(h.resource, []).append(h)
+        for resource, holders in by_resource.items():
+            grouped.setdefault(resource, []).append(
+                SupplyDevice(
+                    device_uuid=device.device_uuid,
+                    product=product or "",
+                    mig_profile=device.mig_profile,
+                    idle_since_ms=since,
+                    holders=_supply_holders(holders),
+                    slots=_slots(holders),
+                )
+            )
+    return {r: tuple(sorted(ds, key=lambda d: d.device_uuid)) for r, ds in sorted(grouped.items())}
+
+
+# --- what the node emitted: table node-supply
+
+
+@dataclass(frozen=True, slots=True)
+class Emission:
+    """The records the node's record of event time ``ts_ms`` and fingerprint ``by`` emitted."""
+
+    ts_ms: int
+    by: str
+    records: tuple[NodeSupply, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSupplyState:
+    """The node's last record per held resource (its event time: the emission's), its last
+    emissions (newest first), and the devices a fresh reading spoke for when it was last
+    judged (``measured``: when that moves, idle devices may have become unknown, or back)."""
+
+    current: tuple[NodeSupply, ...] = ()
+    emitted: tuple[Emission, ...] = ()
+    measured: tuple[str, ...] = ()
+
+    def stamp(self, ts_ms: int) -> int:
+        """The event time of a record emitted now: never before the node's last emission."""
+        return max((ts_ms, *(r.ts_ms for r in self.current), *self._newest()))
+
+    def _newest(self) -> tuple[int, ...]:
+        return tuple(r.ts_ms for r in self.emitted[0].records) if self.emitted else ()
+
+
+def again(old: NodeSupplyState | None, ts_ms: int, by: str) -> tuple[NodeSupply, ...] | None:
+    """What the record (``ts_ms``, ``by``) emitted when it was first processed (``None``: it
+    emitted nothing, or it is new) — and, for a resource a later record spoke of since, that
+    record's word after it: a record delivered twice never leaves an older word as the last."""
+    if old is None:
+        return None
+    for e in old.emitted:
+        if (e.ts_ms, e.by) == (ts_ms, by):
+            latest = [_latest(old, r.resource) for r in e.records]
+            return (*e.records, *(w for r, w in zip(e.records, latest, strict=True) if w != r))
+    return None
+
+
+def _latest(state: NodeSupplyState, resource: str) -> NodeSupply:
+    """The newest record of ``resource`` the node emitted (every emission after one still
+    remembered is remembered too)."""
+    return next(r for e in state.emitted for r in e.records if r.resource == resource)
+
+
+def emitted_at(old: NodeSupplyState | None, ts_ms: int) -> bool:
+    """Some record of event time ``ts_ms`` emitted (a cheap test before a fingerprint)."""
+    return old is not None and any(e.ts_ms == ts_ms for e in old.emitted)
+
+
+def step(
+    old: NodeSupplyState | None,
+    node: str,
+    supplies: Supplies,
+    ts_ms: int,
+    by: str,
+    measured: tuple[str, ...] = (),
+) -> tuple[NodeSupplyState | None, tuple[NodeSupply, ...]]:
+    """The node's new supply memory (``None``: unchanged, no write) and the records to emit:
+    one per resource whose devices changed, empty for a resource no longer held. A record that
+    emitted before emits the same again and changes nothing."""
+    if (records := again(old, ts_ms, by)) is not None:
+        return None, records
+    state = old or NodeSupplyState()
+    at = state.stamp(ts_ms)
+    before = {r.resource: r for r in state.current}
+    out = []
+    for resource in sorted({*before, *supplies}):
+        devices = supplies.get(resource, ())
+        last = before.get(resource)
+        if (last.devices if last is not None else ()) != devices:
+            out.append(NodeSupply(at, node, resource, devices))
+    if not out:
+        if old is None or old.measured == measured:
+            return None, ()
+        return replace(old, measured=measured), ()
+    changed = {r.resource: r for r in out}
+    emission = Emission(ts_ms, by, tuple(out))
+    new = NodeSupplyState(
+        current=tuple(changed.get(r) or before[r] for r in sorted(supplies)),
+        emitted=(emission, *state.emitted)[:REMEMBERED],
+        measured=measured,
+    )
+    return new, tuple(out)
+
+
+def gone(old: NodeSupplyState | None, node: str, ts_ms: int) -> tuple[NodeSupply, ...]:
+    """The node leaves: a ``gone`` record for each resource it had (its key goes after)."""
+    if old is None:
+        return ()
+    at = old.stamp(ts_ms)
+    return tuple(NodeSupply(at, node, r.resource, (), gone=True) for r in old.current)
