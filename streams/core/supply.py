@@ -10,7 +10,8 @@ allocations). Its ``product`` is the node's ``nvidia.com/gpu.product`` label; a 
 named as the attribution events name it, with its profile. ``idle_since_ms`` is the start of the
 device's idle episode (:mod:`streams.core.alerts`, measured below the idle threshold) while that
 episode is its current holders' and a fresh reading speaks for the device; not idle, or usage
-unknown, is ``None`` — never counted as idle.
+unknown, is ``None`` — never counted as idle; ``measured`` says which (a device without a fresh
+reading is ``measured=False``: the demand record counts it among ``unmeasured_gpus``).
 
 The demand side asks for DRA devices by device class (``dra:<device class>``): it matches a
 node's ``dra:<driver>`` when the class and the driver share a name, as NVIDIA's
@@ -109,6 +110,7 @@ def node_supply(product: str | None, devices: Iterable[AllocatedDevice]) -> Supp
                     idle_since_ms=since,
                     holders=_supply_holders(holders),
                     slots=_slots(holders),
+                    measured=device.measured,  # usage unknown: counted apart, never idle
                 )
             )
     return {r: tuple(sorted(ds, key=lambda d: d.device_uuid)) for r, ds in sorted(grouped.items())}

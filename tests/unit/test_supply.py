@@ -171,7 +171,7 @@ CASES: dict[str, tuple[list[AllocatedDevice], dict[str, tuple[SupplyDevice, ...]
     ),
     "usage-unknown-is-never-idle-though-the-episode-stays-open": (
         [AllocatedDevice(G0, (holder("infer-a", G0),), measured=False, idle=IDLE)],
-        {GPU: (SupplyDevice(G0, H100, holders=(supplied("infer-a"),)),)},
+        {GPU: (SupplyDevice(G0, H100, holders=(supplied("infer-a"),), measured=False),)},
     ),
     "holders-changed-since-the-episode-began-is-not-idle": (
         [AllocatedDevice(G0, (holder("infer-b", G0),), measured=True, idle=IDLE)],
@@ -335,6 +335,7 @@ def test_a_podresources_snapshot_emits_the_nodes_supply() -> None:
         G1,
         H100,
         holders=(SupplyHolder("ml", "trainer-0", "uid-trainer-0", "StatefulSet/trainer-0"),),
+        measured=False,  # no reading yet: counted apart, never idle
     )
     assert G2 not in {d.device_uuid for d in record.devices}  # not allocated: no supply
 
@@ -381,9 +382,20 @@ def trainer_on_g1(records: Iterable[NodeSupply]) -> list[tuple[int, int | None]]
 def test_an_idle_episode_starting_emits_one_record_and_its_end_another() -> None:
     proc = new()
     out = supplies(feed(proc, idle_run()))
-    # allocation, idle from its first reading below the threshold (the alert fires at 2 min
-    # without another record), busy again
-    assert trainer_on_g1(out) == [(T0, None), (T0 + 10 * S_, T0 + 10 * S_), (T0 + 300 * S_, None)]
+    # allocation (no reading yet), the first reading (measured, busy), idle from its first
+    # reading below the threshold (the alert fires at 2 min without another record), busy again
+    assert trainer_on_g1(out) == [
+        (T0, None),
+        (T0, None),
+        (T0 + 10 * S_, T0 + 10 * S_),
+        (T0 + 300 * S_, None),
+    ]
+    assert [d.measured for r in out for d in r.devices if d.device_uuid == G1] == [
+        False,
+        True,
+        True,
+        True,
+    ]
 
 
 def test_usage_unknown_is_never_idle_and_readings_back_say_so_again() -> None:
@@ -419,7 +431,7 @@ def test_holders_that_change_are_supplied_and_a_resource_no_longer_held_is_withd
             T0 + 3 * S_,
             NODE,
             SHARED,
-            (SupplyDevice(G2, H100, holders=(SupplyHolder("ml", "x"),)),),
+            (SupplyDevice(G2, H100, holders=(SupplyHolder("ml", "x"),), measured=False),),
         )
     ]
 
@@ -500,8 +512,18 @@ def test_every_crash_point_delivers_every_supply_record_exactly() -> None:
     reference, after = run(records, empty)
     expected = set().union(*(keys(outs) for outs in reference))
     emitted = [r for outs in reference for r in supplies(outs)]
-    # allocation, idle, busy again, the trainer left, the product label, gone
-    assert len(expected) == len(emitted) == 6
+    # allocation, the first reading (measured), idle, busy again, the trainer left, the exporter
+    # failing (unmeasured: never idle), the product label, gone
+    assert len(expected) == len(emitted) == 8
+    assert [d.measured for r in emitted[:-1] for d in r.devices[:1]] == [
+        False,
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
     assert emitted[-1].gone
     persisted = [empty, *after]
     crash_points = every_crash_point(

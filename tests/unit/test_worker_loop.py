@@ -32,6 +32,9 @@ NOISY = {"xid": 79, "exporter_claims": (ExporterClaim("ml", "ghost", "c"),)}
 #: the snapshot's own outputs: its allocation, reported before any sample, and the node's supply
 #: of the resource it holds (for the demand stage)
 HELD_OUT = ("AttributionEvent", "NodeSupply")
+#: the first trusted sample's: its attribution, and the supply again — the device is measured now
+#: (before it, its usage was unknown: counted apart from idle by the demand stage)
+FIRST_SAMPLE_OUT = ("AttributionEvent", "NodeSupply")
 
 
 def sample(ts: int, **kw: Any) -> DcgmSample:
@@ -114,7 +117,7 @@ class Case:
 
 CASES = {
     "snapshot-then-sample-attributes": Case(
-        (event(HELD, 0), event(sample(150, util_pct=50.0), 1)), (*HELD_OUT, "AttributionEvent")
+        (event(HELD, 0), event(sample(150, util_pct=50.0), 1)), (*HELD_OUT, *FIRST_SAMPLE_OUT)
     ),
     "all-outputs-of-a-record-in-order": Case(
         (
@@ -125,7 +128,7 @@ CASES = {
         ),
         (
             *HELD_OUT,
-            "AttributionEvent",
+            *FIRST_SAMPLE_OUT,
             "AttributionEvent",
             "ExporterMisattribution",
             "Alert",
@@ -137,13 +140,13 @@ CASES = {
     ),
     "not-json-is-dead-lettered-and-the-loop-goes-on": Case(
         (event(HELD, 0), event(b"{nope", 1), event(sample(150), 2)),
-        (*HELD_OUT, "AttributionEvent"),
+        (*HELD_OUT, *FIRST_SAMPLE_OUT),
         dead=((1, "undecodable: not JSON"),),
         errors=(("decode", 1),),
     ),
     "unknown-kind-is-dead-lettered": Case(
         (event(b'{"schema":"mystery","v":1}', 0), event(HELD, 1), event(sample(150), 2)),
-        (*HELD_OUT, "AttributionEvent"),
+        (*HELD_OUT, *FIRST_SAMPLE_OUT),
         dead=((0, "undecodable: unknown record kind 'mystery'"),),
         errors=(("decode", 1),),
     ),
@@ -161,7 +164,7 @@ CASES = {
     ),
     "a-record-under-another-nodes-key-is-refused": Case(
         (event(HELD, 0, key=b"node-a"), event(HELD, 1), event(sample(150), 2)),
-        (*HELD_OUT, "AttributionEvent"),  # the allocation (once), then the sample
+        (*HELD_OUT, *FIRST_SAMPLE_OUT),  # the allocation (once), then the sample
         dead=((0, "refused: key 'node-a' but payload of node 'n1'"),),
         errors=(("key-mismatch", 1),),
     ),
@@ -198,11 +201,13 @@ async def test_loop(case: Case) -> None:
 async def test_attribution_is_published_and_kept_live_for_its_partition() -> None:
     h = Harness()
     await h.run([event(HELD, 0, partition=3), event(sample(150, util_pct=50.0), 1, partition=3)])
-    allocation, supplied, out = h.published
+    allocation, supplied, out, measured = h.published
     assert isinstance(allocation, AttributionEvent)
     assert allocation.origin == "allocation"
     assert isinstance(supplied, NodeSupply)  # published, never kept live
-    assert [d.device_uuid for d in supplied.devices] == [GPU]
+    assert [(d.device_uuid, d.measured) for d in supplied.devices] == [(GPU, False)]
+    assert isinstance(measured, NodeSupply)
+    assert [(d.device_uuid, d.measured) for d in measured.devices] == [(GPU, True)]
     assert isinstance(out, AttributionEvent)
     assert out.origin == "sample"
     assert (out.node, out.device_uuid, out.state) == ("n1", GPU, "exclusive")
@@ -215,7 +220,7 @@ async def test_attribution_is_published_and_kept_live_for_its_partition() -> Non
 async def test_only_attribution_events_are_kept_live() -> None:
     h = Harness()
     await h.run([event(HELD, 0), event(sample(140, xid=0), 1), event(sample(150, **NOISY), 2)])
-    assert len(h.published) == 6  # with the node's supply
+    assert len(h.published) == 7  # with the node's supply, unmeasured then measured
     assert len(h.live) == 1
 
 
