@@ -25,10 +25,11 @@ from rich.table import Table
 from contract import codec
 from contract.inputs import PendingPod, PendingPodList
 from contract.outputs import AttributionEvent
+from contract.topics import TopicRole
 from gpuattr.report import CSV_HEADER, Line, accumulate, csv_rows, effective_coverage
 from gpuattr.waited import WAIT_CSV_HEADER, WaitLine, accumulate_waits, wait_csv_rows
 from infra.kafka import client_options
-from infra.settings import KafkaSettings, TopicRole
+from infra.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

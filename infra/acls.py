@@ -29,7 +29,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import for_code
 from aiokafka.protocol.admin import CreateAclsRequest, DescribeAclsRequest
 
-from infra.settings import KafkaSettings, TopicRole
+from contract.topics import TopicRole
+from infra.settings import KafkaSettings
 
 Role = Literal["agent", "cluster", "worker", "sink", "reader"]
 ROLES: tuple[Role, ...] = ("agent", "cluster", "worker", "sink", "reader")

@@ -12,18 +12,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from contract.topics import TopicRole
 from infra.endpoints import endpoint
-
-TopicRole = Literal[
-    "node-events",
-    "attribution",
-    "alerts",
-    "deadletter",
-    "flags",
-    "node-status",
-    "demand-events",
-    "demand",
-]
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 MICROK8S_KUBELET_SOCKET = Path(
