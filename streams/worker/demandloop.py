@@ -18,7 +18,7 @@ from contract.outputs import PoolDemand, PoolDemandRetired
 from streams.core.demandstage import DemandOutput, DemandStage, UnusableDemandRecord
 from streams.worker import selfmetrics
 from streams.worker.livedemand import LiveDemand
-from streams.worker.loop import DeadLetterFn, Event, ProcessingDefect, Stop
+from streams.worker.loop import DeadLetterFn, Event, Stop, defect
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +65,7 @@ class DemandLoop:
             await self.dead_letter(event, f"unusable: {exc}")
             return
         except Exception as exc:
-            selfmetrics.ERRORS.labels("defect").inc()
-            log.critical(
-                "processing %s from %s[%d]@%d failed: a defect, stopping the worker without "
-                "committing it",
-                type(record).__name__,
-                msg.topic,
-                msg.partition,
-                msg.offset,
-                exc_info=True,
-            )
-            self.stop(exc)
-            raise ProcessingDefect(f"{type(record).__name__} at {msg.offset}: {exc!r}") from exc
+            raise defect(record, msg, exc, self.stop) from exc
         for out in outputs:
             await self.publish(out)
             if isinstance(out, PoolDemand):

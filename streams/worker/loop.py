@@ -81,6 +81,22 @@ class ProcessingDefect(RuntimeError):
     """Our own code failed on a record: the worker stops rather than skip it."""
 
 
+def defect(record: object, msg: Message, exc: Exception, stop: Stop) -> ProcessingDefect:
+    """Our own code failed on ``record``: counted, logged critical, the worker stopped without
+    committing it (never dead-lettered). Returns the error to raise."""
+    selfmetrics.ERRORS.labels("defect").inc()
+    log.critical(
+        "processing %s from %s[%d]@%d failed: a defect, stopping the worker without committing it",
+        type(record).__name__,
+        msg.topic,
+        msg.partition,
+        msg.offset,
+        exc_info=exc,
+    )
+    stop(exc)
+    return ProcessingDefect(f"{type(record).__name__} at {msg.offset}: {exc!r}")
+
+
 class RecordLoop:
     """Decodes each event, hands the record to the processor and publishes its outputs.
 
@@ -139,19 +155,7 @@ class RecordLoop:
             await self.dead_letter(event, f"unusable: {exc}")
             return
         except Exception as exc:
-            msg = event.message
-            selfmetrics.ERRORS.labels("defect").inc()
-            log.critical(
-                "processing %s from %s[%d]@%d failed: a defect, stopping the worker without "
-                "committing it",
-                type(record).__name__,
-                msg.topic,
-                msg.partition,
-                msg.offset,
-                exc_info=True,
-            )
-            self.stop(exc)
-            raise ProcessingDefect(f"{type(record).__name__} at {msg.offset}: {exc!r}") from exc
+            raise defect(record, event.message, exc, self.stop) from exc
         for out in outputs:
             await self.publish(out)
             if isinstance(out, AttributionEvent):
