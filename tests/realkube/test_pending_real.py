@@ -22,11 +22,20 @@ from aiokafka import AIOKafkaConsumer
 from agents.kube.pendingwatch import PendingPodWatcher
 from agents.kube.watch import make_api_client
 from contract import codec
-from contract.inputs import ClockTick, GpuRequest, OwnerRef, PendingPod, PendingPodList
+from contract.inputs import (
+    ClockTick,
+    GpuRequest,
+    OwnerRef,
+    PendingPod,
+    PendingPodList,
+    pool_resource,
+)
+from contract.outputs import PoolDemand, PoolDemandRetired
 from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
 from infra.settings import KafkaSettings, KubeSettings
 from infra.topics import topic_specs
+from streams.core.demandstage import DemandStage, DemandTables
 from tests.helpers import wait_for_async
 from tests.kube_fixture import Rest
 from tests.realkube.deploy import NAMESPACE, cluster_token, ensure_namespace
@@ -171,6 +180,33 @@ async def test_three_pods_two_gpus_the_third_waits_then_is_bound(
         assert (await pods_of(admin, ns))[waiting]["spec"]["nodeName"] == node
         # state bounded by the pods still pending: none of this namespace's
         assert not [p for p in watcher.pods.values() if p.namespace == ns]
+        # what the watcher published, through the demand stage as a worker applies it (in
+        # memory): the pool listed the waiting pod with the scheduler's words, then dropped it
+        # (the two bound at once may have been seen pending for a moment first). No supply is
+        # fed here, so a pool nobody waits for retires: its tombstone is the record dropping it
+        demand = demand_of(published, ns)
+        records = [d for d in demand if isinstance(d, PoolDemand)]
+        assert all({w.pod for w in d.waiting} <= set(names) for d in records)
+        told = [d for d in records if [w.message for w in d.waiting] == [condition["message"]]]
+        assert told, demand  # the waiting pod alone, with the scheduler's words
+        assert [(w.pod, w.workload, w.gpus) for w in told[-1].waiting] == [
+            (waiting, "Deployment/infer", 1)
+        ]
+        assert demand[-1] == PoolDemandRetired(GPU)  # bound: dropped, nobody waits any more
+
+
+def demand_of(published: Published, ns: str) -> list[PoolDemand | PoolDemandRetired]:
+    """What the demand stage emits for ``nvidia.com/gpu`` from ``ns``'s pods, in order."""
+    stage = DemandStage(DemandTables(), window_s=900.0)
+    out: list[PoolDemand | PoolDemandRetired] = []
+    for resource, rec in published.records:
+        if rec.namespace == ns:
+            out += [
+                o
+                for o in stage.handle(rec, 0, pool_resource(resource).encode())
+                if isinstance(o, PoolDemand | PoolDemandRetired) and o.pool == GPU
+            ]
+    return out
 
 
 async def _ends_bound_or_unseen(published: Any, name: str) -> bool:
