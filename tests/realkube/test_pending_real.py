@@ -246,6 +246,8 @@ async def test_a_renamed_shared_resource_and_a_product_selector(
                     (r := published.last(n)) is not None and r.scheduled_reason == "Unschedulable"
                     for n in ("wants-a100", "too-many-shares")
                 )
+                # the watch may see the binding after the API says it: wait for its last word
+                and await _ends_bound_or_unseen(published, "one-share")
             )
 
         await wait_for_async(settled, timeout_s=60, what=lambda: str(published.records))
@@ -264,7 +266,6 @@ async def test_a_renamed_shared_resource_and_a_product_selector(
         assert a100.requests == (GpuRequest(GPU, 1, product=A100),)
         assert published.of("too-many-shares")[-1][0] == SHARED
         assert shares.requests == (GpuRequest(SHARED, 5),)
-        assert await _ends_bound_or_unseen(published, "one-share")
         # deleted while waiting: its last record says so
         await admin.delete(f"/api/v1/namespaces/{ns}/pods/wants-a100", grace_s=0)
 
