@@ -184,7 +184,9 @@ def step(
     if (records := again(old, ts_ms, by)) is not None:
         return None, records
     state = old or NodeSupplyState()
-    at = state.stamp(ts_ms)
+    # never before the node's last emission, nor before an idle episode it reports (a record
+    # of the node processed out of event-time order can reveal one that began after it)
+    at = state.stamp(max((ts_ms, *_idle_starts(supplies))))
     before = {r.resource: r for r in state.current}
     out = []
     for resource in sorted({*before, *supplies}):
@@ -204,6 +206,12 @@ def step(
         measured=measured,
     )
     return new, tuple(out)
+
+
+def _idle_starts(supplies: Supplies) -> tuple[int, ...]:
+    return tuple(
+        d.idle_since_ms for ds in supplies.values() for d in ds if d.idle_since_ms is not None
+    )
 
 
 def gone(old: NodeSupplyState | None, node: str, ts_ms: int) -> tuple[NodeSupply, ...]:

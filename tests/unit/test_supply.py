@@ -224,6 +224,16 @@ def devices_of(*uuids: str) -> tuple[SupplyDevice, ...]:
     return tuple(SupplyDevice(u, H100, holders=(supplied("a-0"),)) for u in uuids)
 
 
+def test_a_record_never_reports_an_idle_episode_that_began_after_it() -> None:
+    """A record of the node processed out of event-time order (found by the fuzz test) can
+    reveal an idle episode that began after its own time: the supply record is stamped no
+    earlier than the episode's start."""
+    s1, _ = supply.step(None, NODE, {GPU: devices_of(G0)}, 1_000, "r1")
+    idle = tuple(replace(d, idle_since_ms=2_000) for d in devices_of(G0))
+    _, out = supply.step(s1, NODE, {GPU: idle}, 1_500, "r2")
+    assert [(r.ts_ms, [d.idle_since_ms for d in r.devices]) for r in out] == [(2_000, [2_000])]
+
+
 def test_step_emits_per_changed_resource_withdraws_what_is_no_longer_held_and_replays() -> None:
     s1, out = supply.step(None, NODE, {GPU: devices_of(G0), SHARED: devices_of(G1)}, 10, "r1")
     assert out == (
