@@ -523,7 +523,9 @@ async def test_the_demo_runs_secured_with_one_user_per_role(tmp_path: Path) -> N
     records = [orjson.loads(line) for line in out.splitlines() if line.startswith(b"{")]
     assert any(r["schema"] == "attribution" for r in records)
     assert any(r["schema"] == "alert" for r in records)  # the idle notebook, after 20 s
-    assert b"one Kafka user per role, 19 ACLs" in err
+    # agent 1, cluster 2 (node-events, demand-events), worker 13 (its inputs and group, the
+    # outputs, demand-events, its own topics), sink 3, reader 6 (the outputs, demand-events)
+    assert b"one Kafka user per role, 25 ACLs" in err
     expected = {
         "worker": "gpuattr-worker",
         "sink": "gpuattr-sink",
