@@ -329,15 +329,15 @@ class Processor:
         """The node's supply after a record, emitted per resource when it changed (``changed``:
         the record is one that can change it; otherwise only an idle episode that moved, or the
         devices a fresh reading speaks for). A record that emitted before (processed again after
-        a crash) emits what it emitted then."""
+        a crash) emits what it emitted then, and then anything the holders now say differently."""
         t = self.tables
         old = t.node_supply.get(node)
         by = fingerprint(record) if supply.emitted_at(old, ts_ms) else None
-        if by is not None and (again := supply.again(old, ts_ms, by)) is not None:
-            return list(again)
+        again = supply.again(old, ts_ms, by) if by is not None else None
         state = self._state(node)
         if state is None:
-            return []
+            return list(again or ())
+        changed = changed or again is not None  # emitted again: then checked against the holders
         # the node's time (a partition's clock may lag it): its holders now, its readings' age
         at = max(old.stamp(ts_ms) if old is not None else ts_ms, state.last_ms)
         measured = self._measured(state, at)

@@ -23,8 +23,9 @@ emitted per resource whose devices changed — an empty one for a resource no lo
 a steady node writes nothing per sample. Each emission remembers the record that caused it (its
 event time and fingerprint): that record, processed again after a crash whose state write
 reached the changelog but whose outputs did not, emits the same records again (as
-:mod:`streams.core.nodestack`). Records are stamped with the later of their cause's event time
-and the node's last emission, so a node's records never go back in time.
+:mod:`streams.core.nodestack`), then what the holders say now where that differs. Records
+are stamped with the later of their cause's event time and the node's last emission, so a
+node's records never go back in time.
 """
 
 from __future__ import annotations
@@ -180,9 +181,10 @@ def step(
 ) -> tuple[NodeSupplyState | None, tuple[NodeSupply, ...]]:
     """The node's new supply memory (``None``: unchanged, no write) and the records to emit:
     one per resource whose devices changed, empty for a resource no longer held. A record that
-    emitted before emits the same again and changes nothing."""
-    if (records := again(old, ts_ms, by)) is not None:
-        return None, records
+    emitted before emits the same again (:func:`again`), then — as any record — whatever the
+    holders say now that its last word does not: memory says what was emitted, never what is
+    held (an old record delivered again out of order may have reset the holders it names)."""
+    repeated = again(old, ts_ms, by) or ()
     state = old or NodeSupplyState()
     # never before the node's last emission, nor before an idle episode it reports (a record
     # of the node processed out of event-time order can reveal one that began after it)
@@ -196,8 +198,8 @@ def step(
             out.append(NodeSupply(at, node, resource, devices))
     if not out:
         if old is None or old.measured == measured:
-            return None, ()
-        return replace(old, measured=measured), ()
+            return None, repeated
+        return replace(old, measured=measured), repeated
     changed = {r.resource: r for r in out}
     emission = Emission(ts_ms, by, tuple(out))
     new = NodeSupplyState(
@@ -205,7 +207,7 @@ def step(
         emitted=(emission, *state.emitted)[:REMEMBERED],
         measured=measured,
     )
-    return new, tuple(out)
+    return new, (*repeated, *out)
 
 
 def _idle_starts(supplies: Supplies) -> tuple[int, ...]:

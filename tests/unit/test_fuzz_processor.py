@@ -53,7 +53,9 @@ from contract.outputs import (
     NodeStatusRetired,
     TelemetryRefused,
 )
+from streams.core import supply
 from streams.core.processor import Output, Processor, Tables, UnusableRecord
+from streams.core.spine import fingerprint
 from tests.fuzz_strategies import (
     EXPORTER_UID_PREFIX,
     GPU_UUIDS,
@@ -164,15 +166,33 @@ def check_event(ev: AttributionEvent, uids: dict[str, set[str]]) -> None:
 Supplied = dict[tuple[str, str], list[NodeSupply]]
 
 
-def check_supply(out: NodeSupply, uids: dict[str, set[str]], supplied: Supplied) -> None:
+def supply_again(proc: Processor, record: object) -> tuple[NodeSupply, ...] | None:
+    """What the record's supply step re-emits first — what it emitted when first processed
+    (:func:`streams.core.supply.again`; ``()``: nothing, it is new) — or ``None`` for a record
+    whose supply is not judged per record (a node leaving, a clock tick: those say their last
+    word again whenever they come again)."""
+    if isinstance(record, NodeRecord) and record.deleted:
+        return None
+    node, ts_ms = getattr(record, "node", None), getattr(record, "ts_ms", None)
+    if not isinstance(node, str) or not isinstance(ts_ms, int):
+        return None
+    old = proc.tables.node_supply.get(node)
+    return supply.again(old, ts_ms, fingerprint(record)) or ()
+
+
+def check_supply(
+    out: NodeSupply, uids: dict[str, set[str]], supplied: Supplied, again: bool | None = None
+) -> None:
     """A node's supply of one resource: emitted when it changed, never back in time — or a
-    record emitted before, again (its cause processed again) — its devices sorted and
-    distinct, each held (pods by name, once, UIDs from the pod records), at least one slot, idle
-    since no later than now; a node that left lists nothing."""
+    record emitted before, again (its cause processed again: ``again``; ``None``: a record
+    whose re-emissions are not told apart, any record already emitted counts as one) — its
+    devices sorted and distinct, each held (pods by name, once, UIDs from the pod records), at
+    least one slot, idle since no later than now; a node that left lists nothing."""
     assert out.node
     assert out.resource
     history = supplied.setdefault((out.node, out.resource), [])
-    if out in history:
+    if again or (again is None and out in history):
+        assert out in history, out  # emitted again: only ever what was emitted
         return
     if history and not history[-1].gone:  # gone: the node's next life starts anew
         last = history[-1]
@@ -206,8 +226,16 @@ def check_outputs(
     outputs: Sequence[Output | _DeadLettered],
     uids: dict[str, set[str]],
     supplied: Supplied | None = None,
+    again: tuple[NodeSupply, ...] | None = None,
 ) -> None:
+    """Every output honest (module docstring). ``again``: the supply records the record must
+    re-emit first (:func:`supply_again`); every supply record after those is a new word."""
     supplied = {} if supplied is None else supplied
+    supplies = [o for o in outputs if isinstance(o, NodeSupply)]
+    dead = any(isinstance(o, _DeadLettered) for o in outputs)
+    if again is not None and not dead:
+        assert tuple(supplies[: len(again)]) == again, (supplies, again)
+    repeated = {id(o) for o in supplies[: len(again)]} if again is not None else set()
     for out in outputs:
         if isinstance(out, _DeadLettered):
             continue
@@ -227,7 +255,7 @@ def check_outputs(
             assert out.summary
             assert out.planes[0].name == "driver"  # dependency order
         elif isinstance(out, NodeSupply):
-            check_supply(out, uids, supplied)
+            check_supply(out, uids, supplied, None if again is None else id(out) in repeated)
         else:
             assert isinstance(out, ExporterMisattribution)
             held = {(c.namespace, c.pod) for c in out.holders}
@@ -253,9 +281,10 @@ def test_processor_never_raises_and_stays_honest(stream: list[AgentRecord]) -> N
         assert decoded == record  # the strategies only draw records valid on the wire
         if isinstance(decoded, PodRecord):
             uids[decoded.node].add(decoded.uid)
+        again = supply_again(proc, decoded)
         outputs = _handle(proc, decoded)
         events += readings(outputs)
-        check_outputs(outputs, uids, supplied)
+        check_outputs(outputs, uids, supplied, again)
     # every GPU reading (single samples, and every sample of a usable scrape) is an event or
     # refused as not provably its node's
     assert events == sum(isinstance(r, DcgmSample) for r in stream) + sum(
@@ -318,7 +347,8 @@ def test_processor_on_random_records_only(records: list[AgentRecord]) -> None:
         decoded = wire(record)
         if isinstance(decoded, PodRecord):
             uids[decoded.node].add(decoded.uid)
-        check_outputs(_handle(proc, decoded), uids, supplied)
+        again = supply_again(proc, decoded)
+        check_outputs(_handle(proc, decoded), uids, supplied, again)
 
 
 def test_fleet_stream_is_attributed_honestly() -> None:
@@ -331,8 +361,9 @@ def test_fleet_stream_is_attributed_honestly() -> None:
     for record in stream:
         if isinstance(record, PodRecord):
             uids[record.node].add(record.uid)
+        again = supply_again(proc, wire(record))
         outputs = proc.handle(wire(record))
-        check_outputs(outputs, uids, supplied)
+        check_outputs(outputs, uids, supplied, again)
         assert not [o for o in outputs if isinstance(o, TelemetryRefused)]
         events += [o for o in outputs if isinstance(o, AttributionEvent) and o.origin == "sample"]
     assert len(events) == bench_fleet.sample_count(4, 3)

@@ -251,13 +251,24 @@ def test_step_emits_per_changed_resource_withdraws_what_is_no_longer_held_and_re
     assert s2 is not None
     assert [r.resource for r in s2.current] == [GPU]
     # the record processed again after a crash: the same records, no write
-    assert supply.step(s2, NODE, {}, 30, "r3") == (None, out)
+    assert supply.step(s2, NODE, {GPU: devices_of(G0, G2)}, 30, "r3") == (None, out)
     # an older record again: what it emitted, then the newer word of each resource after it
-    assert supply.step(s2, NODE, {}, 10, "r1")[1] == (
+    assert supply.step(s2, NODE, {GPU: devices_of(G0, G2)}, 10, "r1")[1] == (
         NodeSupply(10, NODE, GPU, devices_of(G0)),
         NodeSupply(10, NODE, SHARED, devices_of(G1)),
         *out,
     )
+    # ... and when the holders now say otherwise (an old snapshot delivered again out of order
+    # reset them), what they say, after: the last word is never memory's alone
+    regressed, again_out = supply.step(s2, NODE, {GPU: devices_of(G0)}, 10, "r1")
+    assert again_out == (
+        NodeSupply(10, NODE, GPU, devices_of(G0)),
+        NodeSupply(10, NODE, SHARED, devices_of(G1)),
+        *out,
+        NodeSupply(30, NODE, GPU, devices_of(G0)),
+    )
+    assert regressed is not None
+    assert regressed.current == (NodeSupply(30, NODE, GPU, devices_of(G0)),)
     # a record stamped earlier than the node's last emission: never back in time
     s3, out = supply.step(s2, NODE, {GPU: devices_of(G2)}, 25, "r4")
     assert out == (NodeSupply(30, NODE, GPU, devices_of(G2)),)
