@@ -417,6 +417,59 @@ def describe(
     return event
 
 
+def device_name(facts: DeviceFacts) -> str:
+    """The device as its events name it (``device_uuid``): a MIG instance by its UUID when the
+    inventory knows it."""
+    return facts.device_uuid or (
+        f"{facts.gpu_uuid}/gi{facts.mig_instance_id}"
+        if facts.mig_instance_id is not None
+        else facts.gpu_uuid
+    )
+
+
+def _is_mig(facts: DeviceFacts) -> bool:
+    return facts.mig_instance_id is not None or facts.mig_profile is not None
+
+
+def _holding_rows(
+    rows: Sequence[DeviceAssignment], ctx: DeviceContext, is_mig: bool
+) -> tuple[
+    Sequence[DeviceAssignment],
+    list[DeviceAssignment],
+    dict[DeviceAssignment, ClaimView | None],
+    SharingDecision,
+]:
+    """The rows that hold the device (DRA observers set apart, with each claim's view) and the
+    device's sharing decision."""
+    if not any(a.resource.startswith(DRA_PREFIX) for a in rows):
+        return rows, [], {}, decide(ctx.node_sharing, rows, is_mig, ctx.advertised)
+    kept, observers, views = _dra_views(rows, ctx)
+    decision = (
+        _dra_decision(kept, views, is_mig)
+        if kept
+        else SharingDecision("mig" if is_mig else "none", None, ())
+    )
+    return kept, observers, views, decision
+
+
+#: no accounting asked for: holders listed without their allocation share
+_NOT_ACCOUNTED = Accounting({}, ())
+
+
+def holding(
+    facts: DeviceFacts, ts_ms: int, rows: Sequence[DeviceAssignment], ctx: DeviceContext
+) -> tuple[Holder, ...]:
+    """The device's holders at ``ts_ms`` as its events list them — identities, resources,
+    device IDs, claims — without the accounting (``allocation_share`` is ``None``): what a
+    node's supply needs, at a fraction of an event's cost. A device whose holders are unknown
+    has none here (its event says ``unknown``)."""
+    if not ctx.holders_known:
+        return ()
+    kept, _, views, decision = _holding_rows(rows, ctx, _is_mig(facts))
+    held = _holds(kept, decision.replicas, ts_ms, ctx, views)
+    return _holders(kept, held, _NOT_ACCOUNTED)
+
+
 def _attribute(
     facts: DeviceFacts,
     ts_ms: int,
@@ -426,21 +479,10 @@ def _attribute(
     origin: Origin,
     telemetry: Telemetry,
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
-    is_mig = facts.mig_instance_id is not None or facts.mig_profile is not None
+    is_mig = _is_mig(facts)
     dra = any(a.resource.startswith(DRA_PREFIX) for a in rows)
     allocation: Allocation = "dra" if dra or ctx.dra_device or ctx.unplaced else "device-plugin"
-    observers: list[DeviceAssignment] = []
-    views: dict[DeviceAssignment, ClaimView | None] = {}
-    if dra:
-        kept, observers, views = _dra_views(rows, ctx)
-        rows = kept
-        decision = (
-            _dra_decision(rows, views, is_mig)
-            if rows
-            else SharingDecision("mig" if is_mig else "none", None, ())
-        )
-    else:
-        decision = decide(ctx.node_sharing, rows, is_mig, ctx.advertised)
+    rows, observers, views, decision = _holding_rows(rows, ctx, is_mig)
     pods = {(a.namespace, a.pod) for a in rows}
     shared = decision.sharing not in ("none", "mig")
     state: State
@@ -469,11 +511,7 @@ def _attribute(
     holders = _holders(rows, held, shares)
     credit: CreditScope = "none" if not rows else ("holder" if len(pods) == 1 else "device-wide")
     usage = _usage(sample) if sample is not None else _unknown_usage(is_mig)
-    key = facts.device_uuid or (
-        f"{facts.gpu_uuid}/gi{facts.mig_instance_id}"
-        if facts.mig_instance_id is not None
-        else facts.gpu_uuid
-    )
+    key = device_name(facts)
     if sample is not None:
         exporter, strangers = _exporter_view(sample, holders, state)
     else:

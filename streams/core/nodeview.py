@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contract.inputs import DcgmSample, DeviceAssignment, ResourceClaimRecord
-from contract.outputs import AttributionEvent, ExporterMisattribution, Origin, Telemetry
+from contract.outputs import AttributionEvent, ExporterMisattribution, Holder, Origin, Telemetry
 from infra.settings import AlertSettings
 from streams.core.attribution import (
     DeviceContext,
@@ -22,6 +22,7 @@ from streams.core.attribution import (
     PodIdentity,
     attribute,
     describe,
+    holding,
 )
 from streams.core.dra import device_map, place, placed_keys
 from streams.core.holders import DraDevices, NodeDevices, dra_ref, unplaced_dra
@@ -225,6 +226,16 @@ def spine_event(
     if not holders:
         ctx = DeviceContext(holders_known=False, holders_note=telemetry.reason or "gone")
     return describe(facts, ts_ms, rows or (), ctx, origin, telemetry)
+
+
+def device_holders(
+    t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int
+) -> tuple[Holder, ...]:
+    """The device's holders at ``ts_ms`` as its spine event would list them, without the
+    event (:func:`streams.core.attribution.holding`)."""
+    rows = holder_rows(t, view, key, ts_ms)
+    ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
+    return holding(facts, ts_ms, rows or (), ctx)
 
 
 def unplaced_reason(view: NodeView, key: str) -> str:

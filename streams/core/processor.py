@@ -195,7 +195,7 @@ class Processor:
             outputs += self.spine.sync(node, ts_ms)
         outputs += self._stack_alert(node, ts_ms, record)
         outputs += self.spine.beat(node, ts_ms, record)
-        outputs += self._supply(node, ts_ms, record, isinstance(record, SUPPLY_INPUTS))
+        outputs += self._supply(node, ts_ms, record, self._changes_supply(node, record))
         return outputs
 
     def _apply(self, record: object) -> list[Output]:
@@ -325,6 +325,15 @@ class Processor:
 
     # --- the node's supply: streams.core.supply
 
+    def _changes_supply(self, node: str, record: object) -> bool:
+        """The record is one that can change the node's supply (a pod's record only when the
+        pod is among its holders: pod churn elsewhere costs the supply nothing)."""
+        if isinstance(record, PodRecord):
+            return supply.supplied_by(
+                self.tables.node_supply.get(node), record.namespace, record.name
+            )
+        return isinstance(record, SUPPLY_INPUTS)
+
     def _supply(self, node: str, ts_ms: int, record: object, changed: bool) -> list[Output]:
         """The node's supply after a record, emitted per resource when it changed (``changed``:
         the record is one that can change it; otherwise only an idle episode that moved, or the
@@ -350,13 +359,13 @@ class Processor:
         product = dict(node_rec.labels).get(LABEL_PRODUCT) if node_rec is not None else None
         devices = [
             supply.AllocatedDevice(
-                event.device_uuid,
-                event.holders,
-                fresh,
-                _idle(t.alert_state.get(alert_key(node, event.device_uuid))),
-                (event.mig.profile or "") if event.mig is not None else "",
+                held.device_uuid,
+                held.holders,
+                held.measured,
+                _idle(t.alert_state.get(alert_key(node, held.device_uuid))),
+                held.mig_profile,
             )
-            for event, fresh in self.spine.allocated(node, at)
+            for held in self.spine.holding(node, at)
         ]
         supplies = supply.node_supply(product, devices)
         new, emit = supply.step(old, node, supplies, ts_ms, by or fingerprint(record), measured)

@@ -13,18 +13,26 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from contract.inputs import NodeSupply
-from contract.outputs import Alert, AttributionEvent, NodeStatusRetired, Origin, Telemetry
+from contract.outputs import (
+    Alert,
+    AttributionEvent,
+    Holder,
+    NodeStatusRetired,
+    Origin,
+    Telemetry,
+)
 from streams.core import lifetimes, nodestate, telemetry
-from streams.core.attribution import DeviceFacts
+from streams.core.attribution import DeviceFacts, device_name
 from streams.core.holders import NodeDevices
 from streams.core.lifetimes import Lifetimes
 from streams.core.nodestate import Departure, GoneNode, NodeState, PartitionNodes
 from streams.core.nodeview import (
     NodeView,
     bases_of,
+    device_holders,
     read_node,
     roster,
     spine_event,
@@ -44,6 +52,16 @@ NodeGone = Callable[[str, int, str], list[Alert | NodeSupply]]
 
 def _nothing(node: str, ts_ms: int, why: str) -> list[Alert | NodeSupply]:
     return []
+
+
+@dataclass(frozen=True, slots=True)
+class HeldNow:
+    """A device pods hold now (:meth:`Spine.holding`), named as its events name it."""
+
+    device_uuid: str
+    holders: tuple[Holder, ...]
+    measured: bool  # a fresh trusted reading speaks for it
+    mig_profile: str = ""
 
 
 def fingerprint(record: object) -> str:
@@ -197,6 +215,22 @@ class Spine:
             )
             if event.holders and event.state != "mig-parent":
                 out.append((event, why is None))
+        return out
+
+    def holding(self, node: str, ts_ms: int) -> list[HeldNow]:
+        """Each device pods hold on the node now — its holders as the spine's events name them,
+        whether a fresh trusted reading speaks for it — without describing it in full (what a
+        node's supply reads on every change of its holders)."""
+        state = self.state(node)
+        if state is None:
+            return []
+        view = read_node(self.tables, node)
+        out = []
+        for key, facts in roster(view, self._scraped(state, ts_ms)).items():
+            holders = device_holders(self.tables, view, key, facts, ts_ms)
+            if holders:
+                measured = self.unknown(view, state, key, ts_ms) is None
+                out.append(HeldNow(device_name(facts), holders, measured, facts.mig_profile or ""))
         return out
 
     def allocation(self, node: str, bases: set[str], ts_ms: int) -> list[Event]:

@@ -166,6 +166,18 @@ def _latest(state: NodeSupplyState, resource: str) -> NodeSupply:
     return next(r for e in state.emitted for r in e.records if r.resource == resource)
 
 
+def supplied_by(old: NodeSupplyState | None, namespace: str, pod: str) -> bool:
+    """The pod holds a device the node's last word supplies: only then can the pod's own record
+    (its identity, its workload) change the node's supply — a pod that holds nothing it
+    supplies enters it through the allocation records (PodResources, DRA claims) instead."""
+    return old is not None and any(
+        (h.namespace, h.pod) == (namespace, pod)
+        for r in old.current
+        for d in r.devices
+        for h in d.holders
+    )
+
+
 def emitted_at(old: NodeSupplyState | None, ts_ms: int) -> bool:
     """Some record of event time ``ts_ms`` emitted (a cheap test before a fingerprint)."""
     return old is not None and any(e.ts_ms == ts_ms for e in old.emitted)
