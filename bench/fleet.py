@@ -196,9 +196,11 @@ def stream(
     interval_ms: int = 5000,
     churn_every: int = 4,
     seed: int = 7,
+    switch: float = 0.05,
 ) -> Iterator[AgentRecord]:
-    """Everything the agents of the fleet would publish, in time order."""
-    trace = UtilTrace(random.Random(seed))
+    """Everything the agents of the fleet would publish, in time order (``churn_every`` 0 and
+    ``switch`` 0: a steady fleet — no pod churn, every device at its level)."""
+    trace = UtilTrace(random.Random(seed), switch)
     members = fleet(nodes)
     for node in members:
         yield from setup(node, start_ms)

@@ -109,11 +109,27 @@ async def wait_covered(
         await asyncio.sleep(0.5)
 
 
-async def passthrough(bootstrap: str, source: str, target: str, expected: int) -> float:
-    """The ceiling: consume every message and produce it again, no decoding. Records/s.
+#: how a node's scrape begins on the wire, and how each of its device rows is named
+SCRAPE_PREFIX = b'{"schema":"dcgm.scrape"'
+DEVICE_ROW = b'"uuid":'
+
+
+def outputs_of(value: bytes) -> int:
+    """How many per-device records a scrape makes (a byte count, no decoding); 0 otherwise."""
+    return value.count(DEVICE_ROW) if value.startswith(SCRAPE_PREFIX) else 0
+
+
+async def passthrough(
+    bootstrap: str, source: str, target: str, expected: int, event_bytes: int = 0
+) -> tuple[float, float]:
+    """The ceiling: consume every message and produce, no decoding. (Input records/s, GPU
+    samples/s.)
 
     Like for like with the worker: the same input records, and the worker's producer settings
-    (acks=all, its linger and batch size), with a commit after every poll."""
+    (acks=all, its linger and batch size), with a commit after every poll. ``event_bytes`` > 0:
+    what the worker must do at minimum — each scrape becomes one record of ``event_bytes`` per
+    device (keyed per device, as attribution events are), every other record is produced
+    again as it is; 0: every record is produced again as it is (the plain passthrough)."""
     worker = WorkerSettings.model_construct()  # the defaults the worker runs with
     consumer = AIOKafkaConsumer(
         source,
@@ -131,21 +147,29 @@ async def passthrough(bootstrap: str, source: str, target: str, expected: int) -
     )
     await consumer.start()
     await producer.start()
-    done, started = 0, None
+    done, samples, started = 0, 0, None
+    blob = b"x" * event_bytes
     try:
         while done < expected:
             batch = await consumer.getmany(timeout_ms=1000, max_records=10_000)
             for msgs in batch.values():
                 started = started or time.monotonic()
                 for m in msgs:
-                    await producer.send(target, m.value, key=m.key)
+                    n = outputs_of(m.value or b"")
+                    samples += n
+                    if not event_bytes or not n:
+                        await producer.send(target, m.value, key=m.key)
+                        continue
+                    for i in range(n):
+                        await producer.send(target, blob, key=(m.key or b"") + b"/%d" % i)
                 done += len(msgs)
             await consumer.commit()
         await producer.flush()
     finally:
         await producer.stop()
         await consumer.stop()
-    return done / (time.monotonic() - (started or time.monotonic()))
+    spent = time.monotonic() - (started or time.monotonic())
+    return done / spent, samples / spent
 
 
 async def wait_count(

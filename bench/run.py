@@ -32,6 +32,7 @@ from bench import kafka_io
 from bench.fleet import UtilTrace, fleet, sample_count, scrape, setup, stream
 from contract import codec
 from contract.outputs import AttributionEvent
+from contract.topics import TABLES
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
 from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
@@ -172,6 +173,10 @@ async def throughput(
     rate = (expected - base) / max(done - first, 1e-6) * samples / expected
     measured_samples = (expected - base) * samples / expected
     alerts = await kafka_io.count(bootstrap, kafka.topic("alerts"))
+    app_id = kafka.topic_prefix + "worker"
+    writes = 0
+    for name in TABLES.values():  # what the node-keyed stage wrote (its changelogs' records)
+        writes += await kafka_io.count(bootstrap, f"{app_id}-{name}-changelog")
     return {
         "kafka": kafka,
         "inputs": inputs,
@@ -180,6 +185,7 @@ async def throughput(
         "samples_per_s": rate,
         "cpu_us_per_sample": cpu.between(first, done) / max(measured_samples, 1) * 1e6,
         "alerts": alerts,
+        "changelog_writes_per_sample": writes / samples,
         "rss_bytes": rss,
         "outputs": sorted(set(outputs)),
         "duplicates": len(outputs) - len(set(outputs)),
@@ -304,7 +310,10 @@ FIGURES = (
     "one_worker_input_records_per_s",
     "raw_passthrough_records_per_s",
     "ratio_to_raw",
+    "raw_like_for_like_samples_per_s",
+    "ratio_to_like_for_like",
     "worker_cpu_us_per_sample",
+    "changelog_writes_per_sample",
     "two_workers_samples_per_s",
     "two_vs_one",
     "latency_50pct.p99_ms",
@@ -358,8 +367,18 @@ async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> di
         raw_kafka.topic("node-events"),
         stream(args.nodes, args.intervals, start_ms=1_700_000_000_000),
     )
-    raw = await kafka_io.passthrough(
+    raw, _ = await kafka_io.passthrough(
         bootstrap, raw_kafka.topic("node-events"), raw_kafka.topic("attribution"), one["inputs"]
+    )
+    # the like-for-like line: the same scrapes in, one record per device out, each the size of
+    # the worker's mean attribution event (measured on its own output), with its settings
+    event_bytes = round(statistics.fmean(len(o) for o in one["outputs"]))
+    _, raw_samples = await kafka_io.passthrough(
+        bootstrap,
+        raw_kafka.topic("node-events"),
+        raw_kafka.topic("flags"),
+        one["inputs"],
+        event_bytes,
     )
     two = await throughput(bootstrap, args.nodes, args.intervals, 2, workdir)
     same = one["outputs"] == two["outputs"]
@@ -380,7 +399,11 @@ async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> di
         "one_worker_input_records_per_s": round(input_rate),
         "raw_passthrough_records_per_s": round(raw),
         "ratio_to_raw": round(input_rate / raw, 3),
+        "event_bytes": event_bytes,
+        "raw_like_for_like_samples_per_s": round(raw_samples),
+        "ratio_to_like_for_like": round(sat / raw_samples, 3),
         "worker_cpu_us_per_sample": round(one["cpu_us_per_sample"], 1),
+        "changelog_writes_per_sample": round(one["changelog_writes_per_sample"], 3),
         "alerts": one["alerts"],
         "two_workers_samples_per_s": round(two["samples_per_s"]),
         "two_vs_one": round(two["samples_per_s"] / sat, 2),
@@ -405,10 +428,16 @@ def table(r: dict[str, Any]) -> str:
             "1 worker",
             f"{r['one_worker_samples_per_s']} samples/s "
             f"({r['one_worker_input_records_per_s']} input records/s), "
-            f"{r['worker_cpu_us_per_sample']} µs CPU per sample, {r['alerts']} alerts",
+            f"{r['worker_cpu_us_per_sample']} µs CPU per sample, {r['alerts']} alerts, "
+            f"{r['changelog_writes_per_sample']} changelog writes per sample",
         ),
         ("raw aiokafka passthrough", f"{r['raw_passthrough_records_per_s']} records/s"),
         ("ratio to raw", f"{r['ratio_to_raw']}"),
+        (
+            "raw like-for-like",
+            f"{r['raw_like_for_like_samples_per_s']} samples/s (one {r['event_bytes']}-byte "
+            f"record per device produced); worker / it: {r['ratio_to_like_for_like']}",
+        ),
         (
             "2 workers",
             f"{r['two_workers_samples_per_s']} samples/s = {r['two_vs_one']}x; "

@@ -7,6 +7,9 @@ import sys
 import pytest
 
 from bench import core
+from bench.kafka_io import outputs_of
+from contract import codec
+from contract.inputs import DcgmScrape
 
 
 def test_bench_core_prints_each_step(
@@ -17,4 +20,20 @@ def test_bench_core_prints_each_step(
     out = capsys.readouterr().out
     assert out.startswith(f"{len(list(core.stream(3, 2, start_ms=core.START_MS)))} input records")
     steps = [line.split()[0] for line in out.splitlines()[1:]]
-    assert steps == ["decode", "core", "encode", "total"]
+    assert steps == ["decode", "core", "encode", "total", "changelog"]
+
+
+def test_a_steady_fleet_writes_at_most_one_changelog_record_per_node_per_scrape() -> None:
+    """No churn, every device at its level: once past the warm-up, what changes per sample
+    (last-seen times, running figures) is kept compact per node — never a write per device."""
+    nodes, intervals = 6, 4
+    writes = core.steady_writes(nodes, intervals) * core.sample_count(nodes, intervals)
+    assert round(writes) <= nodes * intervals
+
+
+def test_the_like_for_like_line_counts_a_scrapes_devices_without_decoding_it() -> None:
+    records = list(core.stream(2, 1, start_ms=core.START_MS))
+    scrapes = [r for r in records if isinstance(r, DcgmScrape)]
+    assert [outputs_of(codec.encode(r)) for r in scrapes] == [len(r.samples) for r in scrapes]
+    others = [r for r in records if not isinstance(r, DcgmScrape)]
+    assert {outputs_of(codec.encode(r)) for r in others} == {0}
