@@ -13,9 +13,7 @@ More workers split the nodes between them.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import functools
 import logging
 import time
 from typing import Any
@@ -50,6 +48,7 @@ from streams.worker.live import LiveDevices
 from streams.worker.livedemand import LiveDemand
 from streams.worker.loop import Event, RecordLoop
 from streams.worker.peers import PeerPolicy
+from streams.worker.publisher import Publisher, topics_by_type
 from streams.worker.transport import App
 
 log = logging.getLogger(__name__)
@@ -200,43 +199,22 @@ def build_app(
         PoolDemandRetired: demand_topic.get_topic_name(),
     }
 
-    def delivered(kind: str, fut: asyncio.Future[Any]) -> None:
-        """A write the producer gave up on (after its own retries) stops the worker.
+    publisher = Publisher(
+        lambda: app.producer._ensure_producer(),  # aiokafka's, the one Faust flushes
+        topics_by_type(names),
+        output_key,
+        output_value,
+        crash=app._crash,
+    )
 
-        Carrying on could let a later commit cover the lost output; stopping leaves the input
-        uncommitted, so the restarted worker (its Deployment restarts it) processes it again."""
-        if fut.cancelled() or fut.exception() is None:
-            return
-        error = fut.exception()
-        selfmetrics.ERRORS.labels("produce").inc()
-        log.critical("publishing a %s failed, stopping the worker: %r", kind, error)
-        app._crash(error)
-
-    async def publish(out: Published) -> None:
-        """Hand one output to the producer without Faust's per-message channel machinery.
-
-        The producer batches; Faust flushes it before every offset commit, so an input is never
-        committed before its outputs are written (at least once)."""
-        kind = type(out).__name__
-        fut = await app.producer.send(
-            names[type(out)],
-            output_key(out),
-            output_value(out),
-            partition=None,
-            timestamp=None,
-            headers=None,
-        )
-        fut.add_done_callback(functools.partial(delivered, kind))
-        selfmetrics.EVENTS_OUT.labels(kind).inc()
-
-    record_loop = RecordLoop(processor, publish, dead_letter, live, stop=app._crash)
+    record_loop = RecordLoop(processor, publisher.publish_all, dead_letter, live, stop=app._crash)
 
     async def node_events(stream: Any) -> None:
         await record_loop.run(stream.events())
 
     app.agent(inputs, name="node-events")(node_events)
 
-    demand_loop = DemandLoop(stage, publish, dead_letter, live_demand, stop=app._crash)
+    demand_loop = DemandLoop(stage, publisher.publish, dead_letter, live_demand, stop=app._crash)
 
     async def demand_events_agent(stream: Any) -> None:
         await demand_loop.run(stream.events())

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from typing import Protocol
 
 from contract import codec
@@ -55,7 +56,7 @@ class Event(Protocol):
     def message(self) -> Message: ...
 
 
-Publish = Callable[[Output], Awaitable[None]]
+PublishAll = Callable[[Sequence[Output]], Awaitable[None]]
 DeadLetterFn = Callable[[Event, str], Awaitable[None]]
 Stop = Callable[[BaseException], None]
 
@@ -98,7 +99,8 @@ def defect(record: object, msg: Message, exc: Exception, stop: Stop) -> Processi
 
 
 class RecordLoop:
-    """Decodes each event, hands the record to the processor and publishes its outputs.
+    """Decodes each event, hands the record to the processor and publishes its outputs (all of
+    a record's in one call, :mod:`streams.worker.publisher`).
 
     Bad input is dead-lettered and the loop goes on; a defect stops it (module docstring).
     Attribution events are also kept in ``live`` (for the query API), under the partition the
@@ -108,13 +110,13 @@ class RecordLoop:
     def __init__(
         self,
         processor: Processor,
-        publish: Publish,
+        publish_all: PublishAll,
         dead_letter: DeadLetterFn,
         live: LiveDevices,
         stop: Stop,
     ) -> None:
         self.processor = processor
-        self.publish = publish
+        self.publish_all = publish_all
         self.dead_letter = dead_letter
         self.live = live
         self.stop = stop
@@ -156,14 +158,20 @@ class RecordLoop:
             return
         except Exception as exc:
             raise defect(record, event.message, exc, self.stop) from exc
+        await self.publish_all(outputs)  # the record's outputs together, in order
+        verdicts: Counter[str] = Counter()
+        origins: Counter[str] = Counter()
         for out in outputs:
-            await self.publish(out)
             if isinstance(out, AttributionEvent):
                 self.live.update(event.message.partition, out)
                 if out.origin == "sample":
-                    selfmetrics.EXPORTER_VERDICTS.labels(out.exporter.verdict).inc()
+                    verdicts[out.exporter.verdict] += 1
                 else:
-                    selfmetrics.SPINE_EVENTS.labels(out.origin).inc()
+                    origins[out.origin] += 1
             elif isinstance(out, TelemetryRefused):
                 selfmetrics.SCRAPES_REFUSED.labels(out.cause).inc()
                 self._log_refusal(out)
+        for verdict, n in verdicts.items():  # per record, not per output
+            selfmetrics.EXPORTER_VERDICTS.labels(verdict).inc(n)
+        for origin, n in origins.items():
+            selfmetrics.SPINE_EVENTS.labels(origin).inc(n)

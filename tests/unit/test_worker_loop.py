@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, MutableMapping
+from collections.abc import AsyncIterator, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,8 +88,8 @@ class Harness:
         }
         return Tables(**t)
 
-    async def publish(self, out: Output) -> None:
-        self.published.append(out)
+    async def publish(self, outs: Sequence[Output]) -> None:
+        self.published.extend(outs)
 
     async def dead_letter(self, ev: Event, error: str) -> None:
         self.dead.append((ev.message.offset, error))
