@@ -7,6 +7,7 @@ devices of their own and their utilization comes from the profiling field, never
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ from contract.outputs import (
     Holder,
     MigInstance,
     Origin,
+    PodShare,
     Sharing,
     State,
     Telemetry,
@@ -110,18 +112,16 @@ def _usage(sample: DcgmSample) -> Usage:
 def _holds(
     rows: Sequence[DeviceAssignment],
     replicas: int | None,
-    ts_ms: int,
-    ctx: DeviceContext,
+    who: Sequence[PodIdentity],
     views: Mapping[DeviceAssignment, ClaimView | None],
 ) -> list[Held]:
     """Each row as a hold of one allocation unit (:mod:`streams.core.accounting`), with the
-    identity of its pod at ``ts_ms``."""
+    identity of its pod (``who``, row by row)."""
     out = []
-    for a in rows:
-        who = ctx.resolve_pod(a.namespace, a.pod, ts_ms)
+    for a, identity in zip(rows, who, strict=True):
         if a.resource.startswith(DRA_PREFIX):
             view = views.get(a)
-            who = _reserved_identity(a.pod, who, view)
+            identity = _reserved_identity(a.pod, identity, view)
             unit = claim_unit(
                 a.claim, a.share_id or a.device_id, view.allocation_share if view else None
             )
@@ -130,7 +130,16 @@ def _holds(
                 a.device_id, parse_device_id(a.device_id).replica is not None, replicas
             )
         out.append(
-            Held(a.namespace, a.pod, a.container, unit, who.uid, who.status, who.workload, a.claim)
+            Held(
+                a.namespace,
+                a.pod,
+                a.container,
+                unit,
+                identity.uid,
+                identity.status,
+                identity.workload,
+                a.claim,
+            )
         )
     return out
 
@@ -431,25 +440,80 @@ def _is_mig(facts: DeviceFacts) -> bool:
     return facts.mig_instance_id is not None or facts.mig_profile is not None
 
 
-def _holding_rows(
-    rows: Sequence[DeviceAssignment], ctx: DeviceContext, is_mig: bool
-) -> tuple[
-    Sequence[DeviceAssignment],
-    list[DeviceAssignment],
-    dict[DeviceAssignment, ClaimView | None],
-    SharingDecision,
-]:
-    """The rows that hold the device (DRA observers set apart, with each claim's view) and the
-    device's sharing decision."""
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What a device's holder rows decide: the rows that hold it (DRA observers set apart), its
+    sharing decision, its holders as events list them and each pod's share."""
+
+    rows: tuple[DeviceAssignment, ...]
+    observers: tuple[DeviceAssignment, ...]
+    decision: SharingDecision
+    holders: tuple[Holder, ...]
+    pods: tuple[PodShare, ...]  # () when not accounted
+
+
+def _identities(
+    rows: Sequence[DeviceAssignment], ts_ms: int, ctx: DeviceContext
+) -> tuple[PodIdentity, ...]:
+    """Each row's pod as our own join knows it at ``ts_ms``."""
+    resolve_pod = ctx.resolve_pod
+    return tuple(resolve_pod(a.namespace, a.pod, ts_ms) for a in rows)
+
+
+def _holding(
+    rows: Sequence[DeviceAssignment],
+    ts_ms: int,
+    ctx: DeviceContext,
+    is_mig: bool,
+    accounted: bool,
+) -> Holding:
+    """The device's :class:`Holding` at ``ts_ms`` (``accounted``: with each holder's allocation
+    share and each pod's, else without the accounting)."""
     if not any(a.resource.startswith(DRA_PREFIX) for a in rows):
-        return rows, [], {}, decide(ctx.node_sharing, rows, is_mig, ctx.advertised)
+        return _plugin_holding(
+            tuple(rows),
+            _identities(rows, ts_ms, ctx),
+            ctx.node_sharing,
+            ctx.advertised,
+            is_mig,
+            accounted,
+        )
     kept, observers, views = _dra_views(rows, ctx)
     decision = (
         _dra_decision(kept, views, is_mig)
         if kept
         else SharingDecision("mig" if is_mig else "none", None, ())
     )
-    return kept, observers, views, decision
+    held = _holds(kept, decision.replicas, _identities(kept, ts_ms, ctx), views)
+    return _held(tuple(kept), tuple(observers), decision, held, accounted)
+
+
+@functools.lru_cache(maxsize=16_384)  # pure in its (hashable) arguments: bounded, never stale
+def _plugin_holding(
+    rows: tuple[DeviceAssignment, ...],
+    who: tuple[PodIdentity, ...],
+    node_sharing: NodeSharing | None,
+    advertised: Advertised | None,
+    is_mig: bool,
+    accounted: bool,
+) -> Holding:
+    """Device-plugin rows (no DRA claim to read): everything follows from the rows, the node's
+    sharing evidence and the pods' identities (``who``, row by row), so a device's holding is
+    decided once per distinct input, not on every sample."""
+    decision = decide(node_sharing, rows, is_mig, advertised)
+    held = _holds(rows, decision.replicas, who, {})
+    return _held(rows, (), decision, held, accounted)
+
+
+def _held(
+    rows: tuple[DeviceAssignment, ...],
+    observers: tuple[DeviceAssignment, ...],
+    decision: SharingDecision,
+    held: Sequence[Held],
+    accounted: bool,
+) -> Holding:
+    shares = account(held) if accounted else _NOT_ACCOUNTED
+    return Holding(rows, observers, decision, _holders(rows, held, shares), shares.pods)
 
 
 #: no accounting asked for: holders listed without their allocation share
@@ -465,9 +529,7 @@ def holding(
     has none here (its event says ``unknown``)."""
     if not ctx.holders_known:
         return ()
-    kept, _, views, decision = _holding_rows(rows, ctx, _is_mig(facts))
-    held = _holds(kept, decision.replicas, ts_ms, ctx, views)
-    return _holders(kept, held, _NOT_ACCOUNTED)
+    return _holding(rows, ts_ms, ctx, _is_mig(facts), accounted=False).holders
 
 
 def _attribute(
@@ -482,7 +544,8 @@ def _attribute(
     is_mig = _is_mig(facts)
     dra = any(a.resource.startswith(DRA_PREFIX) for a in rows)
     allocation: Allocation = "dra" if dra or ctx.dra_device or ctx.unplaced else "device-plugin"
-    rows, observers, views, decision = _holding_rows(rows, ctx, is_mig)
+    held = _holding(rows, ts_ms, ctx, is_mig, accounted=True)
+    rows, observers, decision, holders = held.rows, held.observers, held.decision, held.holders
     pods = {(a.namespace, a.pod) for a in rows}
     shared = decision.sharing not in ("none", "mig")
     state: State
@@ -506,9 +569,6 @@ def _attribute(
         state = "shared"
     else:
         state = "exclusive"
-    held = _holds(rows, decision.replicas, ts_ms, ctx, views)
-    shares = account(held)
-    holders = _holders(rows, held, shares)
     credit: CreditScope = "none" if not rows else ("holder" if len(pods) == 1 else "device-wide")
     usage = _usage(sample) if sample is not None else _unknown_usage(is_mig)
     key = device_name(facts)
@@ -537,7 +597,7 @@ def _attribute(
         allocation=allocation,
         origin=origin,
         telemetry=telemetry,
-        pods=shares.pods,
+        pods=held.pods,
     )
     flags = tuple(
         ExporterMisattribution(
