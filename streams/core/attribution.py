@@ -10,18 +10,21 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, DraDevice, ResourceClaimRecord
 from contract.outputs import (
+    Activity,
     Allocation,
     AttributionEvent,
     ClaimedPod,
     CreditScope,
     ExporterMisattribution,
     ExporterMode,
+    ExporterVerdict,
     ExporterView,
+    Health,
     Holder,
     MigInstance,
     Origin,
@@ -279,48 +282,44 @@ def _exporter_view(
         and held_through.get((c.namespace, c.pod))
         and c.claim not in held_through[c.namespace, c.pod]
     ]
+    trusted = False
+    verdict: ExporterVerdict
     if strangers:
         reason = "exporter credits a pod that holds no slot here"
-        view = ExporterView(claims, False, reason, verdict="stranger")
+        verdict = "stranger"
     elif wrong_claim:
         c = wrong_claim[0]
         through = ", ".join(sorted(held_through[c.namespace, c.pod]))
-        view = ExporterView(
-            claims,
-            False,
+        reason = (
             f"exporter names DRA claim {c.claim} for {c.namespace}/{c.pod}, "
-            f"which holds this device through {through}",
-            verdict="wrong-claim",
+            f"which holds this device through {through}"
         )
+        verdict = "wrong-claim"
     elif not claims:
         reason = "exporter credited no pod" + (
             f" although {len(holding)} pod(s) hold slots" if holding else ""
         )
-        view = ExporterView(
-            claims, not holding, reason, verdict="uncredited" if holding else "trusted"
-        )
+        trusted, verdict = not holding, "uncredited" if holding else "trusted"
     elif state == "shared" and len(holding) > 1:
         how = (
             "identical per-pod copies of one device-wide row"
             if len(claims) > 1
             else "one arbitrary holder stamped on a device-wide value"
         )
-        view = ExporterView(claims, False, f"shared device: {how}", verdict="shared-device")
+        reason, verdict = f"shared device: {how}", "shared-device"
     else:
-        view = ExporterView(claims, True, "exporter's pod is the only holder", verdict="trusted")
+        reason, trusted, verdict = "exporter's pod is the only holder", True, "trusted"
     if mode == "per-process":
-        view = ExporterView(
-            claims,
-            False,
+        trusted = False
+        reason = (
             "per-process rows (values differ per pod: "
             + ", ".join(sample.exporter_split_fields)
             + ") are not a device-wide "
-            "reading and are left out; unreliable under MPS",
-            mode,
-            # a pod that holds nothing here is the worse lie: it stays the verdict
-            view.verdict if view.verdict in ("stranger", "wrong-claim") else "per-process",
+            "reading and are left out; unreliable under MPS"
         )
-    return replace(view, mode=mode), strangers
+        # a pod that holds nothing here is the worse lie: it stays the verdict
+        verdict = verdict if verdict in ("stranger", "wrong-claim") else "per-process"
+    return ExporterView(claims, trusted, reason, mode, verdict), strangers
 
 
 def _mode(sample: DcgmSample, claims: Sequence[ClaimedPod]) -> ExporterMode:
@@ -406,10 +405,9 @@ def attribute(
         mig_profile=sample.mig_profile if sample.mig_instance_id is not None else None,
         device_uuid=ctx.mig_uuid,
     )
-    event, flags = _attribute(facts, sample.ts_ms, sample, rows, ctx, "sample", Telemetry())
-    return replace(
-        event, activity=activity(sample, event.usage), health=health(sample, thresholds)
-    ), flags
+    usage = _usage(sample)
+    reading = Reading(sample, usage, activity(sample, usage), health(sample, thresholds))
+    return _attribute(facts, sample.ts_ms, reading, rows, ctx, "sample", Telemetry())
 
 
 def describe(
@@ -422,7 +420,8 @@ def describe(
 ) -> AttributionEvent:
     """A device's state without a sample (the allocation spine): every holder, usage unknown
     with its reason — never 0, never idle, never absent."""
-    event, _ = _attribute(facts, ts_ms, None, rows, ctx, origin, telemetry)
+    reading = Reading(None, _unknown_usage(_is_mig(facts)), Activity(), Health())
+    event, _ = _attribute(facts, ts_ms, reading, rows, ctx, origin, telemetry)
     return event
 
 
@@ -532,10 +531,21 @@ def holding(
     return _holding(rows, ts_ms, ctx, _is_mig(facts), accounted=False).holders
 
 
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What an event says of the hardware: the sample (``None``: no sample describes the device),
+    its usage, activity and health (their empty defaults without a sample)."""
+
+    sample: DcgmSample | None
+    usage: Usage
+    activity: Activity
+    health: Health
+
+
 def _attribute(
     facts: DeviceFacts,
     ts_ms: int,
-    sample: DcgmSample | None,
+    reading: Reading,
     rows: Sequence[DeviceAssignment],
     ctx: DeviceContext,
     origin: Origin,
@@ -570,7 +580,7 @@ def _attribute(
     else:
         state = "exclusive"
     credit: CreditScope = "none" if not rows else ("holder" if len(pods) == 1 else "device-wide")
-    usage = _usage(sample) if sample is not None else _unknown_usage(is_mig)
+    sample, usage = reading.sample, reading.usage
     key = device_name(facts)
     if sample is not None:
         exporter, strangers = _exporter_view(sample, holders, state)
@@ -598,6 +608,8 @@ def _attribute(
         origin=origin,
         telemetry=telemetry,
         pods=held.pods,
+        activity=reading.activity,
+        health=reading.health,
     )
     flags = tuple(
         ExporterMisattribution(
