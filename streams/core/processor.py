@@ -453,7 +453,7 @@ class Processor:
         new, alerts = step(old, event, policy_for(self.policy, annotations))
         if new != old:
             t.alert_state[key] = new
-            if _idle(old) != _idle(new):
+            if _idle_of(old) != _idle_of(new) and _idle(old) != _idle(new):
                 self._idle_moved.add(event.node)
         return alerts
 
@@ -583,6 +583,11 @@ class Processor:
                 t.pods[key] = names
         if new_index != index or node not in t.node_pods:
             t.node_pods[node] = new_index
+
+
+def _idle_of(alerts: DeviceAlerts | None) -> Episode | None:
+    """A device's idle episode as its alert state holds it (equal ones: no move to look for)."""
+    return alerts.idle if alerts is not None else None
 
 
 def _idle(alerts: DeviceAlerts | None) -> Episode | None:
