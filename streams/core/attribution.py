@@ -487,7 +487,10 @@ def _holding(
     return _held(tuple(kept), tuple(observers), decision, held, accounted)
 
 
-@functools.lru_cache(maxsize=16_384)  # pure in its (hashable) arguments: bounded, never stale
+#: pure in its (hashable) arguments: bounded, never stale. Sized for a worker at saturation
+#: (~13k devices, docs/BENCHMARKS.md) twice over — one holding with accounting (events), one
+#: without (supply) — with room for churn: an LRU smaller than what cycles through it never hits
+@functools.lru_cache(maxsize=65_536)
 def _plugin_holding(
     rows: tuple[DeviceAssignment, ...],
     who: tuple[PodIdentity, ...],
