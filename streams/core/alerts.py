@@ -28,6 +28,7 @@ caused, with the same ids (receivers dedupe on ``<id>:<status>``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 from contract.annotations import (
     IDLE_THRESHOLD_PCT,
@@ -98,7 +99,8 @@ def _step_idle(
     held = bool(ev.holders) and ev.state != "mig-parent"
     who = holder_ids(ev)
     ep = s.idle
-    fig = AlertFigures(util_pct=util, util_threshold_pct=p.idle_threshold_pct)
+    # built only for an alert: most events fire or resolve nothing
+    fig = partial(AlertFigures, util_pct=util, util_threshold_pct=p.idle_threshold_pct)
     out: list[Alert] = []
     if ep is not None and (
         ev.origin == "gone"
@@ -121,7 +123,7 @@ def _step_idle(
                     "idle",
                     False,
                     ep.since_ms,
-                    fig,
+                    fig(),
                     p.idle_window_s,
                     f"resolved: {who_of(ep, ev)}: {why}",
                     holders=episode_holders(ep, ev),
@@ -142,7 +144,7 @@ def _step_idle(
         )
         return replace(s, idle=replace(ep, firing=True, holders=who)), [
             *out,
-            make_alert(ev, "idle", True, ep.since_ms, fig, p.idle_window_s, summary),
+            make_alert(ev, "idle", True, ep.since_ms, fig(), p.idle_window_s, summary),
         ]
     return s, out
 
@@ -153,7 +155,7 @@ def _step_orphan(
     used = ev.usage.fb_used_mib if ev.telemetry.status == "measured" else None
     orphaned = ev.state == "unallocated" and used is not None and used >= p.orphan_fb_mib
     ep = s.orphan
-    fig = AlertFigures(fb_used_mib=used, fb_threshold_mib=p.orphan_fb_mib)
+    fig = partial(AlertFigures, fb_used_mib=used, fb_threshold_mib=p.orphan_fb_mib)
     if not orphaned:
         gone = ev.origin == "gone"
         if ep is None or (used is None and not ev.holders and not gone):
@@ -172,7 +174,7 @@ def _step_orphan(
                     "orphaned-memory",
                     False,
                     ep.since_ms,
-                    fig,
+                    fig(),
                     p.orphan_window_s,
                     f"resolved: {ev.device_uuid}: {why}",
                 )
@@ -188,7 +190,7 @@ def _step_orphan(
             f"with no pod holding it for {(ev.ts_ms - ep.since_ms) / 1000:.0f}s"
         )
         return replace(s, orphan=replace(ep, firing=True)), [
-            make_alert(ev, "orphaned-memory", True, ep.since_ms, fig, p.orphan_window_s, summary)
+            make_alert(ev, "orphaned-memory", True, ep.since_ms, fig(), p.orphan_window_s, summary)
         ]
     return s, []
 
