@@ -593,7 +593,7 @@ def _idle_of(alerts: DeviceAlerts | None) -> Episode | None:
 def _idle(alerts: DeviceAlerts | None) -> Episode | None:
     """A device's idle episode, firing or not (the supply reads when it began, and whose)."""
     idle = alerts.idle if alerts is not None else None
-    return replace(idle, firing=False) if idle is not None else None
+    return replace(idle, firing=False) if idle is not None and idle.firing else idle
 
 
 def _check_quantities(record: ResourceClaimRecord | ResourceSliceRecord) -> None:
