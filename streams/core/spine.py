@@ -287,7 +287,8 @@ class Spine:
                 outputs += d.alerts
         view = read_node(self.tables, node)
         now = device_ids(roster(view, self._scraped(state, ts_ms)))
-        left = tuple(d for d in state.devices if d not in set(now))
+        present = set(now)
+        left = tuple(d for d in state.devices if d not in present)
         if not left:
             if now != state.devices:
                 self.put(node, state, replace(state, devices=now))
