@@ -237,6 +237,11 @@ def _step_xid(
     return replace(s, xid=Episode(ev.ts_ms, True, who, xid)), [*out, alert]
 
 
+#: a device's low-efficiency and health alert states before they hold anything (immutable)
+_NO_LOW_EFFICIENCY = LowEfficiency()
+_NO_HEALTH_ALERTS = HealthAlerts()
+
+
 def step(
     state: DeviceAlerts | None, ev: AttributionEvent, policy: AlertSettings
 ) -> tuple[DeviceAlerts, list[Alert]]:
@@ -257,11 +262,13 @@ def step(
     s, idle = _step_idle(before, ev, policy)
     s, orphan = _step_orphan(s, ev, policy)
     s, xid = _step_xid(s, ev, policy)
-    low_eff, low = step_low_efficiency(s.low_eff or LowEfficiency(), ev, policy)
-    if low_eff != (s.low_eff or LowEfficiency()):
+    low_eff_was = s.low_eff or _NO_LOW_EFFICIENCY
+    low_eff, low = step_low_efficiency(low_eff_was, ev, policy)
+    if low_eff != low_eff_was:
         s = replace(s, low_eff=low_eff)
-    health, sick = step_health(s.health or HealthAlerts(), ev, policy)
-    if health != (s.health or HealthAlerts()):
+    health_was = s.health or _NO_HEALTH_ALERTS
+    health, sick = step_health(health_was, ev, policy)
+    if health != health_was:
         s = replace(s, health=health)
     alerts = [*idle, *orphan, *xid, *low, *sick]
     if s == before:
