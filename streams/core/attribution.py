@@ -333,16 +333,16 @@ def _mode(sample: DcgmSample, claims: Sequence[ClaimedPod]) -> ExporterMode:
 def _summary(
     ev_state: State,
     sharing: str,
-    holders: Sequence[Holder],
+    pods: Sequence[str],
     usage: Usage,
     key: str,
     telemetry: Telemetry,
 ) -> str:
+    """``pods``: the holders' pods (``namespace/name``), sorted."""
     if telemetry.status == "unknown":
         util = f"usage unknown ({telemetry.reason})"
     else:
         util = "util n/a" if usage.util_pct is None else f"util {usage.util_pct:g}%"
-    pods = sorted({f"{h.namespace}/{h.pod}" for h in holders})
     if ev_state == "unallocated":
         return f"{key}: no holder, {util}"
     if ev_state == "unknown":
@@ -449,6 +449,8 @@ class Holding:
     decision: SharingDecision
     holders: tuple[Holder, ...]
     pods: tuple[PodShare, ...]  # () when not accounted
+    tenants: int  # the pods holding it
+    names: tuple[str, ...]  # the holders' pods (namespace/name), sorted
 
 
 def _identities(
@@ -515,7 +517,10 @@ def _held(
     accounted: bool,
 ) -> Holding:
     shares = account(held) if accounted else _NOT_ACCOUNTED
-    return Holding(rows, observers, decision, _holders(rows, held, shares), shares.pods)
+    holders = _holders(rows, held, shares)
+    tenants = len({(a.namespace, a.pod) for a in rows})
+    names = tuple(sorted({f"{h.namespace}/{h.pod}" for h in holders}))
+    return Holding(rows, observers, decision, holders, shares.pods, tenants, names)
 
 
 #: no accounting asked for: holders listed without their allocation share
@@ -559,7 +564,7 @@ def _attribute(
     allocation: Allocation = "dra" if dra or ctx.dra_device or ctx.unplaced else "device-plugin"
     held = _holding(rows, ts_ms, ctx, is_mig, accounted=True)
     rows, observers, decision, holders = held.rows, held.observers, held.decision, held.holders
-    pods = {(a.namespace, a.pod) for a in rows}
+    tenants = held.tenants
     shared = decision.sharing not in ("none", "mig")
     state: State
     notes = decision.notes
@@ -578,11 +583,11 @@ def _attribute(
         notes = (*notes, "held through DRA but not placeable: " + "; ".join(ctx.unplaced))
     elif not rows:
         state = "unallocated"
-    elif shared or len(pods) > 1:
+    elif shared or tenants > 1:
         state = "shared"
     else:
         state = "exclusive"
-    credit: CreditScope = "none" if not rows else ("holder" if len(pods) == 1 else "device-wide")
+    credit: CreditScope = "none" if not rows else ("holder" if tenants == 1 else "device-wide")
     sample, usage = reading.sample, reading.usage
     key = device_name(facts)
     if sample is not None:
@@ -600,13 +605,13 @@ def _attribute(
         state=state,
         sharing=decision.sharing,
         replicas=decision.replicas,
-        tenant_count=len(pods),
+        tenant_count=tenants,
         holders=holders,
         usage=usage,
         credit=credit,
         exporter=exporter,
         notes=notes,
-        summary=_summary(state, decision.sharing, holders, usage, key, telemetry),
+        summary=_summary(state, decision.sharing, held.names, usage, key, telemetry),
         allocation=allocation,
         origin=origin,
         telemetry=telemetry,
