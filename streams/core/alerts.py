@@ -294,6 +294,8 @@ def policy_for(base: AlertSettings, annotations: list[dict[str, str]]) -> AlertS
     holder wins (the lowest threshold, the longest window): nobody is alerted against the intent
     a tenant declared. An idle threshold raised past the low-efficiency busy band lifts that
     band with it (by the two hysteresis margins): the two alerts never share an episode."""
+    if not annotations:
+        return base  # no holder declared anything (most devices): nothing to apply
     update: dict[str, float] = {}
     for threshold_name, window_name, threshold_field, window_field in (
         (ANNOTATION_THRESHOLD, ANNOTATION_WINDOW, "idle_threshold_pct", "idle_window_s"),
