@@ -28,6 +28,7 @@ caused, with the same ids (receivers dedupe on ``<id>:<status>``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 from contract.annotations import (
     IDLE_THRESHOLD_PCT,
@@ -98,7 +99,8 @@ def _step_idle(
     held = bool(ev.holders) and ev.state != "mig-parent"
     who = holder_ids(ev)
     ep = s.idle
-    fig = AlertFigures(util_pct=util, util_threshold_pct=p.idle_threshold_pct)
+    # built only for an alert: most events fire or resolve nothing
+    fig = partial(AlertFigures, util_pct=util, util_threshold_pct=p.idle_threshold_pct)
     out: list[Alert] = []
     if ep is not None and (
         ev.origin == "gone"
@@ -121,7 +123,7 @@ def _step_idle(
                     "idle",
                     False,
                     ep.since_ms,
-                    fig,
+                    fig(),
                     p.idle_window_s,
                     f"resolved: {who_of(ep, ev)}: {why}",
                     holders=episode_holders(ep, ev),
@@ -142,7 +144,7 @@ def _step_idle(
         )
         return replace(s, idle=replace(ep, firing=True, holders=who)), [
             *out,
-            make_alert(ev, "idle", True, ep.since_ms, fig, p.idle_window_s, summary),
+            make_alert(ev, "idle", True, ep.since_ms, fig(), p.idle_window_s, summary),
         ]
     return s, out
 
@@ -153,7 +155,7 @@ def _step_orphan(
     used = ev.usage.fb_used_mib if ev.telemetry.status == "measured" else None
     orphaned = ev.state == "unallocated" and used is not None and used >= p.orphan_fb_mib
     ep = s.orphan
-    fig = AlertFigures(fb_used_mib=used, fb_threshold_mib=p.orphan_fb_mib)
+    fig = partial(AlertFigures, fb_used_mib=used, fb_threshold_mib=p.orphan_fb_mib)
     if not orphaned:
         gone = ev.origin == "gone"
         if ep is None or (used is None and not ev.holders and not gone):
@@ -172,7 +174,7 @@ def _step_orphan(
                     "orphaned-memory",
                     False,
                     ep.since_ms,
-                    fig,
+                    fig(),
                     p.orphan_window_s,
                     f"resolved: {ev.device_uuid}: {why}",
                 )
@@ -188,7 +190,7 @@ def _step_orphan(
             f"with no pod holding it for {(ev.ts_ms - ep.since_ms) / 1000:.0f}s"
         )
         return replace(s, orphan=replace(ep, firing=True)), [
-            make_alert(ev, "orphaned-memory", True, ep.since_ms, fig, p.orphan_window_s, summary)
+            make_alert(ev, "orphaned-memory", True, ep.since_ms, fig(), p.orphan_window_s, summary)
         ]
     return s, []
 
@@ -235,6 +237,11 @@ def _step_xid(
     return replace(s, xid=Episode(ev.ts_ms, True, who, xid)), [*out, alert]
 
 
+#: a device's low-efficiency and health alert states before they hold anything (immutable)
+_NO_LOW_EFFICIENCY = LowEfficiency()
+_NO_HEALTH_ALERTS = HealthAlerts()
+
+
 def step(
     state: DeviceAlerts | None, ev: AttributionEvent, policy: AlertSettings
 ) -> tuple[DeviceAlerts, list[Alert]]:
@@ -255,11 +262,13 @@ def step(
     s, idle = _step_idle(before, ev, policy)
     s, orphan = _step_orphan(s, ev, policy)
     s, xid = _step_xid(s, ev, policy)
-    low_eff, low = step_low_efficiency(s.low_eff or LowEfficiency(), ev, policy)
-    if low_eff != (s.low_eff or LowEfficiency()):
+    low_eff_was = s.low_eff or _NO_LOW_EFFICIENCY
+    low_eff, low = step_low_efficiency(low_eff_was, ev, policy)
+    if low_eff != low_eff_was:
         s = replace(s, low_eff=low_eff)
-    health, sick = step_health(s.health or HealthAlerts(), ev, policy)
-    if health != (s.health or HealthAlerts()):
+    health_was = s.health or _NO_HEALTH_ALERTS
+    health, sick = step_health(health_was, ev, policy)
+    if health != health_was:
         s = replace(s, health=health)
     alerts = [*idle, *orphan, *xid, *low, *sick]
     if s == before:
@@ -285,6 +294,8 @@ def policy_for(base: AlertSettings, annotations: list[dict[str, str]]) -> AlertS
     holder wins (the lowest threshold, the longest window): nobody is alerted against the intent
     a tenant declared. An idle threshold raised past the low-efficiency busy band lifts that
     band with it (by the two hysteresis margins): the two alerts never share an episode."""
+    if not annotations:
+        return base  # no holder declared anything (most devices): nothing to apply
     update: dict[str, float] = {}
     for threshold_name, window_name, threshold_field, window_field in (
         (ANNOTATION_THRESHOLD, ANNOTATION_WINDOW, "idle_threshold_pct", "idle_window_s"),

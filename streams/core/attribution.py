@@ -7,23 +7,28 @@ devices of their own and their utilization comes from the profiling field, never
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, DraDevice, ResourceClaimRecord
 from contract.outputs import (
+    Activity,
     Allocation,
     AttributionEvent,
     ClaimedPod,
     CreditScope,
     ExporterMisattribution,
     ExporterMode,
+    ExporterVerdict,
     ExporterView,
+    Health,
     Holder,
     MigInstance,
     Origin,
+    PodShare,
     Sharing,
     State,
     Telemetry,
@@ -110,18 +115,16 @@ def _usage(sample: DcgmSample) -> Usage:
 def _holds(
     rows: Sequence[DeviceAssignment],
     replicas: int | None,
-    ts_ms: int,
-    ctx: DeviceContext,
+    who: Sequence[PodIdentity],
     views: Mapping[DeviceAssignment, ClaimView | None],
 ) -> list[Held]:
     """Each row as a hold of one allocation unit (:mod:`streams.core.accounting`), with the
-    identity of its pod at ``ts_ms``."""
+    identity of its pod (``who``, row by row)."""
     out = []
-    for a in rows:
-        who = ctx.resolve_pod(a.namespace, a.pod, ts_ms)
+    for a, identity in zip(rows, who, strict=True):
         if a.resource.startswith(DRA_PREFIX):
             view = views.get(a)
-            who = _reserved_identity(a.pod, who, view)
+            identity = _reserved_identity(a.pod, identity, view)
             unit = claim_unit(
                 a.claim, a.share_id or a.device_id, view.allocation_share if view else None
             )
@@ -130,7 +133,16 @@ def _holds(
                 a.device_id, parse_device_id(a.device_id).replica is not None, replicas
             )
         out.append(
-            Held(a.namespace, a.pod, a.container, unit, who.uid, who.status, who.workload, a.claim)
+            Held(
+                a.namespace,
+                a.pod,
+                a.container,
+                unit,
+                identity.uid,
+                identity.status,
+                identity.workload,
+                a.claim,
+            )
         )
     return out
 
@@ -270,48 +282,44 @@ def _exporter_view(
         and held_through.get((c.namespace, c.pod))
         and c.claim not in held_through[c.namespace, c.pod]
     ]
+    trusted = False
+    verdict: ExporterVerdict
     if strangers:
         reason = "exporter credits a pod that holds no slot here"
-        view = ExporterView(claims, False, reason, verdict="stranger")
+        verdict = "stranger"
     elif wrong_claim:
         c = wrong_claim[0]
         through = ", ".join(sorted(held_through[c.namespace, c.pod]))
-        view = ExporterView(
-            claims,
-            False,
+        reason = (
             f"exporter names DRA claim {c.claim} for {c.namespace}/{c.pod}, "
-            f"which holds this device through {through}",
-            verdict="wrong-claim",
+            f"which holds this device through {through}"
         )
+        verdict = "wrong-claim"
     elif not claims:
         reason = "exporter credited no pod" + (
             f" although {len(holding)} pod(s) hold slots" if holding else ""
         )
-        view = ExporterView(
-            claims, not holding, reason, verdict="uncredited" if holding else "trusted"
-        )
+        trusted, verdict = not holding, "uncredited" if holding else "trusted"
     elif state == "shared" and len(holding) > 1:
         how = (
             "identical per-pod copies of one device-wide row"
             if len(claims) > 1
             else "one arbitrary holder stamped on a device-wide value"
         )
-        view = ExporterView(claims, False, f"shared device: {how}", verdict="shared-device")
+        reason, verdict = f"shared device: {how}", "shared-device"
     else:
-        view = ExporterView(claims, True, "exporter's pod is the only holder", verdict="trusted")
+        reason, trusted, verdict = "exporter's pod is the only holder", True, "trusted"
     if mode == "per-process":
-        view = ExporterView(
-            claims,
-            False,
+        trusted = False
+        reason = (
             "per-process rows (values differ per pod: "
             + ", ".join(sample.exporter_split_fields)
             + ") are not a device-wide "
-            "reading and are left out; unreliable under MPS",
-            mode,
-            # a pod that holds nothing here is the worse lie: it stays the verdict
-            view.verdict if view.verdict in ("stranger", "wrong-claim") else "per-process",
+            "reading and are left out; unreliable under MPS"
         )
-    return replace(view, mode=mode), strangers
+        # a pod that holds nothing here is the worse lie: it stays the verdict
+        verdict = verdict if verdict in ("stranger", "wrong-claim") else "per-process"
+    return ExporterView(claims, trusted, reason, mode, verdict), strangers
 
 
 def _mode(sample: DcgmSample, claims: Sequence[ClaimedPod]) -> ExporterMode:
@@ -325,16 +333,16 @@ def _mode(sample: DcgmSample, claims: Sequence[ClaimedPod]) -> ExporterMode:
 def _summary(
     ev_state: State,
     sharing: str,
-    holders: Sequence[Holder],
+    pods: Sequence[str],
     usage: Usage,
     key: str,
     telemetry: Telemetry,
 ) -> str:
+    """``pods``: the holders' pods (``namespace/name``), sorted."""
     if telemetry.status == "unknown":
         util = f"usage unknown ({telemetry.reason})"
     else:
         util = "util n/a" if usage.util_pct is None else f"util {usage.util_pct:g}%"
-    pods = sorted({f"{h.namespace}/{h.pod}" for h in holders})
     if ev_state == "unallocated":
         return f"{key}: no holder, {util}"
     if ev_state == "unknown":
@@ -397,10 +405,9 @@ def attribute(
         mig_profile=sample.mig_profile if sample.mig_instance_id is not None else None,
         device_uuid=ctx.mig_uuid,
     )
-    event, flags = _attribute(facts, sample.ts_ms, sample, rows, ctx, "sample", Telemetry())
-    return replace(
-        event, activity=activity(sample, event.usage), health=health(sample, thresholds)
-    ), flags
+    usage = _usage(sample)
+    reading = Reading(sample, usage, activity(sample, usage), health(sample, thresholds))
+    return _attribute(facts, sample.ts_ms, reading, rows, ctx, "sample", Telemetry())
 
 
 def describe(
@@ -413,7 +420,8 @@ def describe(
 ) -> AttributionEvent:
     """A device's state without a sample (the allocation spine): every holder, usage unknown
     with its reason — never 0, never idle, never absent."""
-    event, _ = _attribute(facts, ts_ms, None, rows, ctx, origin, telemetry)
+    reading = Reading(None, _unknown_usage(_is_mig(facts)), Activity(), Health())
+    event, _ = _attribute(facts, ts_ms, reading, rows, ctx, origin, telemetry)
     return event
 
 
@@ -431,25 +439,88 @@ def _is_mig(facts: DeviceFacts) -> bool:
     return facts.mig_instance_id is not None or facts.mig_profile is not None
 
 
-def _holding_rows(
-    rows: Sequence[DeviceAssignment], ctx: DeviceContext, is_mig: bool
-) -> tuple[
-    Sequence[DeviceAssignment],
-    list[DeviceAssignment],
-    dict[DeviceAssignment, ClaimView | None],
-    SharingDecision,
-]:
-    """The rows that hold the device (DRA observers set apart, with each claim's view) and the
-    device's sharing decision."""
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What a device's holder rows decide: the rows that hold it (DRA observers set apart), its
+    sharing decision, its holders as events list them and each pod's share."""
+
+    rows: tuple[DeviceAssignment, ...]
+    observers: tuple[DeviceAssignment, ...]
+    decision: SharingDecision
+    holders: tuple[Holder, ...]
+    pods: tuple[PodShare, ...]  # () when not accounted
+    tenants: int  # the pods holding it
+    names: tuple[str, ...]  # the holders' pods (namespace/name), sorted
+
+
+def _identities(
+    rows: Sequence[DeviceAssignment], ts_ms: int, ctx: DeviceContext
+) -> tuple[PodIdentity, ...]:
+    """Each row's pod as our own join knows it at ``ts_ms``."""
+    resolve_pod = ctx.resolve_pod
+    return tuple(resolve_pod(a.namespace, a.pod, ts_ms) for a in rows)
+
+
+def _holding(
+    rows: Sequence[DeviceAssignment],
+    ts_ms: int,
+    ctx: DeviceContext,
+    is_mig: bool,
+    accounted: bool,
+) -> Holding:
+    """The device's :class:`Holding` at ``ts_ms`` (``accounted``: with each holder's allocation
+    share and each pod's, else without the accounting)."""
     if not any(a.resource.startswith(DRA_PREFIX) for a in rows):
-        return rows, [], {}, decide(ctx.node_sharing, rows, is_mig, ctx.advertised)
+        return _plugin_holding(
+            tuple(rows),
+            _identities(rows, ts_ms, ctx),
+            ctx.node_sharing,
+            ctx.advertised,
+            is_mig,
+            accounted,
+        )
     kept, observers, views = _dra_views(rows, ctx)
     decision = (
         _dra_decision(kept, views, is_mig)
         if kept
         else SharingDecision("mig" if is_mig else "none", None, ())
     )
-    return kept, observers, views, decision
+    held = _holds(kept, decision.replicas, _identities(kept, ts_ms, ctx), views)
+    return _held(tuple(kept), tuple(observers), decision, held, accounted)
+
+
+#: pure in its (hashable) arguments: bounded, never stale. Sized for a worker at saturation
+#: (~13k devices, docs/BENCHMARKS.md) twice over — one holding with accounting (events), one
+#: without (supply) — with room for churn: an LRU smaller than what cycles through it never hits
+@functools.lru_cache(maxsize=65_536)
+def _plugin_holding(
+    rows: tuple[DeviceAssignment, ...],
+    who: tuple[PodIdentity, ...],
+    node_sharing: NodeSharing | None,
+    advertised: Advertised | None,
+    is_mig: bool,
+    accounted: bool,
+) -> Holding:
+    """Device-plugin rows (no DRA claim to read): everything follows from the rows, the node's
+    sharing evidence and the pods' identities (``who``, row by row), so a device's holding is
+    decided once per distinct input, not on every sample."""
+    decision = decide(node_sharing, rows, is_mig, advertised)
+    held = _holds(rows, decision.replicas, who, {})
+    return _held(rows, (), decision, held, accounted)
+
+
+def _held(
+    rows: tuple[DeviceAssignment, ...],
+    observers: tuple[DeviceAssignment, ...],
+    decision: SharingDecision,
+    held: Sequence[Held],
+    accounted: bool,
+) -> Holding:
+    shares = account(held) if accounted else _NOT_ACCOUNTED
+    holders = _holders(rows, held, shares)
+    tenants = len({(a.namespace, a.pod) for a in rows})
+    names = tuple(sorted({f"{h.namespace}/{h.pod}" for h in holders}))
+    return Holding(rows, observers, decision, holders, shares.pods, tenants, names)
 
 
 #: no accounting asked for: holders listed without their allocation share
@@ -465,15 +536,24 @@ def holding(
     has none here (its event says ``unknown``)."""
     if not ctx.holders_known:
         return ()
-    kept, _, views, decision = _holding_rows(rows, ctx, _is_mig(facts))
-    held = _holds(kept, decision.replicas, ts_ms, ctx, views)
-    return _holders(kept, held, _NOT_ACCOUNTED)
+    return _holding(rows, ts_ms, ctx, _is_mig(facts), accounted=False).holders
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What an event says of the hardware: the sample (``None``: no sample describes the device),
+    its usage, activity and health (their empty defaults without a sample)."""
+
+    sample: DcgmSample | None
+    usage: Usage
+    activity: Activity
+    health: Health
 
 
 def _attribute(
     facts: DeviceFacts,
     ts_ms: int,
-    sample: DcgmSample | None,
+    reading: Reading,
     rows: Sequence[DeviceAssignment],
     ctx: DeviceContext,
     origin: Origin,
@@ -482,8 +562,9 @@ def _attribute(
     is_mig = _is_mig(facts)
     dra = any(a.resource.startswith(DRA_PREFIX) for a in rows)
     allocation: Allocation = "dra" if dra or ctx.dra_device or ctx.unplaced else "device-plugin"
-    rows, observers, views, decision = _holding_rows(rows, ctx, is_mig)
-    pods = {(a.namespace, a.pod) for a in rows}
+    held = _holding(rows, ts_ms, ctx, is_mig, accounted=True)
+    rows, observers, decision, holders = held.rows, held.observers, held.decision, held.holders
+    tenants = held.tenants
     shared = decision.sharing not in ("none", "mig")
     state: State
     notes = decision.notes
@@ -502,15 +583,12 @@ def _attribute(
         notes = (*notes, "held through DRA but not placeable: " + "; ".join(ctx.unplaced))
     elif not rows:
         state = "unallocated"
-    elif shared or len(pods) > 1:
+    elif shared or tenants > 1:
         state = "shared"
     else:
         state = "exclusive"
-    held = _holds(rows, decision.replicas, ts_ms, ctx, views)
-    shares = account(held)
-    holders = _holders(rows, held, shares)
-    credit: CreditScope = "none" if not rows else ("holder" if len(pods) == 1 else "device-wide")
-    usage = _usage(sample) if sample is not None else _unknown_usage(is_mig)
+    credit: CreditScope = "none" if not rows else ("holder" if tenants == 1 else "device-wide")
+    sample, usage = reading.sample, reading.usage
     key = device_name(facts)
     if sample is not None:
         exporter, strangers = _exporter_view(sample, holders, state)
@@ -527,17 +605,19 @@ def _attribute(
         state=state,
         sharing=decision.sharing,
         replicas=decision.replicas,
-        tenant_count=len(pods),
+        tenant_count=tenants,
         holders=holders,
         usage=usage,
         credit=credit,
         exporter=exporter,
         notes=notes,
-        summary=_summary(state, decision.sharing, holders, usage, key, telemetry),
+        summary=_summary(state, decision.sharing, held.names, usage, key, telemetry),
         allocation=allocation,
         origin=origin,
         telemetry=telemetry,
-        pods=shares.pods,
+        pods=held.pods,
+        activity=reading.activity,
+        health=reading.health,
     )
     flags = tuple(
         ExporterMisattribution(

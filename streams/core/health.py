@@ -20,8 +20,6 @@ Marks (thresholds from :class:`infra.settings.AlertSettings`, the alerts' own):
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from contract.inputs import CounterName, DcgmSample, SinceLast
 from contract.outputs import Health, HealthMark
 from infra.settings import AlertSettings
@@ -106,25 +104,27 @@ def health(sample: DcgmSample, policy: AlertSettings) -> Health:
     pcie, dbe = increase(since, "pcie_replays"), increase(since, "ecc_dbe_volatile")
     thermal_us = increase(since, "thermal_violation_us")
     power_us = increase(since, "power_violation_us")
-    h = Health(
-        gpu_temp_c=sample.temp_c,
-        memory_temp_c=sample.memory_temp_c,
-        sm_clock_mhz=sample.sm_clock_mhz,
-        power_w=sample.power_w,
-        thermal_throttle_pct=share_pct(thermal_us, since),
-        power_throttle_pct=share_pct(power_us, since),
-        clock_events=clock_events(sample.clock_event_reasons),
-        pcie_replays_per_min=per_min(pcie, since),
-        uncorrectable_remapped_rows=sample.uncorrectable_remapped_rows,
-        correctable_remapped_rows=sample.correctable_remapped_rows,
-        row_remap_failure=sample.row_remap_failure,
-        ecc_dbe_volatile=sample.ecc_dbe_volatile,
-        uncorrectable_remapped_rows_increase=increase(since, "uncorrectable_remapped_rows"),
-        ecc_dbe_increase=dbe,
-        counter_resets=tuple(since.resets) if since else (),
+    # every figure, in Health's field order (marks and watched, judged from them, come last)
+    figures = (
+        sample.temp_c,  # gpu_temp_c
+        sample.memory_temp_c,
+        sample.sm_clock_mhz,
+        sample.power_w,
+        share_pct(thermal_us, since),  # thermal_throttle_pct
+        share_pct(power_us, since),  # power_throttle_pct
+        clock_events(sample.clock_event_reasons),
+        per_min(pcie, since),  # pcie_replays_per_min
+        sample.uncorrectable_remapped_rows,
+        sample.correctable_remapped_rows,
+        sample.row_remap_failure,
+        sample.ecc_dbe_volatile,
+        increase(since, "uncorrectable_remapped_rows"),  # uncorrectable_remapped_rows_increase
+        dbe,  # ecc_dbe_increase
+        tuple(since.resets) if since else (),  # counter_resets
     )
+    h = Health(*figures)
     clock_known = sample.clock_event_reasons is not None
-    return replace(h, marks=marks(h, policy), watched=watched(h, clock_known))
+    return Health(*figures, marks(h, policy), watched(h, clock_known))
 
 
 def watched(h: Health, clock_known: bool) -> tuple[HealthMark, ...]:

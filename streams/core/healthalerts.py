@@ -23,7 +23,9 @@ a healthy device in steady state writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Health
 from infra.settings import AlertSettings
@@ -63,23 +65,25 @@ def _resolved(
     ev: AttributionEvent,
     kind: AlertKind,
     ep: Episode,
-    fig: AlertFigures,
+    fig: Callable[[], AlertFigures],
     window_s: float | None,
     what: str,
     why: str,
 ) -> list[Alert]:
+    """``fig`` builds the alert's figures: only an alert needs them."""
     if not ep.firing:
         return []
     summary = f"resolved: {what} on {ev.node} {ev.device_uuid} (owners: {who_of(ep, ev)}): {why}"
     return [
-        make_alert(ev, kind, False, ep.since_ms, fig, window_s, summary, episode_holders(ep, ev))
+        make_alert(ev, kind, False, ep.since_ms, fig(), window_s, summary, episode_holders(ep, ev))
     ]
 
 
 # --- thermal
 
 
-def _thermal_figures(h: Health, p: AlertSettings) -> AlertFigures:
+def _thermal_figures(h: Health | None, p: AlertSettings) -> AlertFigures:
+    h = h or Health()
     gpu_hot = h.gpu_temp_c is not None and h.gpu_temp_c >= p.thermal_gpu_temp_c
     mem_hot = h.memory_temp_c is not None and h.memory_temp_c >= p.thermal_memory_temp_c
     threshold = p.thermal_memory_temp_c if mem_hot and not gpu_hot else p.thermal_gpu_temp_c
@@ -125,7 +129,7 @@ def _clear(h: Health, p: AlertSettings) -> bool:
 def _step_thermal(
     ep: Episode | None, ev: AttributionEvent, h: Health | None, p: AlertSettings
 ) -> tuple[Episode | None, list[Alert]]:
-    fig = _thermal_figures(h or Health(), p)
+    fig = partial(_thermal_figures, h, p)  # built only for an alert
     out: list[Alert] = []
     if ep is not None:
         why = _ends(ep, ev, "heat")
@@ -145,7 +149,7 @@ def _step_thermal(
             f"thermal: {', '.join(over)} on {ev.node} {ev.device_uuid} for {minutes:.1f} min; "
             f"owners: {named(ev)}"
         )
-        alert = make_alert(ev, "thermal", True, ep.since_ms, fig, p.thermal_window_s, summary)
+        alert = make_alert(ev, "thermal", True, ep.since_ms, fig(), p.thermal_window_s, summary)
         return replace(ep, firing=True), [*out, alert]
     return ep, out
 
@@ -158,7 +162,7 @@ def _quiet_episode(
     ev: AttributionEvent,
     rise: str | None,
     kind: AlertKind,
-    fig: AlertFigures,
+    fig: Callable[[], AlertFigures],
     p: AlertSettings,
     what: str,
 ) -> tuple[Episode | None, list[Alert]]:
@@ -178,7 +182,7 @@ def _quiet_episode(
     if rise is None or ev.origin == "gone":
         return ep, out
     summary = f"{what}: {rise} on {ev.node} {ev.device_uuid}; owners: {named(ev)}"
-    alert = make_alert(ev, kind, True, ev.ts_ms, fig, None, summary)
+    alert = make_alert(ev, kind, True, ev.ts_ms, fig(), None, summary)
     return Episode(ev.ts_ms, True, holder_ids(ev), last_ms=ev.ts_ms), [*out, alert]
 
 
@@ -215,7 +219,8 @@ def step(
         return s, []  # holders unknown: nobody to join a change to
     h = ev.health if ev.telemetry.status == "measured" and ev.origin != "gone" else None
     thermal, out = _step_thermal(s.thermal, ev, h, p)
-    memory_fig = AlertFigures(
+    memory_fig = partial(  # the figures, built only for an alert
+        AlertFigures,
         uncorrectable_remapped_rows=h.uncorrectable_remapped_rows if h else None,
         row_remap_failure=h.row_remap_failure if h else None,
         ecc_dbe_increase=h.ecc_dbe_increase if h else None,
@@ -224,7 +229,8 @@ def step(
     memory, memory_out = _quiet_episode(
         s.memory_fault, ev, rise, "memory-fault", memory_fig, p, "memory fault"
     )
-    pcie_fig = AlertFigures(
+    pcie_fig = partial(
+        AlertFigures,
         pcie_replays_per_min=h.pcie_replays_per_min if h else None,
         pcie_threshold_per_min=p.pcie_replays_per_min,
     )

@@ -21,6 +21,7 @@ episode.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from contract.outputs import Alert, AlertFigures, AttributionEvent
 from infra.settings import AlertSettings
@@ -89,7 +90,7 @@ def step(
     busy = ev.activity.busy_pct if measured else None
     eff = ev.activity.effective_pct if measured else None
     held = bool(ev.holders) and ev.state != "mig-parent"
-    fig = _figures(busy, eff, ev, p)
+    fig = partial(_figures, busy, eff, ev, p)  # built only for an alert
     out: list[Alert] = []
     ep = s.episode
     if ep is not None and (why := _ended(ep, ev, held, busy, eff, p)) is not None:
@@ -101,7 +102,7 @@ def step(
                     "low-efficiency",
                     False,
                     ep.since_ms,
-                    fig,
+                    fig(),
                     p.low_eff_window_s,
                     summary,
                     holders=episode_holders(ep, ev),
@@ -131,6 +132,6 @@ def step(
         fired = Episode(ep.since_ms, True, holder_ids(ev))
         return LowEfficiency(fired, s.resolved_ms), [
             *out,
-            make_alert(ev, "low-efficiency", True, ep.since_ms, fig, p.low_eff_window_s, summary),
+            make_alert(ev, "low-efficiency", True, ep.since_ms, fig(), p.low_eff_window_s, summary),
         ]
     return s, out

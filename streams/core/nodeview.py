@@ -234,8 +234,10 @@ def device_holders(
     """The device's holders at ``ts_ms`` as its spine event would list them, without the
     event (:func:`streams.core.attribution.holding`)."""
     rows = holder_rows(t, view, key, ts_ms)
+    if not rows:
+        return ()  # nobody holds it, or its holders are unknown: no holder to list either way
     ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
-    return holding(facts, ts_ms, rows or (), ctx)
+    return holding(facts, ts_ms, rows, ctx)
 
 
 def unplaced_reason(view: NodeView, key: str) -> str:

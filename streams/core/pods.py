@@ -13,6 +13,7 @@ that node's pod records or pod list arrive, for the names that changed or fell d
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -154,7 +155,15 @@ def settle(
 
 def _identity(life: PodLife) -> PodIdentity:
     wl = life.workload
-    return PodIdentity(life.uid, "resolved", Workload(wl.kind, wl.name) if wl else None)
+    return _resolved(life.uid, wl.kind, wl.name) if wl else _resolved(life.uid, None, None)
+
+
+#: pure in its (hashable) arguments: bounded, never stale. A holder is resolved on every sample
+#: of its device; the identity is made once per pod (sized for a worker's pods at saturation)
+@functools.lru_cache(maxsize=65_536)
+def _resolved(uid: str, kind: str | None, name: str | None) -> PodIdentity:
+    workload = Workload(kind, name) if kind is not None and name is not None else None
+    return PodIdentity(uid, "resolved", workload)
 
 
 def resolve(names: PodNames | None, ts_ms: int, watched: bool) -> PodIdentity:

@@ -453,7 +453,7 @@ class Processor:
         new, alerts = step(old, event, policy_for(self.policy, annotations))
         if new != old:
             t.alert_state[key] = new
-            if _idle(old) != _idle(new):
+            if _idle_of(old) != _idle_of(new) and _idle(old) != _idle(new):
                 self._idle_moved.add(event.node)
         return alerts
 
@@ -585,10 +585,15 @@ class Processor:
             t.node_pods[node] = new_index
 
 
+def _idle_of(alerts: DeviceAlerts | None) -> Episode | None:
+    """A device's idle episode as its alert state holds it (equal ones: no move to look for)."""
+    return alerts.idle if alerts is not None else None
+
+
 def _idle(alerts: DeviceAlerts | None) -> Episode | None:
     """A device's idle episode, firing or not (the supply reads when it began, and whose)."""
     idle = alerts.idle if alerts is not None else None
-    return replace(idle, firing=False) if idle is not None else None
+    return replace(idle, firing=False) if idle is not None and idle.firing else idle
 
 
 def _check_quantities(record: ResourceClaimRecord | ResourceSliceRecord) -> None:

@@ -78,18 +78,16 @@ def devices(
     parents = {gpu_of(k) for k in keys if "/gi" in k}
     if index is not None:
         parents |= set(index.unplaced_mig)
+    profiles: dict[tuple[str, int], str | None] = {}  # (parent, gi) → the first instance's
+    for m in inventory.migs.values():
+        profiles.setdefault((m.parent_uuid, m.gi), m.profile)
     out: dict[str, DeviceFacts] = {}
     for key in sorted(k for k in keys if is_gpu_uuid(k) and k not in parents):
         gpu, sep, gi_text = key.partition("/gi")
         gi = int(gi_text) if sep and gi_text.isdigit() else None
         if sep and gi is None:
             continue  # not a key we make
-        profile = None
-        if gi is not None:
-            mig = next(
-                (m for m in inventory.migs.values() if m.parent_uuid == gpu and m.gi == gi), None
-            )
-            profile = mig.profile if mig else None
+        profile = profiles.get((gpu, gi)) if gi is not None else None
         out[key] = DeviceFacts(
             node=node,
             gpu_uuid=gpu,

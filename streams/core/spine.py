@@ -256,9 +256,13 @@ class Spine:
         state = self.state(node)
         if state is None:
             return []
+        due = lifetimes.heartbeat_due(state.heartbeat_ms, ts_ms, self.life)
+        beaten_then = any(b.ts_ms == ts_ms for b in state.beats)
+        if not due and not beaten_then:
+            return []  # no beat due, none made at this time: no need for the fingerprint
         by = fingerprint(record)
-        again = any(b.ts_ms == ts_ms and b.by == by for b in state.beats)
-        if not again and not lifetimes.heartbeat_due(state.heartbeat_ms, ts_ms, self.life):
+        again = beaten_then and any(b.ts_ms == ts_ms and b.by == by for b in state.beats)
+        if not again and not due:
             return []
         view = read_node(self.tables, node)
         outputs: list[Event] = []
@@ -283,7 +287,8 @@ class Spine:
                 outputs += d.alerts
         view = read_node(self.tables, node)
         now = device_ids(roster(view, self._scraped(state, ts_ms)))
-        left = tuple(d for d in state.devices if d not in set(now))
+        present = set(now)
+        left = tuple(d for d in state.devices if d not in present)
         if not left:
             if now != state.devices:
                 self.put(node, state, replace(state, devices=now))

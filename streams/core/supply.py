@@ -30,6 +30,7 @@ node's records never go back in time.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -97,24 +98,39 @@ def node_supply(product: str | None, devices: Iterable[AllocatedDevice]) -> Supp
     resources is listed under each, with that resource's holders and slots."""
     grouped: dict[str, list[SupplyDevice]] = {}
     for device in devices:
-        since = idle_since(device)
-        by_resource: dict[str, list[Holder]] = {}
-        for h in device.holders:
-            if h.resource:  # a row naming no resource: nothing can ask for it
-                by_resource.setdefault(h.resource, []).append(h)
-        for resource, holders in by_resource.items():
-            grouped.setdefault(resource, []).append(
-                SupplyDevice(
-                    device_uuid=device.device_uuid,
-                    product=product or "",
-                    mig_profile=device.mig_profile,
-                    idle_since_ms=since,
-                    holders=_supply_holders(holders),
-                    slots=_slots(holders),
-                    measured=device.measured,  # usage unknown: counted apart, never idle
-                )
-            )
+        for resource, supplied in _device_supply(product, device):
+            grouped.setdefault(resource, []).append(supplied)
     return {r: tuple(sorted(ds, key=lambda d: d.device_uuid)) for r, ds in sorted(grouped.items())}
+
+
+#: pure in its (hashable) arguments: bounded, never stale. Sized for a worker at saturation
+#: (~13k devices, docs/BENCHMARKS.md) with room for churn
+@functools.lru_cache(maxsize=32_768)
+def _device_supply(
+    product: str | None, device: AllocatedDevice
+) -> tuple[tuple[str, SupplyDevice], ...]:
+    """What one held device supplies, per resource its holders hold it through: decided once
+    per distinct device (holders, reading, idle episode), not on every change of its node."""
+    since = idle_since(device)
+    by_resource: dict[str, list[Holder]] = {}
+    for h in device.holders:
+        if h.resource:  # a row naming no resource: nothing can ask for it
+            by_resource.setdefault(h.resource, []).append(h)
+    return tuple(
+        (
+            resource,
+            SupplyDevice(
+                device_uuid=device.device_uuid,
+                product=product or "",
+                mig_profile=device.mig_profile,
+                idle_since_ms=since,
+                holders=_supply_holders(holders),
+                slots=_slots(holders),
+                measured=device.measured,  # usage unknown: counted apart, never idle
+            ),
+        )
+        for resource, holders in by_resource.items()
+    )
 
 
 # --- what the node emitted: table node-supply
