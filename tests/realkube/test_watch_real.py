@@ -8,6 +8,7 @@ a restart and from a real etcd compaction, and bookmarks.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from contract.inputs import OwnerRef, PodRecord
 from gpuattr.localkafka import default_cache_dir
 from gpuattr.localkube import LocalKube
 from streams.core.pods import PodNames, apply_pod, resolve
-from tests.helpers import wait_for
+from tests.helpers import wait_for, wait_for_async
 from tests.kube_fixture import Rest
 from tests.realkube.cluster import (
     create_node,
@@ -328,6 +329,12 @@ async def test_etcd_compaction_expires_the_watch_and_the_watcher_relists(
         await wait_for(lambda: set(w.believed()) == {a1["metadata"]["uid"]}, 30)
 
 
+async def cache_at_least(rest: Rest, rv: int) -> bool:
+    """The API server's watch cache for pods has processed resourceVersion ``rv``."""
+    listing = await rest.get("/api/v1/pods?resourceVersion=0&limit=1")
+    return int(listing["metadata"]["resourceVersion"]) >= rv
+
+
 async def test_bookmarks_carry_the_watch_forward(real_kube: LocalKube) -> None:
     """With nothing on its node changing, the watcher's version still moves: the API server's
     bookmarks (about once a minute) carry it past changes elsewhere."""
@@ -341,11 +348,24 @@ async def test_bookmarks_carry_the_watch_forward(real_kube: LocalKube) -> None:
         held = int(w.pods_watcher.position)
         elsewhere = await rest.create(pods, gpu_pod("b-0", "rk6-b"))
         beyond = int(elsewhere["metadata"]["resourceVersion"])
+        # a bookmark carries what the API server's watch cache has processed: first the cache
+        # has seen the change (a list at resourceVersion 0 is served from it)
+        await wait_for_async(
+            lambda: cache_at_least(rest, beyond),
+            timeout_s=30,
+            what=f"the watch cache to reach resourceVersion {beyond}",
+        )
+        cached_at = time.monotonic()
         await wait_for(
             lambda: int(w.pods_watcher.position) >= beyond,  # type: ignore[union-attr]
             timeout_s=150,
             every_s=0.5,
-            what="a bookmark past the change on another node",
+            what=lambda: (
+                f"a bookmark past the change on another node (the cache had it "
+                f"{time.monotonic() - cached_at:.0f}s ago; the watcher at "
+                f"{w.pods_watcher.position if w.pods_watcher else None}, "
+                f"{len(w.listings())} listing(s))"
+            ),
         )
         assert held < beyond
         assert len(w.listings()) == 1  # moved by a bookmark, not by a relist
