@@ -542,8 +542,11 @@ class IdleGpu:
 class PoolDemand:
     """A pool's demand and supply at ``ts_ms``: the pods waiting for its GPUs (oldest first, at
     most ``WAITING_LISTED``; ``pending_pods`` counts them all) and, in the same pool, the allocated
-    GPUs and those measured idle with their holders. Emitted on change to the compacted demand
-    topic, keyed by ``pool``; a tombstone when nobody waits and nothing of the pool is allocated."""
+    GPUs and those measured idle with their holders (longest idle first, at most ``IDLE_LISTED``;
+    ``idle_gpus`` counts them all, ``idle_latest_since_ms`` is when the most recent of them began
+    idling). Emitted on change to the compacted demand topic, keyed by ``pool``; a tombstone when
+    nobody waits and nothing of the pool is allocated. A record is bounded whatever the pool's
+    size (a record listing every idle GPU of a large pool outgrew Kafka's 1 MB message limit)."""
 
     ts_ms: int
     pool: str  # Pool.key()
@@ -558,10 +561,22 @@ class PoolDemand:
     idle: tuple[IdleGpu, ...]
     #: allocated devices of the pool whose usage is unknown (never counted idle)
     unmeasured_gpus: int = 0
+    #: additive: every idle GPU of the pool (``idle`` lists the longest idle); 0 in records
+    #: written before it, which listed every idle GPU
+    idle_gpus: int = 0
+    #: additive: when the most recently idle of them began idling (``None``: none idle, or a
+    #: record written before it)
+    idle_latest_since_ms: int | None = None
+
+    def idle_count(self) -> int:
+        """Every idle GPU of the pool (records written before ``idle_gpus`` listed them all)."""
+        return max(self.idle_gpus, len(self.idle))
 
 
 #: how many waiting pods a demand record lists (every pod is counted)
 WAITING_LISTED = 50
+#: how many idle GPUs a demand record lists, longest idle first (every idle GPU is counted)
+IDLE_LISTED = 50
 
 
 @dataclass(frozen=True, slots=True)

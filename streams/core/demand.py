@@ -13,9 +13,11 @@ the pool's product and MIG profile are ``""`` (any) or the device's (:func:`matc
 
 **The record.** :func:`pool_demand` counts every waiting pod and GPU asked for, the oldest
 wait, lists the waiting pods (oldest first, at most :data:`~contract.outputs.WAITING_LISTED`),
-the allocated devices, those measured idle with their holders, and those whose usage is unknown
-(never idle). It holds no age: the same waiters and supply give the same record at any time, so
-it changes only when they do (:func:`same`), and time alone never emits one.
+the allocated devices, those measured idle with their holders (longest idle first, at most
+:data:`~contract.outputs.IDLE_LISTED`; all counted, and when the most recent began), and those
+whose usage is unknown (never idle): a record stays bounded however large the pool. It holds
+no age: the same waiters and supply give the same record at any time, so it changes only when
+they do (:func:`same`), and time alone never emits one.
 """
 
 from __future__ import annotations
@@ -24,7 +26,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from contract.inputs import GpuRequest, NodeSupply, PendingPod, SupplyDevice, SupplyHolder
-from contract.outputs import WAITING_LISTED, Holder, IdleGpu, Pool, PoolDemand, WaitingPod, Workload
+from contract.outputs import (
+    IDLE_LISTED,
+    WAITING_LISTED,
+    Holder,
+    IdleGpu,
+    Pool,
+    PoolDemand,
+    WaitingPod,
+    Workload,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +184,10 @@ def pool_demand(
         oldest_since_ms=waiting[0].since_ms if waiting else None,
         waiting=tuple(waiting[:WAITING_LISTED]),
         allocated_gpus=len(devices),
-        idle=tuple(idle),
+        idle=tuple(idle[:IDLE_LISTED]),
         unmeasured_gpus=sum(1 for _, d in devices if not d.measured),
+        idle_gpus=len(idle),
+        idle_latest_since_ms=max((g.since_ms for g in idle), default=None),
     )
 
 

@@ -89,10 +89,12 @@ def fire(demand: PoolDemand, now_ms: int, window_ms: int) -> Alert:
     has = "has" if len(idle) == 1 else "have"
     named = ", ".join(_holder_text(g) for g in idle[:NAMED])
     more = f", and {len(idle) - NAMED} more" if len(idle) > NAMED else ""
+    # the record lists the longest idle; unlisted ones idled for less, some maybe long enough
+    least = "at least " if len(idle) == len(demand.idle) < demand.idle_count() else ""
     summary = (
         f"{demand.pending_pods} {pods} for {demand.pool} (oldest {duration(wait_s)}) while "
-        f"{len(idle)} allocated {gpus} of that pool {has} been idle for {duration(idle_for_s)}: "
-        f"{named}{more}"
+        f"{least}{len(idle)} allocated {gpus} of that pool {has} been idle for "
+        f"{duration(idle_for_s)}: {named}{more}"
     )
     return Alert(
         id=alert_id(KIND, "", demand.pool, since),

@@ -111,8 +111,12 @@ def pool_row(record: PoolDemand) -> PoolRow:
             for w in record.waiting
         ),
         allocated_gpus=record.allocated_gpus,
-        idle_gpus=len(idle),
-        idle_for_s=min((g.idle_s for g in idle), default=None),
+        idle_gpus=record.idle_count(),
+        idle_for_s=(
+            _seconds(record.ts_ms, record.idle_latest_since_ms)
+            if record.idle_latest_since_ms is not None
+            else min((g.idle_s for g in idle), default=None)  # a record listing every idle GPU
+        ),
         idle=idle,
         unmeasured_gpus=record.unmeasured_gpus,
     )

@@ -4,6 +4,7 @@ demand-while-idle alert, and the stage's table rules (bounded, ordered, written 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -18,7 +19,14 @@ from contract.inputs import (
     SupplyDevice,
     SupplyHolder,
 )
-from contract.outputs import WAITING_LISTED, Alert, Pool, PoolDemand, PoolDemandRetired
+from contract.outputs import (
+    IDLE_LISTED,
+    WAITING_LISTED,
+    Alert,
+    Pool,
+    PoolDemand,
+    PoolDemandRetired,
+)
 from sinks.payloads import slack_message
 from streams.core import demandalerts
 from streams.core.demand import matches, pool_demand, pools_of, waiter_of
@@ -29,6 +37,7 @@ from streams.core.demandstage import (
     UnusableDemandRecord,
     key_resource,
 )
+from streams.core.poolrows import pool_row
 from streams.core.state import TABLE_CODEC
 
 GPU = "nvidia.com/gpu"
@@ -177,6 +186,34 @@ def test_the_demand_record_counts_everything_and_lists_the_oldest_first() -> Non
     assert holder.workload is not None
     assert holder.workload.kind == "Deployment"
     assert plain.allocated_gpus == 5  # the H100 too
+
+
+def test_a_large_pools_record_lists_the_longest_idle_and_counts_them_all() -> None:
+    """However many GPUs idle, the record stays bounded (one listing every idle GPU of a
+    250-node pool outgrew Kafka's 1 MB limit): the longest idle are named, all are counted, and
+    the shortest idle time is still the pool's own."""
+    n = 3 * IDLE_LISTED
+    devices = [device(f"g{i:03}", 1000 + i * 10, holder=f"h{i:03}") for i in range(n)]
+    supplies = [supply(0, f"n{i // 8:02}", *devices[i : i + 8]) for i in range(0, n, 8)]
+    d = pool_demand(Pool(GPU), [waiter_of(pod("w", created=0), GPU)], supplies, 10_000)
+    assert [g.device_uuid for g in d.idle] == [f"g{i:03}" for i in range(IDLE_LISTED)]
+    assert (d.idle_gpus, d.idle_count(), d.allocated_gpus) == (n, n, n)
+    assert d.idle_latest_since_ms == 1000 + (n - 1) * 10
+    row = pool_row(d)
+    assert (row.idle_gpus, len(row.idle)) == (n, IDLE_LISTED)
+    assert row.idle_for_s == (10_000 - d.idle_latest_since_ms) / 1000
+    # the alert names what it can prove: at least the listed ones, each idle that long
+    alert = demandalerts.fire(d, 10_000 + W, W)
+    assert f"at least {IDLE_LISTED} allocated GPUs" in alert.summary
+    assert alert.figures.idle_gpus == IDLE_LISTED
+    assert len(codec.encode(d)) < 64 * 1024
+
+
+def test_a_record_written_before_the_count_counts_what_it_lists() -> None:
+    d = pool_demand(Pool(GPU), [], [supply(0, "n1", device("g1", 100), device("g2", 200))], 7)
+    old = replace(d, idle_gpus=0, idle_latest_since_ms=None)
+    assert old.idle_count() == 2
+    assert pool_row(old).idle_for_s == pool_row(d).idle_for_s
 
 
 # --- the alert --------------------------------------------------------------------------------
