@@ -22,6 +22,7 @@ they do (:func:`same`), and time alone never emits one.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -155,24 +156,25 @@ def pool_demand(
         (_waiting(pool, w) for w in waiters if any(asks(pool, r) for r in w.requests)),
         key=lambda p: (p.since_ms, p.namespace, p.pod),
     )
-    devices = sorted(
-        (
-            (s.node, d)
-            for s in supply
-            if not s.gone
-            for d in s.devices
-            if matches(pool, s.resource, d)
-        ),
-        key=lambda nd: (nd[0], nd[1].device_uuid),
-    )
-    idle = sorted(
-        (
-            IdleGpu(node, d.device_uuid, d.idle_since_ms, holders_of(pool.resource, d))
-            for node, d in devices
-            if d.idle_since_ms is not None and d.measured
-        ),
-        key=lambda g: (g.since_ms, g.node, g.device_uuid),
-    )
+    # one pass over the pool's supply counts; only the listed idle GPUs are described (a
+    # resource's supply is every node's: its cost per record must stay a count, not a listing)
+    allocated = unmeasured = 0
+    idle_at: list[tuple[int, str, str, SupplyDevice]] = []
+    for s in supply:
+        if s.gone:
+            continue
+        for d in s.devices:
+            if not matches(pool, s.resource, d):
+                continue
+            allocated += 1
+            if not d.measured:
+                unmeasured += 1
+            elif d.idle_since_ms is not None:
+                idle_at.append((d.idle_since_ms, s.node, d.device_uuid, d))
+    listed = heapq.nsmallest(IDLE_LISTED, idle_at, key=lambda i: (i[0], i[1], i[2]))
+    idle = [
+        IdleGpu(node, uuid, since, holders_of(pool.resource, d)) for since, node, uuid, d in listed
+    ]
     return PoolDemand(
         ts_ms=ts_ms,
         pool=pool.key(),
@@ -183,11 +185,11 @@ def pool_demand(
         gpus_requested=sum(p.gpus for p in waiting),
         oldest_since_ms=waiting[0].since_ms if waiting else None,
         waiting=tuple(waiting[:WAITING_LISTED]),
-        allocated_gpus=len(devices),
-        idle=tuple(idle[:IDLE_LISTED]),
-        unmeasured_gpus=sum(1 for _, d in devices if not d.measured),
-        idle_gpus=len(idle),
-        idle_latest_since_ms=max((g.since_ms for g in idle), default=None),
+        allocated_gpus=allocated,
+        idle=tuple(idle),
+        unmeasured_gpus=unmeasured,
+        idle_gpus=len(idle_at),
+        idle_latest_since_ms=max((i[0] for i in idle_at), default=None),
     )
 
 
