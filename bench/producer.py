@@ -26,7 +26,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
 from infra.settings import WorkerSettings
-from streams.worker.publisher import partition_of
+from streams.worker.outbox import partition_of
 
 PARTITIONS = 16
 KEYS = [

@@ -47,6 +47,7 @@ from streams.worker.faust_codecs import RecordTable, register
 from streams.worker.live import LiveDevices
 from streams.worker.livedemand import LiveDemand
 from streams.worker.loop import Event, RecordLoop
+from streams.worker.outbox import Outbox
 from streams.worker.peers import PeerPolicy
 from streams.worker.publisher import Publisher, topics_by_type
 from streams.worker.transport import App
@@ -199,13 +200,15 @@ def build_app(
         PoolDemandRetired: demand_topic.get_topic_name(),
     }
 
-    publisher = Publisher(
-        lambda: app.producer._ensure_producer(),  # aiokafka's, the one Faust flushes
-        topics_by_type(names),
-        output_key,
-        output_value,
-        crash=app._crash,
+    # the outputs and the tables' changelog records, handed to aiokafka's producer (the one Faust
+    # flushes) as whole per-partition batches; drained before every commit (transport.Producer)
+    app.outbox = Outbox(
+        lambda: app.producer._ensure_producer(),
+        app._crash,
+        max_records=worker.outbox_records,
+        linger_s=worker.outbox_linger_s,
     )
+    publisher = Publisher(app.outbox, topics_by_type(names), output_key, output_value)
 
     record_loop = RecordLoop(processor, publisher.publish_all, dead_letter, live, stop=app._crash)
 

@@ -46,3 +46,29 @@ class RecordTable(faust.Table):  # type: ignore[misc]
 
     def _serializer_from_type(self, typ: Any) -> str:
         return KEY_CODEC if typ is str else CODEC
+
+    # A write goes to the app's outbox (streams.worker.outbox), encoded here, to the partition of
+    # the event being processed (co-partitioned with the input, as Faust's own send would): no
+    # per-write future or Faust buffer; the outbox drains before every commit. (The memory
+    # store keeps no persisted offsets, so Faust's send callback had nothing to record.)
+
+    def on_key_set(self, key: Any, value: Any) -> None:
+        self._outbox().add(
+            self.changelog_topic_name,
+            str(key).encode(),
+            TABLE_CODEC.encode(value),
+            self._partition(key),
+        )
+
+    def on_key_del(self, key: Any) -> None:
+        self._outbox().add(self.changelog_topic_name, str(key).encode(), None, self._partition(key))
+
+    def _partition(self, key: Any) -> int | None:
+        partition: int | None = self.partition_for_key(key)
+        return partition
+
+    def _outbox(self) -> Any:
+        outbox = getattr(self.app, "outbox", None)
+        if outbox is None:
+            raise RuntimeError(f"table {self.name}: the app has no outbox to write changelogs to")
+        return outbox

@@ -158,8 +158,22 @@ class Consumer(driver.Consumer):  # type: ignore[misc]
             super().resume_partitions(ready)
 
 
+class Producer(driver.Producer):  # type: ignore[misc]
+    """Faust's aiokafka producer whose flush first drains the app's outbox
+    (:mod:`streams.worker.outbox`): Faust flushes the producer before every offset commit and on
+    a rebalance, so no input is committed before the records it caused are handed over and
+    written."""
+
+    async def flush(self) -> None:
+        outbox = getattr(self.app, "outbox", None)
+        if outbox is not None and self._producer is not None:
+            await outbox.drain()
+        await super().flush()
+
+
 class Transport(driver.Transport):  # type: ignore[misc]
     Consumer = Consumer
+    Producer = Producer
 
 
 class Worker(faust.Worker):  # type: ignore[misc]
@@ -176,7 +190,10 @@ class Worker(faust.Worker):  # type: ignore[misc]
 
 
 class App(faust.App):  # type: ignore[misc]
-    """A Faust app on :class:`Transport` (everything else is Faust's)."""
+    """A Faust app on :class:`Transport` (everything else is Faust's). ``outbox``: where the
+    worker's outputs and its tables' changelog records are queued (set by ``build_app``)."""
+
+    outbox: Any = None
 
     def _new_transport(self) -> Any:
         return Transport(self.conf.broker_consumer, self)

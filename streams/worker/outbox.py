@@ -1,0 +1,236 @@
+"""The worker's outbox: every record it writes, handed to aiokafka as whole per-partition batches.
+
+Both kinds of write go through it: the outputs of the records it processes (attribution events,
+alerts, flags, node status, supply, demand; :mod:`streams.worker.publisher`) and its tables'
+changelog records (:class:`streams.worker.faust_codecs.RecordTable`). :meth:`Outbox.add` only
+appends an encoded record to its partition's queue: nothing is awaited per record, and no
+per-record future, callback or Faust wrapper is made. The queues go to the producer together
+(:meth:`Outbox.drain`): one closed ``BatchBuilder`` per topic partition (more when one fills up),
+submitted with ``send_batch`` — one delivery future per batch. A drain starts
+
+- when the queues hold :attr:`Outbox.max_records` (in a task: processing goes on meanwhile; the
+  agent waits, :meth:`Outbox.room`, only past twice that — backpressure, memory bounded),
+- ``linger_s`` after the first record queued since the last drain (a worker that is not saturated
+  sends within that time), and
+- before every offset commit and rebalance: :class:`streams.worker.transport.Producer` drains the
+  outbox before Faust flushes the producer and commits. So no input is committed before every
+  record it caused is in the producer and flushed — at least once, as with a send per record.
+
+Order: a partition's records are submitted in the order they were added (one drain at a time;
+records added during a drain go in the next), so a changelog key's writes, and a device's
+events, keep their order. A record whose topic's partitions the producer does not know yet is
+queued without one and partitioned at the drain by :func:`partition_of` — the producer's own
+partitioner (murmur2 of the key, as the Java client and a keyed send choose), memoized and
+bounded, keyed by the topic's partition list so that a topic that grows is partitioned afresh.
+A batch the producer gives up on (after its own retries) stops the worker (``crash``): carrying on
+could let a later commit cover the lost records, so the input stays uncommitted and the restarted
+worker processes it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from aiokafka.partitioner import DefaultPartitioner
+
+from streams.worker import selfmetrics
+
+log = logging.getLogger(__name__)
+
+#: keys remembered with their partition (devices, nodes, pools: bounded by what is live; alert
+#: ids come and go and fall out)
+PARTITION_MEMO = 1 << 16
+
+
+@functools.lru_cache(maxsize=PARTITION_MEMO)
+def partition_of(key: bytes, partitions: tuple[int, ...]) -> int:
+    """The partition the producer's partitioner picks for ``key`` (pure: murmur2 of the key)."""
+    return int(DefaultPartitioner()(key, list(partitions), list(partitions)))
+
+
+class Batch(Protocol):
+    """aiokafka's ``BatchBuilder``, as the outbox fills it."""
+
+    def append(self, *, timestamp: float | None, key: bytes | None, value: bytes | None) -> Any: ...
+    def close(self) -> None: ...
+
+
+class Cluster(Protocol):
+    def partitions_for_topic(self, topic: str) -> set[int] | None: ...
+
+
+class Client(Protocol):
+    @property
+    def cluster(self) -> Cluster: ...
+
+
+class BatchProducer(Protocol):
+    """What the outbox uses of aiokafka's producer."""
+
+    @property
+    def client(self) -> Client: ...
+    def create_batch(self) -> Batch: ...
+    async def send_batch(
+        self, batch: Batch, topic: str, *, partition: int
+    ) -> asyncio.Future[Any]: ...
+    async def partitions_for(self, topic: str) -> set[int]: ...
+
+
+#: (key, value) of one queued record; a value of ``None`` is a tombstone
+Entry = tuple[bytes | None, bytes | None]
+
+
+class Outbox:
+    """Queues encoded records per topic partition and hands them to ``producer()`` (aiokafka's,
+    once started) as whole batches. ``max_records``: a drain starts at that many queued records;
+    ``linger_s``: at most that long after the first record queued; ``crash``: a batch the producer
+    gave up on, or a drain that failed, stops the worker."""
+
+    def __init__(
+        self,
+        producer: Callable[[], BatchProducer],
+        crash: Callable[[BaseException], None],
+        *,
+        max_records: int = 2048,
+        linger_s: float = 0.01,
+    ) -> None:
+        if max_records < 1:
+            raise ValueError("max_records must be at least 1")
+        self.producer = producer
+        self.crash = crash
+        self.max_records = max_records
+        self.linger_s = linger_s
+        self._queues: dict[tuple[str, int | None], list[Entry]] = {}
+        self._kinds: Counter[str] = Counter()
+        self._size = 0
+        self._lock = asyncio.Lock()
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._known: dict[str, tuple[int, ...]] = {}  # topic → its partitions, once known
+
+    def __len__(self) -> int:
+        """Records queued and not yet handed to the producer."""
+        return self._size
+
+    def add(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        kind: str | None = None,
+    ) -> None:
+        """Queue one record for ``topic`` (``partition``: its own; ``None``: the producer's
+        partitioner's for ``key``). ``kind``: counted as an output of that kind when handed over."""
+        if partition is None:
+            partition = self._partition(topic, key)
+        queue = self._queues.get((topic, partition))
+        if queue is None:
+            queue = self._queues[(topic, partition)] = []
+        queue.append((key, value))
+        self._size += 1
+        if kind is not None:
+            self._kinds[kind] += 1
+        if self._size >= self.max_records:
+            self._start()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.linger_s, self._start)
+
+    async def room(self) -> None:
+        """Wait while the queues hold twice :attr:`max_records` (a drain is under way by then)."""
+        while self._size >= 2 * self.max_records:
+            await self.drain()
+
+    async def drain(self) -> None:
+        """Hand every queued record to the producer, including those queued while this runs;
+        returns once the producer holds them all (delivery is the producer's flush)."""
+        async with self._lock:
+            while self._size:
+                queues, kinds = self._queues, self._kinds
+                self._queues, self._kinds, self._size = {}, Counter(), 0
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                await self._hand_over(queues)
+                for kind, n in kinds.items():
+                    selfmetrics.EVENTS_OUT.labels(kind).inc(n)
+
+    def _start(self) -> None:
+        """A drain in the background (at most one task at a time; the lock orders them)."""
+        self._timer = None
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._background())
+
+    async def _background(self) -> None:
+        try:
+            await self.drain()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a defect or a producer that is gone: never silent
+            selfmetrics.ERRORS.labels("produce").inc()
+            log.critical("handing records to the producer failed, stopping the worker: %r", exc)
+            self.crash(exc)
+
+    def _partition(self, topic: str, key: bytes | None) -> int | None:
+        parts = self._known.get(topic)
+        if parts is None:
+            found = self.producer().client.cluster.partitions_for_topic(topic)
+            if not found:
+                return None  # partitioned at the drain, once the producer knows the topic
+            parts = self._known[topic] = tuple(sorted(found))
+        if key is None:
+            raise ValueError(f"a record for {topic} without a partition needs a key")
+        return partition_of(key, parts)
+
+    async def _hand_over(self, queues: dict[tuple[str, int | None], list[Entry]]) -> None:
+        producer = self.producer()
+        for (topic, partition), entries in queues.items():
+            if partition is not None:
+                await self._send(producer, topic, partition, entries)
+                continue
+            # queued before the producer knew the topic (so before any of its partitioned ones)
+            parts = tuple(sorted(await producer.partitions_for(topic)))
+            self._known[topic] = parts
+            split: dict[int, list[Entry]] = {}
+            for key, value in entries:
+                assert key is not None  # add() refuses a record without key or partition
+                split.setdefault(partition_of(key, parts), []).append((key, value))
+            for p, part in split.items():
+                await self._send(producer, topic, p, part)
+
+    async def _send(
+        self, producer: BatchProducer, topic: str, partition: int, entries: list[Entry]
+    ) -> None:
+        """One partition's records in as few batches as fit (a batch's first record always fits:
+        aiokafka takes it whatever its size, as a send would)."""
+        batch = producer.create_batch()
+        for key, value in entries:
+            if batch.append(timestamp=None, key=key, value=value) is None:  # full
+                await self._submit(producer, batch, topic, partition)
+                batch = producer.create_batch()
+                first = batch.append(timestamp=None, key=key, value=value)
+                assert first is not None
+        await self._submit(producer, batch, topic, partition)
+
+    async def _submit(
+        self, producer: BatchProducer, batch: Batch, topic: str, partition: int
+    ) -> None:
+        batch.close()  # ready for the sender at once: no linger for a whole batch
+        fut = await producer.send_batch(batch, topic, partition=partition)
+        fut.add_done_callback(functools.partial(self._delivered, topic, partition))
+
+    def _delivered(self, topic: str, partition: int, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or fut.exception() is None:
+            return
+        error = fut.exception()
+        assert error is not None
+        selfmetrics.ERRORS.labels("produce").inc()
+        log.critical(
+            "a batch for %s[%d] was not written, stopping the worker: %r", topic, partition, error
+        )
+        self.crash(error)

@@ -1,0 +1,241 @@
+"""The worker's outbox: outputs and changelog records go to the producer as whole per-partition
+batches, in the order they were queued, each to the partition a keyed send would have chosen;
+a drain starts at a size bound or after the linger, and before a commit; a batch the producer
+gives up on stops the worker."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.partitioner import DefaultPartitioner
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import REGISTRY
+
+from streams.worker.outbox import Outbox, partition_of
+from streams.worker.publisher import Publisher
+
+
+@given(key=st.binary(min_size=1, max_size=80), count=st.integers(1, 64))
+def test_the_memo_partitions_exactly_as_the_producers_partitioner(key: bytes, count: int) -> None:
+    parts = list(range(count))
+    assert partition_of(key, tuple(parts)) == DefaultPartitioner()(key, parts, parts)
+
+
+@dataclass
+class Cluster:
+    partitions: dict[str, set[int]]
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return self.partitions.get(topic)
+
+
+@dataclass
+class Client:
+    cluster: Cluster
+
+
+@dataclass
+class FakeBatch:
+    """aiokafka's BatchBuilder as the outbox fills it: full after ``room`` records."""
+
+    room: int
+    records: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
+    closed: bool = False
+
+    def append(self, *, timestamp: float | None, key: bytes | None, value: bytes | None) -> Any:
+        assert not self.closed
+        if len(self.records) >= self.room:
+            return None
+        self.records.append((key, value))
+        return object()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeProducer:
+    """aiokafka's producer as the outbox sees it: each batch's future is the test's to settle;
+    ``known`` is what its metadata holds (``partitions_for`` learns ``later`` too)."""
+
+    client: Client
+    later: dict[str, set[int]] = field(default_factory=dict)
+    batch_room: int = 1000
+    sent: list[tuple[str, int, list[tuple[bytes | None, bytes | None]]]] = field(
+        default_factory=list
+    )
+    futures: list[asyncio.Future[Any]] = field(default_factory=list)
+    gate: asyncio.Event | None = None  # set: send_batch waits for it (a busy accumulator)
+    submitted: asyncio.Event = field(default_factory=asyncio.Event)  # a batch was handed over
+
+    def create_batch(self) -> FakeBatch:
+        return FakeBatch(self.batch_room)
+
+    async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> Any:
+        assert batch.closed, "a batch is closed before it is submitted (no linger)"
+        if self.gate is not None:
+            await self.gate.wait()
+        self.sent.append((topic, partition, batch.records))
+        self.submitted.set()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.futures.append(fut)
+        return fut
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        self.client.cluster.partitions[topic] = self.later[topic]
+        return self.later[topic]
+
+
+def keyed(key: bytes, parts: int) -> int:
+    return int(DefaultPartitioner()(key, list(range(parts)), []))
+
+
+def counted(kind: str) -> float:
+    return REGISTRY.get_sample_value("gpuattr_worker_events_out_total", {"kind": kind}) or 0.0
+
+
+def errors() -> float:
+    return REGISTRY.get_sample_value("gpuattr_worker_errors_total", {"kind": "produce"}) or 0.0
+
+
+def producer(**topics: set[int]) -> FakeProducer:
+    return FakeProducer(Client(Cluster(dict(topics))))
+
+
+async def test_records_go_as_one_batch_per_partition_in_the_order_queued() -> None:
+    prod = producer(out=set(range(8)))
+    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, linger_s=60)
+    keys = [f"node-a/GPU-{i}".encode() for i in range(20)]
+    for i, key in enumerate(keys):
+        outbox.add("out", key, b"v%d" % i)
+    outbox.add("changelog", b"node-a", b"state", partition=3)
+    outbox.add("changelog", b"node-a", None, partition=3)  # a tombstone, after the write
+    assert prod.sent == []  # nothing awaited per record
+    assert len(outbox) == 22
+    await outbox.drain()
+    assert len(outbox) == 0
+    by_partition: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = {}
+    for topic, partition, records in prod.sent:
+        assert (topic, partition) not in by_partition, "one batch per partition"
+        by_partition[(topic, partition)] = records
+    for p in range(8):
+        expected = [(k, b"v%d" % i) for i, k in enumerate(keys) if keyed(k, 8) == p]
+        assert by_partition.get(("out", p), []) == expected
+    assert by_partition[("changelog", 3)] == [(b"node-a", b"state"), (b"node-a", None)]
+
+
+async def test_a_full_batch_goes_and_the_partitions_next_records_follow_it() -> None:
+    prod = producer()
+    prod.batch_room = 2
+    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, linger_s=60)
+    for i in range(5):
+        outbox.add("changelog", b"k", b"%d" % i, partition=0)
+    await outbox.drain()
+    assert [records for _, _, records in prod.sent] == [
+        [(b"k", b"0"), (b"k", b"1")],
+        [(b"k", b"2"), (b"k", b"3")],
+        [(b"k", b"4")],
+    ]
+
+
+async def test_a_topic_the_producer_does_not_know_yet_is_partitioned_at_the_drain() -> None:
+    prod = producer()
+    prod.later["new"] = set(range(4))
+    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, linger_s=60)
+    outbox.add("new", b"node-b", b"x")
+    await outbox.drain()
+    outbox.add("new", b"node-b", b"y")  # now known: partitioned when queued
+    await outbox.drain()
+    assert prod.sent == [
+        ("new", keyed(b"node-b", 4), [(b"node-b", b"x")]),
+        ("new", keyed(b"node-b", 4), [(b"node-b", b"y")]),
+    ]
+
+
+async def test_a_drain_starts_at_the_bound_without_the_caller_waiting() -> None:
+    prod = producer()
+    outbox = Outbox(lambda: prod, lambda e: None, max_records=3, linger_s=60)
+    for i in range(3):
+        outbox.add("changelog", b"k", b"%d" % i, partition=0)
+    assert prod.sent == []  # started, not run: add() never awaits
+    await outbox.room()  # under twice the bound: returns at once
+    await asyncio.wait_for(prod.submitted.wait(), 5)  # the background drain, on the loop
+    assert [r for _, _, r in prod.sent] == [[(b"k", b"0"), (b"k", b"1"), (b"k", b"2")]]
+
+
+async def test_the_caller_waits_past_twice_the_bound_and_order_holds_across_drains() -> None:
+    prod = producer()
+    prod.gate = asyncio.Event()  # the accumulator is busy: a drain stays under way
+    outbox = Outbox(lambda: prod, lambda e: None, max_records=2, linger_s=60)
+    outbox.add("c", b"k", b"0", partition=0)
+    outbox.add("c", b"k", b"1", partition=0)  # the bound: a drain starts
+    await asyncio.sleep(0)  # it takes the queue and waits at the gate
+    for i in range(2, 6):
+        outbox.add("c", b"k", b"%d" % i, partition=0)
+    assert len(outbox) == 4
+    room = asyncio.create_task(outbox.room())
+    await asyncio.sleep(0)
+    assert not room.done()  # over twice the bound: the caller waits
+    prod.gate.set()
+    await asyncio.wait_for(room, 5)
+    await outbox.drain()
+    flat = [v for _, _, records in prod.sent for _, v in records]
+    assert flat == [b"%d" % i for i in range(6)]
+
+
+async def test_the_linger_drains_a_worker_that_is_not_saturated() -> None:
+    prod = producer()
+    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, linger_s=0.01)
+    outbox.add("c", b"k", b"v", partition=0)
+    await asyncio.wait_for(prod.submitted.wait(), 5)
+    assert prod.sent == [("c", 0, [(b"k", b"v")])]
+
+
+async def test_outputs_are_counted_by_kind_when_handed_over() -> None:
+    prod = producer(t=set(range(2)))
+    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, linger_s=60)
+    publisher = Publisher(outbox, lambda out: "t", lambda out: out.encode(), lambda out: None)
+    before = counted("str")
+    await publisher.publish_all(["a", "b"])
+    assert counted("str") == before  # queued, not yet handed over
+    await outbox.drain()
+    assert counted("str") == before + 2
+    assert sorted(k for _, _, records in prod.sent for k, _ in records) == [b"a", b"b"]
+
+
+async def test_a_batch_the_producer_gives_up_on_stops_the_worker() -> None:
+    prod = producer()
+    crashed: list[BaseException] = []
+    outbox = Outbox(lambda: prod, crashed.append, max_records=100, linger_s=60)
+    before = errors()
+    outbox.add("c", b"k", b"v", partition=0)
+    await outbox.drain()
+    error = RuntimeError("broker gone")
+    prod.futures[0].set_exception(error)
+    await asyncio.sleep(0)  # the done callbacks run on the loop
+    assert crashed == [error]
+    assert errors() == before + 1
+
+
+async def test_a_drain_that_fails_in_the_background_stops_the_worker() -> None:
+    class Gone(FakeProducer):
+        async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> Any:
+            raise RuntimeError("producer closed")
+
+    prod = Gone(Client(Cluster({})))
+    crashed: list[BaseException] = []
+    stopped = asyncio.Event()
+
+    def crash(exc: BaseException) -> None:
+        crashed.append(exc)
+        stopped.set()
+
+    outbox = Outbox(lambda: prod, crash, max_records=1, linger_s=60)
+    before = errors()
+    outbox.add("c", b"k", b"v", partition=0)
+    await asyncio.wait_for(stopped.wait(), 5)
+    assert [str(e) for e in crashed] == ["producer closed"]
+    assert errors() == before + 1
