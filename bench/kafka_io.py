@@ -11,6 +11,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from contract import codec
 from contract.inputs import InputRecord as AgentRecord
 from infra.settings import WorkerSettings
+from streams.worker.outbox import Outbox
 
 
 async def produce(bootstrap: str, topic: str, records: Iterable[AgentRecord]) -> int:
@@ -119,14 +120,27 @@ def outputs_of(value: bytes) -> int:
     return value.count(DEVICE_ROW) if value.startswith(SCRAPE_PREFIX) else 0
 
 
+def worker_producer(bootstrap: str) -> AIOKafkaProducer:
+    """A producer with the worker's settings: acks=all, its linger and batch size."""
+    worker = WorkerSettings.model_construct()  # the defaults the worker runs with
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=int(worker.producer_linger_s * 1000),
+        max_batch_size=worker.producer_batch_bytes,
+    )
+
+
 async def passthrough(
     bootstrap: str, source: str, target: str, expected: int, event_bytes: int = 0
 ) -> tuple[float, float]:
     """The ceiling: consume every message and produce, no decoding. (Input records/s, GPU
     samples/s.)
 
-    Like for like with the worker: the same input records, and the worker's producer settings
-    (acks=all, its linger and batch size), with a commit after every poll. ``event_bytes`` > 0:
+    Like for like with the worker: the same input records, the worker's producer settings
+    (acks=all, its linger and batch size) and its way of handing records over (its outbox: whole
+    per-partition batches, :mod:`streams.worker.outbox`, drained before every commit), with a
+    commit after every poll. ``event_bytes`` > 0:
     what the worker must do at minimum — each scrape becomes one record of ``event_bytes`` per
     device (keyed per device, as attribution events are), every other record is produced
     again as it is; 0: every record is produced again as it is (the plain passthrough)."""
@@ -139,14 +153,16 @@ async def passthrough(
         enable_auto_commit=False,
         max_partition_fetch_bytes=1 << 22,
     )
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        linger_ms=int(worker.producer_linger_s * 1000),
-        max_batch_size=worker.producer_batch_bytes,
-    )
+    producer = worker_producer(bootstrap)
     await consumer.start()
     await producer.start()
+    failed: list[BaseException] = []
+    outbox = Outbox(
+        lambda: producer,
+        failed.append,
+        max_records=worker.outbox_records,
+        linger_s=worker.outbox_linger_s,
+    )
     done, samples, started = 0, 0, None
     blob = b"x" * event_bytes
     try:
@@ -158,13 +174,17 @@ async def passthrough(
                     n = outputs_of(m.value or b"")
                     samples += n
                     if not event_bytes or not n:
-                        await producer.send(target, m.value, key=m.key)
+                        outbox.add(target, m.key or b"", m.value)
                         continue
                     for i in range(n):
-                        await producer.send(target, blob, key=(m.key or b"") + b"/%d" % i)
+                        outbox.add(target, (m.key or b"") + b"/%d" % i, blob)
+                    await outbox.room()
                 done += len(msgs)
+            await outbox.drain()
             await consumer.commit()
         await producer.flush()
+        if failed:
+            raise failed[0]
     finally:
         await producer.stop()
         await consumer.stop()

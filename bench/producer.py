@@ -21,11 +21,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from bench import kafka_io
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
-from infra.settings import WorkerSettings
 from streams.worker.outbox import partition_of
 
 PARTITIONS = 16
@@ -50,13 +49,7 @@ async def once(bootstrap: str, mode: str, n: int) -> tuple[float, float]:
         await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
     finally:
         await admin.close()
-    worker = WorkerSettings.model_construct()
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        linger_ms=int(worker.producer_linger_s * 1000),
-        max_batch_size=worker.producer_batch_bytes,
-    )
+    producer = kafka_io.worker_producer(bootstrap)
     await producer.start()
     try:
         parts = tuple(sorted(await producer.partitions_for(topic)))
