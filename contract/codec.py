@@ -14,6 +14,7 @@ ignored (additive changes keep ``v``); a change that breaks readers bumps ``v``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,18 +58,35 @@ def _registry(tables: tuple[KindTable, ...]) -> dict[str, RecordType]:
     return reg
 
 
+#: nested records whose JSON is remembered, by identity (:class:`Codec` ``shared``)
+SHARED_KEPT = 128
+
+
 class Codec:
     """Encodes and decodes the records of some kind tables (``KINDS``: kind → class, version).
 
     :data:`WIRE` reads and writes every topic; the worker builds one more for its changelogs
-    (its state kinds next to the input records its tables keep)."""
+    (its state kinds next to the input records its tables keep).
 
-    def __init__(self, *tables: KindTable) -> None:
+    ``shared``: for a record type, nested record types whose objects it shares with the values
+    written before it (a state that keeps the records it emitted, written again on every
+    change): each such object's JSON is made once and spliced in as it is (``orjson.Fragment``),
+    the same bytes, remembered by identity for the last :data:`SHARED_KEPT` objects (immutable
+    records: an object's JSON never changes while it lives, and the memo keeps it alive)."""
+
+    def __init__(
+        self,
+        *tables: KindTable,
+        shared: Mapping[type[Any], tuple[type[Any], ...]] | None = None,
+    ) -> None:
         self.registry: Mapping[str, RecordType] = _registry(tables)
         self._by_class: Mapping[type[Any], RecordType] = {
             rt.cls: rt for rt in self.registry.values()
         }
         self._adapters: dict[type[Any], pydantic.TypeAdapter[Any]] = {}
+        self._shared = {cls: frozenset(types) for cls, types in (shared or {}).items()}
+        self._fragments: dict[int, tuple[object, orjson.Fragment]] = {}
+        self._fields: dict[type[Any], tuple[str, ...]] = {}
 
     def kind_of(self, record: object) -> RecordType:
         try:
@@ -79,10 +97,37 @@ class Codec:
     def encode(self, record: object) -> bytes:
         """Serialize a registered record to its versioned JSON payload."""
         rt = self.kind_of(record)
-        body = orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
+        shared = self._shared.get(type(record))
+        if shared is None:
+            body = orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
+        else:
+            body = orjson.dumps(
+                record,
+                default=functools.partial(self._part, shared),
+                option=orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS,
+            )
         head = b'{"schema":' + orjson.dumps(rt.kind) + b',"v":' + str(rt.version).encode()
         # orjson renders a dataclass as one JSON object: splice the envelope into it.
         return head + (b"}" if body == b"{}" else b"," + body[1:])
+
+    def _part(self, shared: frozenset[type[Any]], obj: object) -> object:
+        """A nested record as orjson renders it: a shared one's remembered JSON, any other
+        dataclass as its fields in order (what orjson writes for a dataclass)."""
+        if type(obj) in shared:
+            hit = self._fragments.get(id(obj))
+            if hit is not None and hit[0] is obj:
+                return hit[1]
+            fragment = orjson.Fragment(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
+            if len(self._fragments) >= SHARED_KEPT:  # the oldest out
+                self._fragments.pop(next(iter(self._fragments)))
+            self._fragments[id(obj)] = (obj, fragment)
+            return fragment
+        names = self._fields.get(type(obj))
+        if names is None:
+            if not dataclasses.is_dataclass(obj):
+                raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+            names = self._fields[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+        return {name: getattr(obj, name) for name in names}
 
     def to_dict(self, record: object) -> dict[str, Any]:
         """The payload as a dict (what :meth:`encode` writes), for sinks and views."""

@@ -23,8 +23,9 @@ they do (:func:`same`), and time alone never emits one.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 
 from contract.inputs import GpuRequest, NodeSupply, PendingPod, SupplyDevice, SupplyHolder
 from contract.outputs import (
@@ -148,33 +149,85 @@ def _waiting(pool: Pool, w: Waiter) -> WaitingPod:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SupplyGroup:
+    """A node's allocated devices of one resource, product and MIG profile, counted and described
+    once per distinct supply record (:func:`summarize`): what a pool's record needs of them."""
+
+    product: str
+    mig_profile: str
+    allocated: int
+    unmeasured: int
+    #: the idle ones as (since, node, device UUID, position, described), sorted: longest idle
+    #: first (the position keeps the supply's order among equals, and no two compare further)
+    idle: tuple[tuple[int, str, str, int, IdleGpu], ...]
+    latest: int | None  # when the most recent of them began idling
+
+
+#: how a demand record reads a node's supply (:func:`summarize`, or a memo of it)
+Summarize = Callable[[NodeSupply], tuple[SupplyGroup, ...]]
+
+
+def summarize(supply: NodeSupply) -> tuple[SupplyGroup, ...]:
+    """The node's supply grouped by product and MIG profile (nothing for a node that left)."""
+    if supply.gone:
+        return ()
+    groups: dict[tuple[str, str], tuple[list[int], list[tuple[int, str, str, int, IdleGpu]]]] = {}
+    for i, d in enumerate(supply.devices):
+        counts, idle = groups.setdefault((d.product, d.mig_profile), ([0, 0], []))
+        counts[0] += 1
+        if not d.measured:
+            counts[1] += 1
+        elif d.idle_since_ms is not None:
+            described = IdleGpu(
+                supply.node, d.device_uuid, d.idle_since_ms, holders_of(supply.resource, d)
+            )
+            idle.append((d.idle_since_ms, supply.node, d.device_uuid, i, described))
+    return tuple(
+        SupplyGroup(
+            product,
+            mig,
+            counts[0],
+            counts[1],
+            tuple(sorted(idle)),
+            max((e[0] for e in idle), default=None),
+        )
+        for (product, mig), (counts, idle) in groups.items()
+    )
+
+
 def pool_demand(
-    pool: Pool, waiters: Sequence[Waiter], supply: Sequence[NodeSupply], ts_ms: int
+    pool: Pool,
+    waiters: Sequence[Waiter],
+    supply: Sequence[NodeSupply],
+    ts_ms: int,
+    summarize: Summarize = summarize,
 ) -> PoolDemand:
-    """The pool's demand record as of ``ts_ms`` (module docstring)."""
+    """The pool's demand record as of ``ts_ms`` (module docstring). ``summarize``: how each
+    node's supply is read (the demand stage memoizes it per node, so a record costs a count per
+    node of the resource, not a walk over every device)."""
     waiting = sorted(
         (_waiting(pool, w) for w in waiters if any(asks(pool, r) for r in w.requests)),
         key=lambda p: (p.since_ms, p.namespace, p.pod),
     )
-    # one pass over the pool's supply counts; only the listed idle GPUs are described (a
-    # resource's supply is every node's: its cost per record must stay a count, not a listing)
-    allocated = unmeasured = 0
-    idle_at: list[tuple[int, str, str, SupplyDevice]] = []
+    # the matching groups of every node's supply: counts added, the longest idle of their idle
+    # GPUs listed
+    allocated = unmeasured = idle_gpus = 0
+    latest: int | None = None
+    runs: list[tuple[tuple[int, str, str, int, IdleGpu], ...]] = []
     for s in supply:
-        if s.gone:
+        if s.gone or s.resource != pool.resource:
             continue
-        for d in s.devices:
-            if not matches(pool, s.resource, d):
+        for g in summarize(s):
+            if pool.product not in ("", g.product) or pool.mig_profile not in ("", g.mig_profile):
                 continue
-            allocated += 1
-            if not d.measured:
-                unmeasured += 1
-            elif d.idle_since_ms is not None:
-                idle_at.append((d.idle_since_ms, s.node, d.device_uuid, d))
-    listed = heapq.nsmallest(IDLE_LISTED, idle_at, key=lambda i: (i[0], i[1], i[2]))
-    idle = [
-        IdleGpu(node, uuid, since, holders_of(pool.resource, d)) for since, node, uuid, d in listed
-    ]
+            allocated += g.allocated
+            unmeasured += g.unmeasured
+            if g.latest is not None:
+                idle_gpus += len(g.idle)
+                latest = g.latest if latest is None or g.latest > latest else latest
+                runs.append(g.idle)
+    listed = heapq.nsmallest(IDLE_LISTED, chain.from_iterable(runs))
     return PoolDemand(
         ts_ms=ts_ms,
         pool=pool.key(),
@@ -186,19 +239,24 @@ def pool_demand(
         oldest_since_ms=waiting[0].since_ms if waiting else None,
         waiting=tuple(waiting[:WAITING_LISTED]),
         allocated_gpus=allocated,
-        idle=tuple(idle),
+        idle=tuple(i[4] for i in listed),
         unmeasured_gpus=unmeasured,
-        idle_gpus=len(idle_at),
-        idle_latest_since_ms=max((i[0] for i in idle_at), default=None),
+        idle_gpus=idle_gpus,
+        idle_latest_since_ms=latest,
     )
 
 
 def demands(
-    resource: str, waiters: Sequence[Waiter], supply: Sequence[NodeSupply], ts_ms: int
+    resource: str,
+    waiters: Sequence[Waiter],
+    supply: Sequence[NodeSupply],
+    ts_ms: int,
+    summarize: Summarize = summarize,
 ) -> tuple[PoolDemand, ...]:
     """Every pool of the resource and its record, sorted by pool key."""
     return tuple(
-        pool_demand(p, waiters, supply, ts_ms) for p in pools_of(resource, waiters, supply)
+        pool_demand(p, waiters, supply, ts_ms, summarize)
+        for p in pools_of(resource, waiters, supply)
     )
 
 

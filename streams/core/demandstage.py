@@ -162,6 +162,12 @@ class DemandStage:
         self.tables = tables
         self.window_ms = int(window_s * 1000)
         self._dirty = False  # the record being applied changed a pod or node key
+        # each node's supply, counted and described once per distinct record it holds (the
+        # record object: a recovered table holds new ones, read afresh); one entry per
+        # (resource, node) key, dropped with the key — bounded by what is live
+        self._summaries: dict[
+            tuple[str, str], tuple[NodeSupply, tuple[demand.SupplyGroup, ...]]
+        ] = {}
 
     def handle(self, record: object, partition: int, key: bytes | None) -> list[DemandOutput]:
         resource = key_resource(key, record)
@@ -205,7 +211,11 @@ class DemandStage:
         self._dirty = False
         rd = self._apply(resource, old, record)
         touched = self._dirty  # a pod or node of the resource changed: its pools may have
-        now = demand.demands(resource, *self._read(resource, rd), ts_ms) if touched else None
+        now = (
+            demand.demands(resource, *self._read(resource, rd), ts_ms, self._summary)
+            if touched
+            else None
+        )
         changed, retired = demand.changes(rd.pools, now) if now is not None else ((), ())
         if now is not None:
             rd = replace(rd, pools=now if changed or retired else rd.pools)
@@ -252,6 +262,15 @@ class DemandStage:
         waiters = [w for p in rd.pods if (w := pods.get(pod_key(resource, p))) is not None]
         nodes = [s for n in rd.nodes if (s := supply.get(supply_key(resource, n))) is not None]
         return waiters, nodes
+
+    def _summary(self, supply: NodeSupply) -> tuple[demand.SupplyGroup, ...]:
+        key = (supply.resource, supply.node)
+        hit = self._summaries.get(key)
+        if hit is not None and hit[0] is supply:
+            return hit[1]
+        groups = demand.summarize(supply)
+        self._summaries[key] = (supply, groups)
+        return groups
 
     def _alerts(
         self, rd: ResourceDemand, ts_ms: int, retired: tuple[str, ...]
@@ -318,6 +337,7 @@ class DemandStage:
             if current is None:
                 return rd
             del self.tables.demand_supply[key]
+            self._summaries.pop((resource, record.node), None)
             self._dirty = True
             rd = replace(rd, nodes=_without(rd.nodes, record.node))
             return _depart(rd, node_departure(record.node), record.ts_ms)

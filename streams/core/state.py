@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from contract import inputs
 from contract.codec import Codec
+from contract.outputs import Alert, PoolDemand
 from streams.core.alerts import DeviceAlerts
 from streams.core.demand import Waiter
 from streams.core.demandstage import PartitionResources, ResourceDemand
@@ -39,4 +40,10 @@ KINDS: dict[str, tuple[type, int]] = {
 
 #: What the tables hold: these state kinds and the input records kept as they came (nodes,
 #: claims, operand pods)
-TABLE_CODEC = Codec(inputs.KINDS, KINDS)
+TABLE_CODEC = Codec(
+    inputs.KINDS,
+    KINDS,
+    # states that keep what they emitted and are written on every change: the emitted records'
+    # JSON is made once per record, not again in every value that still holds it
+    shared={ResourceDemand: (PoolDemand, Alert), NodeSupplyState: (inputs.NodeSupply,)},
+)

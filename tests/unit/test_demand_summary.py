@@ -1,0 +1,141 @@
+"""A pool's record read through per-node summaries (counted and described once per node's
+supply record) is exactly the record a walk over every device gives, for any supply and pool;
+and the demand stage's memo reads a node afresh when its record changes or comes back from a
+recovered table."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contract.inputs import NodeSupply, SupplyDevice, SupplyHolder
+from contract.outputs import IDLE_LISTED, IdleGpu, Pool, PoolDemand
+from streams.core import demand
+from streams.core.demand import holders_of, matches, pool_demand
+from streams.core.demandstage import DemandStage, DemandTables
+from streams.core.state import TABLE_CODEC
+
+RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb")
+PRODUCTS = ("", "A100", "H100")
+MIGS = ("", "1g.10gb")
+
+
+def per_device(pool: Pool, supply: Sequence[NodeSupply], ts_ms: int) -> PoolDemand:
+    """The reference: every device of every node walked and matched, all idle ones sorted."""
+    allocated = unmeasured = 0
+    idle_at: list[tuple[int, str, str, SupplyDevice]] = []
+    for s in supply:
+        if s.gone:
+            continue
+        for d in s.devices:
+            if not matches(pool, s.resource, d):
+                continue
+            allocated += 1
+            if not d.measured:
+                unmeasured += 1
+            elif d.idle_since_ms is not None:
+                idle_at.append((d.idle_since_ms, s.node, d.device_uuid, d))
+    listed = heapq.nsmallest(IDLE_LISTED, idle_at, key=lambda i: (i[0], i[1], i[2]))
+    return PoolDemand(
+        ts_ms=ts_ms,
+        pool=pool.key(),
+        resource=pool.resource,
+        product=pool.product,
+        mig_profile=pool.mig_profile,
+        pending_pods=0,
+        gpus_requested=0,
+        oldest_since_ms=None,
+        waiting=(),
+        allocated_gpus=allocated,
+        idle=tuple(IdleGpu(n, u, t, holders_of(pool.resource, d)) for t, n, u, d in listed),
+        unmeasured_gpus=unmeasured,
+        idle_gpus=len(idle_at),
+        idle_latest_since_ms=max((i[0] for i in idle_at), default=None),
+    )
+
+
+holders = st.lists(
+    st.builds(
+        SupplyHolder,
+        namespace=st.sampled_from(("ml", "web")),
+        pod=st.sampled_from(("a", "b", "c")),
+        uid=st.sampled_from(("", "uid-1")),
+        workload=st.sampled_from((None, "Deployment/x")),
+    ),
+    max_size=3,
+).map(tuple)
+
+
+@st.composite
+def node_supply(draw: st.DrawFn, node: str) -> NodeSupply:
+    devices = tuple(
+        SupplyDevice(
+            device_uuid=f"GPU-{node}-{i}",
+            product=draw(st.sampled_from(PRODUCTS)),
+            mig_profile=draw(st.sampled_from(MIGS)),
+            idle_since_ms=draw(st.one_of(st.none(), st.integers(0, 5))),  # ties across nodes
+            holders=draw(holders),
+            slots=draw(st.integers(1, 4)),
+            measured=draw(st.booleans()),
+        )
+        for i in range(draw(st.integers(0, 30)))
+    )
+    resource = draw(st.sampled_from(RESOURCES))
+    return NodeSupply(7, node, resource, devices, gone=draw(st.booleans()) and not devices)
+
+
+supplies = st.integers(0, 8).flatmap(
+    lambda n: st.tuples(*(node_supply(f"node-{i}") for i in range(n)))
+)
+pools = st.builds(
+    Pool,
+    resource=st.sampled_from(RESOURCES),
+    product=st.sampled_from(PRODUCTS),
+    mig_profile=st.sampled_from(MIGS),
+)
+
+
+@settings(max_examples=300)
+@given(pool=pools, supply=supplies)
+def test_the_summarized_record_is_the_per_device_walks(
+    pool: Pool, supply: tuple[NodeSupply, ...]
+) -> None:
+    assert pool_demand(pool, [], supply, 9) == per_device(pool, supply, 9)
+
+
+def _supply(node: str, *idle: int | None) -> NodeSupply:
+    return NodeSupply(
+        1,
+        node,
+        "nvidia.com/gpu",
+        tuple(SupplyDevice(f"GPU-{node}-{i}", idle_since_ms=t) for i, t in enumerate(idle)),
+    )
+
+
+def test_the_stages_memo_reads_a_changed_or_recovered_record_afresh() -> None:
+    tables = DemandTables()
+    stage = DemandStage(tables, 900.0)
+    key = b"nvidia.com/gpu"
+    stage.handle(_supply("n1", 100, None), 0, key)
+    stage.handle(_supply("n2", 50), 0, key)
+    pool = tables.demand_resources["nvidia.com/gpu"].pools[0]
+    assert (pool.idle_gpus, [g.node for g in pool.idle]) == (2, ["n2", "n1"])
+    # n1's record changes: its summary is read again, not the remembered one
+    stage.handle(replace(_supply("n1", 10, 20), ts_ms=2), 0, key)
+    pool = tables.demand_resources["nvidia.com/gpu"].pools[0]
+    assert [(g.node, g.since_ms) for g in pool.idle] == [("n1", 10), ("n1", 20), ("n2", 50)]
+    # a recovered table holds equal records as new objects: read afresh, the same answer
+    for k, v in list(tables.demand_supply.items()):
+        tables.demand_supply[k] = TABLE_CODEC.decode(TABLE_CODEC.encode(v))
+    stage.handle(replace(_supply("n3", None), ts_ms=3), 0, key)  # n3: one device, not idle
+    pool = tables.demand_resources["nvidia.com/gpu"].pools[0]
+    assert [(g.node, g.since_ms) for g in pool.idle] == [("n1", 10), ("n1", 20), ("n2", 50)]
+    assert pool.allocated_gpus == 4
+    # a node that leaves takes its summary with it
+    stage.handle(NodeSupply(4, "n2", "nvidia.com/gpu", (), gone=True), 0, key)
+    assert set(stage._summaries) == {("nvidia.com/gpu", "n1"), ("nvidia.com/gpu", "n3")}
+    assert demand.summarize(NodeSupply(5, "n9", "nvidia.com/gpu", (), gone=True)) == ()
