@@ -66,8 +66,18 @@ class HeldNow:
 
 def fingerprint(record: object) -> str:
     """A record's identity (its content): what tells a record processed again after a crash
-    from another record of the same node at the same millisecond."""
-    return hashlib.sha256(repr(record).encode()).hexdigest()[:16]
+    from another record of the same node at the same millisecond. The last record's is
+    remembered (several decisions ask for it while one record is processed; a record is
+    immutable, and the memo holds it, so the object is the same record)."""
+    last = _LAST_FINGERPRINT[0]
+    if last is not None and last[0] is record:
+        return last[1]
+    found = hashlib.sha256(repr(record).encode()).hexdigest()[:16]
+    _LAST_FINGERPRINT[0] = (record, found)
+    return found
+
+
+_LAST_FINGERPRINT: list[tuple[object, str] | None] = [None]
 
 
 DEPARTED = "no source of the node lists this device any more"
