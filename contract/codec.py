@@ -59,7 +59,7 @@ def _registry(tables: tuple[KindTable, ...]) -> dict[str, RecordType]:
 
 
 #: nested records whose JSON is remembered, by identity (:class:`Codec` ``shared``)
-SHARED_KEPT = 128
+SHARED_KEPT = 64
 
 
 class Codec:
@@ -72,7 +72,8 @@ class Codec:
     written before it (a state that keeps the records it emitted, written again on every
     change): each such object's JSON is made once and spliced in as it is (``orjson.Fragment``),
     the same bytes, remembered by identity for the last :data:`SHARED_KEPT` objects (immutable
-    records: an object's JSON never changes while it lives, and the memo keeps it alive)."""
+    records: an object's JSON never changes while it lives, and the memo keeps it alive), per
+    record type."""
 
     def __init__(
         self,
@@ -85,7 +86,10 @@ class Codec:
         }
         self._adapters: dict[type[Any], pydantic.TypeAdapter[Any]] = {}
         self._shared = {cls: frozenset(types) for cls, types in (shared or {}).items()}
-        self._fragments: dict[int, tuple[object, orjson.Fragment]] = {}
+        # per record type that shares: the objects' JSON, by identity
+        self._fragments: dict[type[Any], dict[int, tuple[object, orjson.Fragment]]] = {
+            cls: {} for cls in self._shared
+        }
         self._fields: dict[type[Any], tuple[str, ...]] = {}
 
     def kind_of(self, record: object) -> RecordType:
@@ -103,24 +107,29 @@ class Codec:
         else:
             body = orjson.dumps(
                 record,
-                default=functools.partial(self._part, shared),
+                default=functools.partial(self._part, shared, self._fragments[type(record)]),
                 option=orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS,
             )
         head = b'{"schema":' + orjson.dumps(rt.kind) + b',"v":' + str(rt.version).encode()
         # orjson renders a dataclass as one JSON object: splice the envelope into it.
         return head + (b"}" if body == b"{}" else b"," + body[1:])
 
-    def _part(self, shared: frozenset[type[Any]], obj: object) -> object:
+    def _part(
+        self,
+        shared: frozenset[type[Any]],
+        fragments: dict[int, tuple[object, orjson.Fragment]],
+        obj: object,
+    ) -> object:
         """A nested record as orjson renders it: a shared one's remembered JSON, any other
         dataclass as its fields in order (what orjson writes for a dataclass)."""
         if type(obj) in shared:
-            hit = self._fragments.get(id(obj))
+            hit = fragments.get(id(obj))
             if hit is not None and hit[0] is obj:
                 return hit[1]
             fragment = orjson.Fragment(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
-            if len(self._fragments) >= SHARED_KEPT:  # the oldest out
-                self._fragments.pop(next(iter(self._fragments)))
-            self._fragments[id(obj)] = (obj, fragment)
+            if len(fragments) >= SHARED_KEPT:  # the oldest out
+                fragments.pop(next(iter(fragments)))
+            fragments[id(obj)] = (obj, fragment)
             return fragment
         names = self._fields.get(type(obj))
         if names is None:
