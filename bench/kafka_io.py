@@ -161,6 +161,7 @@ async def passthrough(
         lambda: producer,
         failed.append,
         max_records=worker.outbox_records,
+        max_bytes=worker.outbox_bytes,
         linger_s=worker.outbox_linger_s,
     )
     done, samples, started = 0, 0, None

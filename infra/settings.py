@@ -358,9 +358,11 @@ class WorkerSettings(BaseSettings):
     producer_batch_bytes: int = Field(default=262_144, ge=16_384)
     producer_linger_s: float = Field(default=0.05, ge=0)
     #: the outbox (streams/worker/outbox.py): the worker's outputs and changelog records go to
-    #: the producer as whole per-partition batches once this many are queued, or this long after
-    #: the first one (and before every offset commit)
+    #: the producer as whole per-partition batches once this many records or bytes of values are
+    #: queued, or this long after the first one (and before every offset commit); it holds at
+    #: most twice either before the worker waits
     outbox_records: int = Field(default=2048, ge=1)
+    outbox_bytes: int = Field(default=1 << 20, ge=1)
     outbox_linger_s: float = Field(default=0.01, ge=0)
 
     @field_validator("peers", mode="before")

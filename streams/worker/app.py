@@ -206,6 +206,7 @@ def build_app(
         lambda: app.producer._ensure_producer(),
         app._crash,
         max_records=worker.outbox_records,
+        max_bytes=worker.outbox_bytes,
         linger_s=worker.outbox_linger_s,
     )
     publisher = Publisher(app.outbox, topics_by_type(names), output_key, output_value)

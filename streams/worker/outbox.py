@@ -8,8 +8,9 @@ per-record future, callback or Faust wrapper is made. The queues go to the produ
 (:meth:`Outbox.drain`): one closed ``BatchBuilder`` per topic partition (more when one fills up),
 submitted with ``send_batch`` — one delivery future per batch. A drain starts
 
-- when the queues hold :attr:`Outbox.max_records` (in a task: processing goes on meanwhile; the
-  agent waits, :meth:`Outbox.room`, only past twice that — backpressure, memory bounded),
+- when the queues hold :attr:`Outbox.max_records` records or :attr:`Outbox.max_bytes` bytes of
+  values (in a task: processing goes on meanwhile; the agent waits, :meth:`Outbox.room`, only
+  past twice either — backpressure: the memory it holds is bounded),
 - ``linger_s`` after the first record queued since the last drain (a worker that is not saturated
   sends within that time), and
 - before every offset commit and rebalance: :class:`streams.worker.transport.Producer` drains the
@@ -89,7 +90,8 @@ class Outbox:
     """Queues encoded records per topic partition and hands them to ``producer()`` (aiokafka's,
     once started) as whole batches. ``max_records``: a drain starts at that many queued records;
     ``linger_s``: at most that long after the first record queued; ``crash``: a batch the producer
-    gave up on, or a drain that failed, stops the worker."""
+    gave up on, or a drain that failed, stops the worker. ``max_bytes``: a drain starts at that
+    many bytes of queued values, too."""
 
     def __init__(
         self,
@@ -97,17 +99,20 @@ class Outbox:
         crash: Callable[[BaseException], None],
         *,
         max_records: int = 2048,
+        max_bytes: int = 1 << 20,
         linger_s: float = 0.01,
     ) -> None:
-        if max_records < 1:
-            raise ValueError("max_records must be at least 1")
+        if max_records < 1 or max_bytes < 1:
+            raise ValueError("max_records and max_bytes must be at least 1")
         self.producer = producer
         self.crash = crash
         self.max_records = max_records
+        self.max_bytes = max_bytes
         self.linger_s = linger_s
         self._queues: dict[tuple[str, int | None], list[Entry]] = {}
         self._kinds: Counter[str] = Counter()
         self._size = 0
+        self._bytes = 0
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
@@ -134,16 +139,19 @@ class Outbox:
             queue = self._queues[(topic, partition)] = []
         queue.append((key, value))
         self._size += 1
+        if value is not None:
+            self._bytes += len(value)
         if kind is not None:
             self._kinds[kind] += 1
-        if self._size >= self.max_records:
+        if self._size >= self.max_records or self._bytes >= self.max_bytes:
             self._start()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.linger_s, self._start)
 
     async def room(self) -> None:
-        """Wait while the queues hold twice :attr:`max_records` (a drain is under way by then)."""
-        while self._size >= 2 * self.max_records:
+        """Wait while the queues hold twice :attr:`max_records` or :attr:`max_bytes` (a drain is
+        under way by then)."""
+        while self._size >= 2 * self.max_records or self._bytes >= 2 * self.max_bytes:
             await self.drain()
 
     async def drain(self) -> None:
@@ -152,7 +160,7 @@ class Outbox:
         async with self._lock:
             while self._size:
                 queues, kinds = self._queues, self._kinds
-                self._queues, self._kinds, self._size = {}, Counter(), 0
+                self._queues, self._kinds, self._size, self._bytes = {}, Counter(), 0, 0
                 if self._timer is not None:
                     self._timer.cancel()
                     self._timer = None

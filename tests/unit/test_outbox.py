@@ -239,3 +239,19 @@ async def test_a_drain_that_fails_in_the_background_stops_the_worker() -> None:
     await asyncio.wait_for(stopped.wait(), 5)
     assert [str(e) for e in crashed] == ["producer closed"]
     assert errors() == before + 1
+
+
+async def test_a_drain_starts_at_the_byte_bound_and_the_caller_waits_past_twice_it() -> None:
+    prod = producer()
+    prod.gate = asyncio.Event()
+    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, max_bytes=10, linger_s=60)
+    outbox.add("c", b"k", b"x" * 10, partition=0)  # the byte bound: a drain starts
+    await asyncio.sleep(0)  # it takes the queue and waits at the gate
+    outbox.add("c", b"k", b"y" * 20, partition=0)  # twice the bytes queued behind it
+    room = asyncio.create_task(outbox.room())
+    await asyncio.sleep(0)
+    assert not room.done()
+    prod.gate.set()
+    await asyncio.wait_for(room, 5)
+    await outbox.drain()
+    assert [v for _, _, records in prod.sent for _, v in records] == [b"x" * 10, b"y" * 20]
