@@ -1,10 +1,14 @@
-"""The worker's own share of the cost: decode, pure core and encode per GPU sample, no Kafka.
+"""The worker's own share of the cost: decode, pure core, demand stage and encodes per GPU
+sample, no Kafka.
 
 ``python -m bench.core [--nodes 250 --intervals 8 --repeat 3]`` feeds the benchmark fleet's
 records (the same ``bench.run`` preloads) through :func:`contract.codec.decode`,
-:class:`streams.core.processor.Processor` on in-memory tables and :func:`contract.codec.encode`
-of every output, in one process, and prints the CPU microseconds per GPU sample of each step (median
-[min, max] of the runs). What ``bench.run`` measures beyond this is Faust's and aiokafka's.
+:class:`streams.core.processor.Processor` on in-memory tables ("core"), the node supply it emits
+through :class:`streams.core.demandstage.DemandStage` ("demand", as the worker's second agent
+does), :func:`contract.codec.encode` of every output ("encode") and the table codec of every table
+value written ("state": what the changelogs carry), in one process, and prints the CPU
+microseconds per GPU sample of each step (median [min, max] of the runs). What ``bench.run``
+measures beyond this is Faust's and aiokafka's.
 """
 
 from __future__ import annotations
@@ -15,34 +19,63 @@ import time
 
 from bench.fleet import sample_count, stream
 from contract import codec
-from contract.inputs import DcgmScrape
-from contract.topics import TABLES
+from contract.inputs import DcgmScrape, NodeSupply, pool_resource
+from contract.topics import DEMAND_TABLES, TABLES
 from infra.settings import AlertSettings
+from streams.core.demandstage import DemandStage, DemandTables
 from streams.core.processor import Processor, Tables
+from streams.core.state import TABLE_CODEC
+from streams.worker.app import Published, output_value
 
 START_MS = 1_700_000_000_000
 IDLE_WINDOW_S = 20  # the alerts' idle window in these runs (bench.run's workers run with it)
 WARM_INTERVALS = 6  # 30 s of 5 s scrapes: past the idle window
 
 
+class _WrittenTable(dict[str, object]):
+    """A table that keeps what is written to it, for the state step to encode."""
+
+    def __init__(self, written: list[object]) -> None:
+        super().__init__()
+        self.written = written
+
+    def __setitem__(self, key: str, value: object) -> None:
+        self.written.append(value)
+        super().__setitem__(key, value)
+
+
 def once(payloads: list[bytes], samples: int) -> dict[str, float]:
-    processor = Processor(
-        Tables.in_memory(), AlertSettings.model_construct(idle_window_s=IDLE_WINDOW_S)
+    written: list[object] = []
+    tables = Tables(**{f: _WrittenTable(written) for f in TABLES})  # type: ignore[arg-type]
+    processor = Processor(tables, AlertSettings.model_construct(idle_window_s=IDLE_WINDOW_S))
+    stage = DemandStage(
+        DemandTables(**{f: _WrittenTable(written) for f in DEMAND_TABLES}),  # type: ignore[arg-type]
+        IDLE_WINDOW_S,
     )
-    spent = {"decode": 0.0, "core": 0.0, "encode": 0.0}
+    spent = {"decode": 0.0, "core": 0.0, "demand": 0.0, "encode": 0.0, "state": 0.0}
     clock = time.process_time  # this process's CPU: the figure holds beside other load
     for payload in payloads:
         t0 = clock()
         record = codec.decode(payload)
         t1 = clock()
-        outputs = processor.handle(record)
+        outputs: list[Published] = list(processor.handle(record))
         t2 = clock()
-        for out in outputs:
-            codec.encode(out)
+        for out in list(outputs):
+            if isinstance(out, NodeSupply):
+                outputs += stage.handle(out, 0, pool_resource(out.resource).encode())
         t3 = clock()
+        for out in outputs:
+            output_value(out)
+        t4 = clock()
+        for value in written:
+            TABLE_CODEC.encode(value)
+        written.clear()
+        t5 = clock()
         spent["decode"] += t1 - t0
         spent["core"] += t2 - t1
-        spent["encode"] += t3 - t2
+        spent["demand"] += t3 - t2
+        spent["encode"] += t4 - t3
+        spent["state"] += t5 - t4
     per = {k: v / samples * 1e6 for k, v in spent.items()}
     per["total"] = sum(per.values())
     return per
@@ -95,7 +128,7 @@ def main() -> None:
     samples = sample_count(args.nodes, args.intervals)
     runs = [once(payloads, samples) for _ in range(args.repeat)]
     print(f"{len(payloads)} input records, {samples} GPU samples, {args.repeat} run(s)")
-    for step in ("decode", "core", "encode", "total"):
+    for step in ("decode", "core", "demand", "encode", "state", "total"):
         values = [r[step] for r in runs]
         print(
             f"  {step:<7} {statistics.median(values):7.1f} µs per sample "

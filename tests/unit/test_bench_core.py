@@ -20,7 +20,7 @@ def test_bench_core_prints_each_step(
     out = capsys.readouterr().out
     assert out.startswith(f"{len(list(core.stream(3, 2, start_ms=core.START_MS)))} input records")
     steps = [line.split()[0] for line in out.splitlines()[1:]]
-    assert steps == ["decode", "core", "encode", "total", "changelog"]
+    assert steps == ["decode", "core", "demand", "encode", "state", "total", "changelog"]
 
 
 def test_a_steady_fleet_writes_at_most_one_changelog_record_per_node_per_scrape() -> None:
