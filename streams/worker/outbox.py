@@ -116,7 +116,8 @@ class Outbox:
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
-        self._known: dict[str, tuple[int, ...]] = {}  # topic → its partitions, once known
+        #: topic → its partitions, as the producer's metadata said since the last drain
+        self._known: dict[str, tuple[int, ...]] = {}
 
     def __len__(self) -> int:
         """Records queued and not yet handed to the producer."""
@@ -161,6 +162,7 @@ class Outbox:
             while self._size:
                 queues, kinds = self._queues, self._kinds
                 self._queues, self._kinds, self._size, self._bytes = {}, Counter(), 0, 0
+                self._known.clear()  # partitions read again from the metadata: a topic grows
                 if self._timer is not None:
                     self._timer.cancel()
                     self._timer = None

@@ -255,3 +255,18 @@ async def test_a_drain_starts_at_the_byte_bound_and_the_caller_waits_past_twice_
     await asyncio.wait_for(room, 5)
     await outbox.drain()
     assert [v for _, _, records in prod.sent for _, v in records] == [b"x" * 10, b"y" * 20]
+
+
+async def test_a_topic_that_grows_is_partitioned_afresh_after_a_drain() -> None:
+    prod = producer(out={0, 1})
+    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, linger_s=60)
+    key = next(k for k in (b"k%d" % i for i in range(100)) if keyed(k, 2) != keyed(k, 16))
+    outbox.add("out", key, b"before")
+    await outbox.drain()
+    prod.client.cluster.partitions["out"] = set(range(16))  # the topic grew
+    outbox.add("out", key, b"after")
+    await outbox.drain()
+    assert [(p, r) for _, p, r in prod.sent] == [
+        (keyed(key, 2), [(key, b"before")]),
+        (keyed(key, 16), [(key, b"after")]),
+    ]
