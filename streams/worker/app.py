@@ -19,7 +19,6 @@ import time
 from typing import Any
 
 import faust
-from aiokafka.errors import IllegalStateError
 
 from contract import codec
 from contract.inputs import NodeSupply, pool_resource
@@ -44,6 +43,7 @@ from streams.worker import selfmetrics
 from streams.worker.api import QueryApi, assignment
 from streams.worker.demandloop import DemandLoop
 from streams.worker.faust_codecs import RecordTable, register
+from streams.worker.lag import consumer_lags
 from streams.worker.live import LiveDevices
 from streams.worker.livedemand import LiveDemand
 from streams.worker.loop import Event, RecordLoop
@@ -243,17 +243,7 @@ def _gauges(app: faust.App, tables: Tables, input_topic: str, demand_tables: Dem
             selfmetrics.TABLE_KEYS.labels(name).set(len(getattr(tables, name)))
         for name in DEMAND_TABLES:
             selfmetrics.TABLE_KEYS.labels(name).set(len(getattr(demand_tables, name)))
-        lags = {}
-        for tp in assignment(app):
-            if tp.topic != input_topic:
-                continue
-            try:
-                position = await app.consumer.position(tp)
-            except IllegalStateError:  # revoked while we looked: its new owner reports it
-                continue
-            highwater = app.consumer.highwater(tp)  # None until the first fetch returns
-            if position is not None and highwater is not None:
-                lags[str(tp.partition)] = max(0, highwater - position)
+        lags = await consumer_lags(app, input_topic)
         selfmetrics.CONSUMER_LAG.clear()  # partitions that moved away leave the series
         for partition, lag in lags.items():
             selfmetrics.CONSUMER_LAG.labels(partition).set(lag)

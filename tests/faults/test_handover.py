@@ -88,13 +88,16 @@ async def more_alerts(p: Pipeline, n: int, timeout_s: float = 60) -> None:
 
 async def group_is(p: Pipeline, members: int, timeout_s: float = 60) -> None:
     group = p.kafka.topic_prefix + "worker"
+    seen: list[tuple[str, int]] = []
 
     async def settled() -> bool:
-        return await group_members(p.kafka.bootstrap or "", group) == ("Stable", members)
+        seen.append(await group_members(p.kafka.bootstrap or "", group))
+        return seen[-1] == ("Stable", members)
 
-    await wait_for_async(
-        settled, timeout_s=timeout_s, every_s=0.25, what=f"{group} stable with {members}"
-    )
+    def what() -> str:  # on a timeout: what the group was, and what each worker last logged
+        return f"{group} stable with {members} (last seen {seen[-1:]})\n{p.logs(60)}"
+
+    await wait_for_async(settled, timeout_s=timeout_s, every_s=0.25, what=what)
 
 
 async def alert_heavy_run(name: str, bootstrap: str, workdir: Path, fault: Fault) -> None:
