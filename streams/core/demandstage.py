@@ -26,9 +26,16 @@ resource, with the event time of its removal) so an older record does not bring 
 
 **Replay** (as :mod:`streams.core.nodestack`): each emission remembers the record that caused it
 (its event time and fingerprint); that record, processed again after a crash whose table writes
-reached the changelog but whose outputs did not, emits the same again — the same alert ids — and
-the pools' latest records. Alerts are remembered apart from demand records, so the demand
-records of later input never push an alert out before its input is committed.
+reached the changelog but whose outputs did not, emits the same alerts again — the same alert
+ids, exactly — and, for every pool it touched, that pool's latest record (its tombstone when the
+pool is gone). A demand record is a pool's state, keyed by pool on a compacted topic: what a
+consumer must end with is the pool's last record, and that is what a replay delivers (a record
+superseded before the crash may not be delivered again; the alerts it caused always are). So an
+emission remembers which pools it touched, not copies of their records: the resource's value
+holds each pool's record once (a 250-node pool's record is ~35 KB; four remembered copies made
+the value ~130 KB, written on every supply change, issue 31). Alerts are remembered apart from
+demand records, so the demand records of later input never push an alert out before its input
+is committed.
 """
 
 from __future__ import annotations
@@ -67,13 +74,21 @@ class Departure:
 
 @dataclass(frozen=True, slots=True)
 class Emission:
-    """What the record with fingerprint ``by`` at ``ts_ms`` emitted."""
+    """What the record with fingerprint ``by`` at ``ts_ms`` emitted: the pools whose records it
+    changed (``pools``), the pools it retired, its alerts. ``demands``: the records themselves,
+    as values written before issue 31 kept them (read, never written: their pools count as
+    touched)."""
 
     ts_ms: int
     by: str
     demands: tuple[PoolDemand, ...] = ()
     retired: tuple[str, ...] = ()
     alerts: tuple[Alert, ...] = ()
+    pools: tuple[str, ...] = ()  # additive (issue 31)
+
+    def touched(self) -> tuple[str, ...]:
+        """Every pool whose record it changed or retired, sorted."""
+        return tuple(sorted({*self.pools, *self.retired, *(d.pool for d in self.demands)}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +236,7 @@ class DemandStage:
             rd = replace(rd, pools=now if changed or retired else rd.pools)
         rd, alerts = self._alerts(rd, ts_ms, retired)
         if changed or retired:
-            emission = Emission(ts_ms, by, changed, retired)
+            emission = Emission(ts_ms, by, retired=retired, pools=tuple(d.pool for d in changed))
             rd = replace(rd, emitted=(emission, *rd.emitted)[:REMEMBERED])
         if alerts:
             emission = Emission(ts_ms, by, alerts=alerts)
@@ -235,8 +250,8 @@ class DemandStage:
         return out + [a for a in alerts if a.status == "firing"]
 
     def _again(self, rd: ResourceDemand, ts_ms: int, by: str) -> list[DemandOutput] | None:
-        """What the record emitted when it was first processed, and each of its pools' latest
-        record after it (``None``: it is new, or it emitted nothing)."""
+        """The alerts the record emitted when it was first processed, and the latest record of
+        each pool it touched (``None``: it is new, or it emitted nothing; module doc, replay)."""
         hit = next((e for e in rd.emitted if (e.ts_ms, e.by) == (ts_ms, by)), None)
         alerted = next((e for e in rd.alerted if (e.ts_ms, e.by) == (ts_ms, by)), None)
         if hit is None and alerted is None:
@@ -245,15 +260,9 @@ class DemandStage:
         out: list[DemandOutput] = [a for a in alerts if a.status == "resolved"]
         if hit is not None:
             latest = {d.pool: d for d in rd.pools}
-            out += [PoolDemandRetired(p) for p in hit.retired]
-            out += hit.demands
-            for pool in sorted({*hit.retired, *(d.pool for d in hit.demands)}):
-                now = latest.get(pool)
-                then = next((d for d in hit.demands if d.pool == pool), None)
-                if now is not None and now != then:
-                    out.append(now)
-                elif now is None and then is not None:
-                    out.append(PoolDemandRetired(pool))
+            touched = hit.touched()
+            out += [PoolDemandRetired(p) for p in touched if p not in latest]
+            out += [latest[p] for p in touched if p in latest]
         return out + [a for a in alerts if a.status == "firing"]
 
     def _read(self, resource: str, rd: ResourceDemand) -> tuple[list[Waiter], list[NodeSupply]]:

@@ -370,13 +370,15 @@ def test_demand_emitted_on_change_only_and_a_tombstone_when_nothing_is_left() ->
     # records that say nothing new (a relist's), and ticks: nothing emitted, no pool written
     assert run(stage, supply(5, "n1", device("g1")), pod("a", 15), ClockTick(0, 20)) == []
     assert dict(tables.demand_resources) == writes
-    # the same records processed again (after a crash): what they emitted, again
+    # the same records processed again (after a crash): each re-delivers the latest record of
+    # the pool it touched (the pool's state, the last word a consumer must have), never nothing
     again = run(stage, supply(0, "n1", device("g1")), pod("a", 10))
     assert [(type(o).__name__, getattr(o, "pending_pods", None)) for o in again] == [
-        ("PoolDemand", 0),
-        ("PoolDemand", 1),  # the pool's latest after it
+        ("PoolDemand", 1),
         ("PoolDemand", 1),
     ]
+    assert tables.demand_resources[GPU].emitted[0].demands == ()  # pools named, not copied
+    assert tables.demand_resources[GPU].emitted[0].pools == (GPU,)
     out = run(stage, pod("a", 30, state="bound"), NodeSupply(40, "n1", GPU))
     assert [type(o).__name__ for o in out] == ["PoolDemand", "PoolDemandRetired"]
     assert out[-1] == PoolDemandRetired(GPU)
@@ -429,3 +431,15 @@ def test_table_values_round_trip_the_changelog_codec() -> None:
     assert len(values) == 4
     for value in values:
         assert TABLE_CODEC.decode(TABLE_CODEC.encode(value)) == value
+
+
+def test_a_value_written_before_issue_31_replays_the_pools_its_emissions_copied() -> None:
+    """Values written by earlier workers keep copies of the emitted records (``demands``): a
+    record processed again after an upgrade re-delivers those pools' latest records."""
+    stage, tables = new_stage()
+    run(stage, supply(0, "n1", device("g1")), pod("a", 10))
+    rd = tables.demand_resources[GPU]
+    latest = rd.pools[0]
+    older = [replace(e, pools=(), demands=(replace(latest, pending_pods=0),)) for e in rd.emitted]
+    tables.demand_resources[GPU] = replace(rd, emitted=tuple(older))
+    assert run(stage, pod("a", 10)) == [latest]
