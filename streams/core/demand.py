@@ -25,7 +25,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from itertools import chain
+from itertools import islice
+from typing import Protocol
 
 from contract.inputs import GpuRequest, NodeSupply, PendingPod, SupplyDevice, SupplyHolder
 from contract.outputs import (
@@ -100,8 +101,12 @@ def pools_of(
     resource: str, waiters: Iterable[Waiter], supply: Iterable[NodeSupply]
 ) -> tuple[Pool, ...]:
     """The resource's pools (module docstring), sorted by key."""
+    return _pools(resource, waiters, any(s.devices and not s.gone for s in supply))
+
+
+def _pools(resource: str, waiters: Iterable[Waiter], supplying: bool) -> tuple[Pool, ...]:
     pools = {Pool(resource, r.product, r.mig_profile) for w in waiters for r in w.requests}
-    if any(s.devices and not s.gone for s in supply):
+    if supplying:
         pools.add(Pool(resource))
     return tuple(sorted(pools, key=Pool.key))
 
@@ -149,19 +154,42 @@ def _waiting(pool: Pool, w: Waiter) -> WaitingPod:
     )
 
 
+#: an idle device as a pool's record lists it: (since, node, device UUID, position, described);
+#: sorted, longest idle first (the position keeps a supply's order among equals; node and UUID
+#: tell any two devices apart, so no two ever compare their descriptions)
+IdleEntry = tuple[int, str, str, int, IdleGpu]
+
+
+class Group(Protocol):
+    """Allocated devices of one resource, product and MIG profile: what a pool's record needs of
+    them (one node's, :class:`SupplyGroup`; or summed over a resource's nodes,
+    :class:`streams.core.supplyindex.SupplyIndex`)."""
+
+    @property
+    def product(self) -> str: ...
+    @property
+    def mig_profile(self) -> str: ...
+    @property
+    def allocated(self) -> int: ...
+    @property
+    def unmeasured(self) -> int: ...
+    @property
+    def idle(self) -> Sequence[IdleEntry]: ...  # sorted
+    @property
+    def latest(self) -> int | None: ...  # when the most recent of the idle ones began idling
+
+
 @dataclass(frozen=True, slots=True)
 class SupplyGroup:
     """A node's allocated devices of one resource, product and MIG profile, counted and described
-    once per distinct supply record (:func:`summarize`): what a pool's record needs of them."""
+    once per distinct supply record (:func:`summarize`)."""
 
     product: str
     mig_profile: str
     allocated: int
     unmeasured: int
-    #: the idle ones as (since, node, device UUID, position, described), sorted: longest idle
-    #: first (the position keeps the supply's order among equals, and no two compare further)
-    idle: tuple[tuple[int, str, str, int, IdleGpu], ...]
-    latest: int | None  # when the most recent of them began idling
+    idle: tuple[IdleEntry, ...]  # sorted
+    latest: int | None
 
 
 #: how a demand record reads a node's supply (:func:`summarize`, or a memo of it)
@@ -172,7 +200,7 @@ def summarize(supply: NodeSupply) -> tuple[SupplyGroup, ...]:
     """The node's supply grouped by product and MIG profile (nothing for a node that left)."""
     if supply.gone:
         return ()
-    groups: dict[tuple[str, str], tuple[list[int], list[tuple[int, str, str, int, IdleGpu]]]] = {}
+    groups: dict[tuple[str, str], tuple[list[int], list[IdleEntry]]] = {}
     for i, d in enumerate(supply.devices):
         counts, idle = groups.setdefault((d.product, d.mig_profile), ([0, 0], []))
         counts[0] += 1
@@ -203,31 +231,37 @@ def pool_demand(
     ts_ms: int,
     summarize: Summarize = summarize,
 ) -> PoolDemand:
-    """The pool's demand record as of ``ts_ms`` (module docstring). ``summarize``: how each
-    node's supply is read (the demand stage memoizes it per node, so a record costs a count per
-    node of the resource, not a walk over every device)."""
+    """The pool's demand record as of ``ts_ms`` (module docstring), from every node's supply
+    record (``summarize``: how each is read)."""
+    groups = (g for s in supply if s.resource == pool.resource for g in summarize(s))
+    return pool_record(pool, waiters, groups, ts_ms)
+
+
+def pool_record(
+    pool: Pool, waiters: Sequence[Waiter], groups: Iterable[Group], ts_ms: int
+) -> PoolDemand:
+    """The pool's demand record as of ``ts_ms`` from the resource's supply in ``groups`` (a
+    node's each, or each summed over the nodes: the same record either way)."""
     waiting = sorted(
         (_waiting(pool, w) for w in waiters if any(asks(pool, r) for r in w.requests)),
         key=lambda p: (p.since_ms, p.namespace, p.pod),
     )
-    # the matching groups of every node's supply: counts added, the longest idle of their idle
-    # GPUs listed
+    # the matching groups: counts added, the longest idle of their idle GPUs listed
     allocated = unmeasured = idle_gpus = 0
     latest: int | None = None
-    runs: list[tuple[tuple[int, str, str, int, IdleGpu], ...]] = []
-    for s in supply:
-        if s.gone or s.resource != pool.resource:
+    runs: list[Sequence[IdleEntry]] = []
+    for g in groups:
+        if pool.product not in ("", g.product) or pool.mig_profile not in ("", g.mig_profile):
             continue
-        for g in summarize(s):
-            if pool.product not in ("", g.product) or pool.mig_profile not in ("", g.mig_profile):
-                continue
-            allocated += g.allocated
-            unmeasured += g.unmeasured
-            if g.latest is not None:
-                idle_gpus += len(g.idle)
-                latest = g.latest if latest is None or g.latest > latest else latest
-                runs.append(g.idle)
-    listed = heapq.nsmallest(IDLE_LISTED, chain.from_iterable(runs))
+        allocated += g.allocated
+        unmeasured += g.unmeasured
+        g_latest = g.latest
+        if g_latest is not None:
+            idle_gpus += len(g.idle)
+            latest = g_latest if latest is None or g_latest > latest else latest
+            runs.append(g.idle)
+    # each run sorted, no two entries equal: the first of their merge are the smallest of all
+    listed = list(islice(heapq.merge(*runs), IDLE_LISTED))
     return PoolDemand(
         ts_ms=ts_ms,
         pool=pool.key(),
@@ -257,6 +291,20 @@ def demands(
     return tuple(
         pool_demand(p, waiters, supply, ts_ms, summarize)
         for p in pools_of(resource, waiters, supply)
+    )
+
+
+def demands_from(
+    resource: str,
+    waiters: Sequence[Waiter],
+    groups: Sequence[Group],
+    supplying: bool,
+    ts_ms: int,
+) -> tuple[PoolDemand, ...]:
+    """:func:`demands` from the resource's supply summed per group
+    (:class:`streams.core.supplyindex.SupplyIndex`; ``supplying``: some node has devices)."""
+    return tuple(
+        pool_record(p, waiters, groups, ts_ms) for p in _pools(resource, waiters, supplying)
     )
 
 

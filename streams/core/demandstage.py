@@ -48,6 +48,7 @@ from contract.outputs import Alert, PoolDemand, PoolDemandRetired
 from streams.core import demand, demandalerts
 from streams.core.demand import Waiter
 from streams.core.spine import fingerprint
+from streams.core.supplyindex import SupplyIndex
 
 DemandOutput = PoolDemand | PoolDemandRetired | Alert
 
@@ -177,12 +178,9 @@ class DemandStage:
         self.tables = tables
         self.window_ms = int(window_s * 1000)
         self._dirty = False  # the record being applied changed a pod or node key
-        # each node's supply, counted and described once per distinct record it holds (the
-        # record object: a recovered table holds new ones, read afresh); one entry per
-        # (resource, node) key, dropped with the key — bounded by what is live
-        self._summaries: dict[
-            tuple[str, str], tuple[NodeSupply, tuple[demand.SupplyGroup, ...]]
-        ] = {}
+        # each resource's supply summed per group, synced with its table records by identity
+        # (a recovered table holds new objects: read afresh); bounded by the live nodes
+        self._indexes: dict[str, SupplyIndex] = {}
 
     def handle(self, record: object, partition: int, key: bytes | None) -> list[DemandOutput]:
         resource = key_resource(key, record)
@@ -226,11 +224,7 @@ class DemandStage:
         self._dirty = False
         rd = self._apply(resource, old, record)
         touched = self._dirty  # a pod or node of the resource changed: its pools may have
-        now = (
-            demand.demands(resource, *self._read(resource, rd), ts_ms, self._summary)
-            if touched
-            else None
-        )
+        now = self._demands(resource, rd, ts_ms) if touched else None
         changed, retired = demand.changes(rd.pools, now) if now is not None else ((), ())
         if now is not None:
             rd = replace(rd, pools=now if changed or retired else rd.pools)
@@ -265,21 +259,18 @@ class DemandStage:
             out += [latest[p] for p in touched if p in latest]
         return out + [a for a in alerts if a.status == "firing"]
 
-    def _read(self, resource: str, rd: ResourceDemand) -> tuple[list[Waiter], list[NodeSupply]]:
+    def _demands(self, resource: str, rd: ResourceDemand, ts_ms: int) -> tuple[PoolDemand, ...]:
+        """Every pool's record of the resource from what its tables hold now."""
         pods = self.tables.demand_pods
         supply = self.tables.demand_supply
         waiters = [w for p in rd.pods if (w := pods.get(pod_key(resource, p))) is not None]
-        nodes = [s for n in rd.nodes if (s := supply.get(supply_key(resource, n))) is not None]
-        return waiters, nodes
-
-    def _summary(self, supply: NodeSupply) -> tuple[demand.SupplyGroup, ...]:
-        key = (supply.resource, supply.node)
-        hit = self._summaries.get(key)
-        if hit is not None and hit[0] is supply:
-            return hit[1]
-        groups = demand.summarize(supply)
-        self._summaries[key] = (supply, groups)
-        return groups
+        index = self._indexes.get(resource)
+        if index is None:
+            index = self._indexes[resource] = SupplyIndex(resource)
+        index.sync(rd.nodes, lambda node: supply_key(resource, node), supply.get)
+        if not index:
+            del self._indexes[resource]  # nothing of it supplied: nothing kept
+        return demand.demands_from(resource, waiters, index.groups(), index.supplying, ts_ms)
 
     def _alerts(
         self, rd: ResourceDemand, ts_ms: int, retired: tuple[str, ...]
@@ -345,8 +336,7 @@ class DemandStage:
         if record.gone or not record.devices:
             if current is None:
                 return rd
-            del self.tables.demand_supply[key]
-            self._summaries.pop((resource, record.node), None)
+            del self.tables.demand_supply[key]  # and from the resource's index at its next sync
             self._dirty = True
             rd = replace(rd, nodes=_without(rd.nodes, record.node))
             return _depart(rd, node_departure(record.node), record.ts_ms)

@@ -1,7 +1,8 @@
 """A pool's record read through per-node summaries (counted and described once per node's
-supply record) is exactly the record a walk over every device gives, for any supply and pool;
-and the demand stage's memo reads a node afresh when its record changes or comes back from a
-recovered table."""
+supply record), or through a resource's index of them summed per group, is exactly the record
+a walk over every device gives, for any supply and pool, after any sequence of changes; and the
+demand stage's index reads a node afresh when its record changes or comes back from a recovered
+table."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from streams.core import demand
 from streams.core.demand import holders_of, matches, pool_demand
 from streams.core.demandstage import DemandStage, DemandTables
 from streams.core.state import TABLE_CODEC
+from streams.core.supplyindex import SupplyIndex
 
 RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb")
 PRODUCTS = ("", "A100", "H100")
@@ -111,6 +113,53 @@ def test_the_summarized_record_is_the_per_device_walks(
     assert supply_part(pool_demand(pool, [], supply, 9)) == per_device(pool, supply)
 
 
+NODES = tuple(f"node-{i}" for i in range(6))
+#: one step: a node's new record (``None``: the node leaves; ``"same"``: its record comes back
+#: from a recovered table, an equal new object; ``"missing"``: still listed, its record gone)
+steps = st.lists(
+    st.sampled_from(NODES).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.one_of(st.none(), st.just("same"), st.just("missing"), node_supply(n)),
+        )
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=300)
+@given(steps=steps)
+def test_the_indexed_record_is_the_per_device_walks_after_every_change(
+    steps: list[tuple[str, NodeSupply | str | None]],
+) -> None:
+    resource = RESOURCES[0]
+    index = SupplyIndex(resource)
+    held: dict[str, NodeSupply] = {}
+    listed: set[str] = set()
+    every_pool = [Pool(resource, p, m) for p in PRODUCTS for m in MIGS]
+    for node, record in steps:
+        listed.add(node)
+        if record is None:
+            held.pop(node, None)
+            listed.discard(node)
+        elif record == "missing":
+            held.pop(node, None)
+        elif record == "same":
+            if node in held:
+                held[node] = TABLE_CODEC.decode(TABLE_CODEC.encode(held[node]))
+        else:
+            assert isinstance(record, NodeSupply)
+            held[node] = record
+        index.sync(tuple(sorted(listed)), lambda n: n, held.get)
+        supply = list(held.values())
+        assert index.supplying == any(s.devices and not s.gone for s in supply)
+        assert index.nodes == tuple(sorted(held))
+        for pool in every_pool:
+            record_now = demand.pool_record(pool, [], index.groups(), 9)
+            assert record_now == pool_demand(pool, [], supply, 9)
+            assert supply_part(record_now) == per_device(pool, supply)
+
+
 def _supply(node: str, *idle: int | None) -> NodeSupply:
     return NodeSupply(
         1,
@@ -141,5 +190,5 @@ def test_the_stages_memo_reads_a_changed_or_recovered_record_afresh() -> None:
     assert pool.allocated_gpus == 4
     # a node that leaves takes its summary with it
     stage.handle(NodeSupply(4, "n2", "nvidia.com/gpu", (), gone=True), 0, key)
-    assert set(stage._summaries) == {("nvidia.com/gpu", "n1"), ("nvidia.com/gpu", "n3")}
+    assert stage._indexes["nvidia.com/gpu"].nodes == ("n1", "n3")
     assert demand.summarize(NodeSupply(5, "n9", "nvidia.com/gpu", (), gone=True)) == ()
