@@ -192,6 +192,31 @@ async def throughput(
     }
 
 
+async def rss_at_scale(
+    bootstrap: str,
+    devices: int,
+    intervals: int,
+    small_rss: int,
+    small_devices: int,
+    workdir: Path,
+) -> dict[str, float]:
+    """The worker's RSS measured on a fleet of at least ``devices`` devices (all of its state
+    built: every input processed), not extrapolated; and the growth per 1,000 devices from the
+    main fleet's run to this one (the same scrape rounds, so the same history per device)."""
+    nodes = 1
+    while sample_count(nodes, 1) < devices:
+        nodes += 1
+    run = await throughput(bootstrap, nodes, intervals, 1, workdir)
+    big = sample_count(nodes, 1)
+    grown = (run["rss_bytes"] - small_rss) / 2**20 / max(big - small_devices, 1) * 1000
+    return {
+        "nodes": nodes,
+        "devices": big,
+        "rss_mib": round(run["rss_bytes"] / 2**20, 1),
+        "mib_per_1k_devices": round(grown, 2),
+    }
+
+
 async def latency(
     bootstrap: str, nodes: int, rate: float, seconds: float, workdir: Path
 ) -> dict[str, float]:
@@ -320,7 +345,8 @@ FIGURES = (
     "latency_80pct.p50_ms",
     "latency_80pct.p99_ms",
     "worker_rss_mib",
-    "worker_rss_mib_per_10k_devices",
+    "worker_rss_at_10k.rss_mib",
+    "worker_rss_at_10k.mib_per_1k_devices",
     "agent_per_node.cpu_cores",
     "agent_per_node.rss_mib",
 )
@@ -393,6 +419,9 @@ async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> di
     lat50 = await latency(bootstrap, args.latency_nodes, 0.5 * sat, args.latency_s, workdir)
     lat80 = await latency(bootstrap, args.latency_nodes, 0.8 * sat, args.latency_s, workdir)
     agent = await agent_cost(args.agent_s, workdir, bootstrap)
+    big = await rss_at_scale(
+        bootstrap, args.rss_devices, args.intervals, one["rss_bytes"], devices, workdir
+    )
     input_rate = sat * one["inputs"] / one["samples"]  # all input records, setup and churn too
     return {
         "fleet": {
@@ -421,7 +450,7 @@ async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> di
         "latency_50pct": lat50,
         "latency_80pct": lat80,
         "worker_rss_mib": round(one["rss_bytes"] / 2**20, 1),
-        "worker_rss_mib_per_10k_devices": round(one["rss_bytes"] / 2**20 / devices * 10_000, 1),
+        "worker_rss_at_10k": big,
         "agent_per_node": agent,
     }
 
@@ -463,9 +492,12 @@ def table(r: dict[str, Any]) -> str:
             "latency at 80%",
             f"p50 {r['latency_80pct']['p50_ms']:.0f} ms, p99 {r['latency_80pct']['p99_ms']:.0f} ms",
         ),
+        ("worker RSS", f"{r['worker_rss_mib']} MiB at {r['fleet']['devices']} devices"),
         (
-            "worker RSS",
-            f"{r['worker_rss_mib']} MiB, {r['worker_rss_mib_per_10k_devices']} MiB per 10k devices",
+            "worker RSS at scale",
+            f"{r['worker_rss_at_10k']['rss_mib']} MiB at {r['worker_rss_at_10k']['devices']} "
+            f"devices ({r['worker_rss_at_10k']['nodes']} nodes, measured); "
+            f"{r['worker_rss_at_10k']['mib_per_1k_devices']} MiB per 1,000 devices more",
         ),
         (
             "agent per node",
@@ -485,6 +517,7 @@ if __name__ == "__main__":
     parser.add_argument("--latency-nodes", type=int, default=50)
     parser.add_argument("--latency-s", type=float, default=20.0)
     parser.add_argument("--agent-s", type=float, default=30.0)
+    parser.add_argument("--rss-devices", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("bench/results.json"))
     args = parser.parse_args()

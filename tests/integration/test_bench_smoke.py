@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from bench.fleet import fleet, sample_count, stream
-from bench.run import throughput
+from bench.run import rss_at_scale, throughput
 from contract import codec
 from contract.inputs import DcgmScrape, PodResourcesDiff, PodResourcesSnapshot
 
@@ -73,3 +73,18 @@ async def test_two_workers_started_together_skip_no_input(
     }
     assert len(wanted) == sample_count(nodes, intervals)
     assert seen == wanted
+
+
+async def test_rss_is_measured_on_a_fleet_of_the_size_asked(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The RSS figure at scale comes from a worker that processed a fleet of at least the
+    devices asked for (the fewest nodes that reach it), not from an extrapolation."""
+    small = await throughput(kafka_bootstrap, 4, 2, 1, tmp_path)
+    big = await rss_at_scale(
+        kafka_bootstrap, 60, 2, small["rss_bytes"], sample_count(4, 1), tmp_path
+    )
+    nodes = int(big["nodes"])
+    assert sample_count(nodes, 1) >= 60 > sample_count(nodes - 1, 1)
+    assert big["devices"] == sample_count(nodes, 1)
+    assert big["rss_mib"] > 0
