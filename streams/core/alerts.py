@@ -27,6 +27,7 @@ caused, with the same ids (receivers dedupe on ``<id>:<status>``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -287,7 +288,7 @@ def annotation_value(annotations: dict[str, str], name: str) -> float | None:
     return None if text is None else override(name, text)
 
 
-def policy_for(base: AlertSettings, annotations: list[dict[str, str]]) -> AlertSettings:
+def policy_for(base: AlertSettings, annotations: Sequence[dict[str, str]]) -> AlertSettings:
     """Apply holders' overrides: ``gpuattr.io/idle-threshold-pct`` and
     ``gpuattr.io/idle-window-s`` (idle), ``gpuattr.io/low-efficiency-threshold-pct`` and
     ``gpuattr.io/low-efficiency-window-s`` (low-efficiency). On a shared device the most lenient

@@ -391,10 +391,12 @@ def attribute(
     rows: Sequence[DeviceAssignment],
     ctx: DeviceContext,
     thresholds: AlertSettings = DEFAULT_THRESHOLDS,
+    held: Holding | None = None,
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
     """Join one sample with the holders of its device at the sample's time; its activity
     (:mod:`streams.core.efficiency`) and health (:mod:`streams.core.health`, marks judged by
-    ``thresholds``) ride along, device-wide."""
+    ``thresholds``) ride along, device-wide. ``held``: the device's accounted
+    :func:`sample_holding` at the sample's time, when the caller has it already."""
     facts = DeviceFacts(
         node=sample.node,
         gpu_uuid=sample.uuid,
@@ -407,7 +409,16 @@ def attribute(
     )
     usage = _usage(sample)
     reading = Reading(sample, usage, activity(sample, usage), health(sample, thresholds))
-    return _attribute(facts, sample.ts_ms, reading, rows, ctx, "sample", Telemetry())
+    return _attribute(facts, sample.ts_ms, reading, rows, ctx, "sample", Telemetry(), held)
+
+
+def sample_holding(
+    sample: DcgmSample, rows: Sequence[DeviceAssignment], ctx: DeviceContext
+) -> Holding:
+    """The :class:`Holding` a sample's event is built from (accounted), as :func:`attribute`
+    decides it: for a caller that keeps it while the device's inputs stay the same."""
+    is_mig = sample.mig_instance_id is not None
+    return _holding(rows, sample.ts_ms, ctx, is_mig, accounted=True)
 
 
 def describe(
@@ -558,11 +569,13 @@ def _attribute(
     ctx: DeviceContext,
     origin: Origin,
     telemetry: Telemetry,
+    held: Holding | None = None,
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
     is_mig = _is_mig(facts)
     dra = any(a.resource.startswith(DRA_PREFIX) for a in rows)
     allocation: Allocation = "dra" if dra or ctx.dra_device or ctx.unplaced else "device-plugin"
-    held = _holding(rows, ts_ms, ctx, is_mig, accounted=True)
+    if held is None:
+        held = _holding(rows, ts_ms, ctx, is_mig, accounted=True)
     rows, observers, decision, holders = held.rows, held.observers, held.decision, held.holders
     tenants = held.tenants
     shared = decision.sharing not in ("none", "mig")

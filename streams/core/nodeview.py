@@ -10,7 +10,7 @@ telemetry — only the usage differs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from contract.inputs import DcgmSample, DeviceAssignment, ResourceClaimRecord
@@ -23,11 +23,13 @@ from streams.core.attribution import (
     attribute,
     describe,
     holding,
+    sample_holding,
 )
+from streams.core.deviceframe import Frame, Frames, cacheable, settled_from
 from streams.core.dra import device_map, place, placed_keys
 from streams.core.holders import DraDevices, NodeDevices, dra_ref, unplaced_dra
 from streams.core.identity import EMPTY_INVENTORY, Inventory, device_key, mig_uuid_for
-from streams.core.pods import name_key, resolve
+from streams.core.pods import holder_annotations, name_key, resolve
 from streams.core.roster import devices, known_gpus
 from streams.core.sharing import LABEL_PRODUCT, NodeSharing, sharing_from_labels
 from streams.core.tables import Tables, claim_key, holder_key
@@ -52,6 +54,9 @@ class NodeView:
     #: and whether the exporter is off on purpose
     stack_reason: str | None = None
     stack_intended: bool = False
+    #: the node's records this view was read from (all but the live claim and pod lookups):
+    #: what a device's frame (:mod:`streams.core.deviceframe`) checks it was read from
+    sig: tuple[object, ...] = ()
 
     def known_gpus(self) -> frozenset[str]:
         unplaced = set()
@@ -81,7 +86,8 @@ def read_node(t: Tables, node: str) -> NodeView:
     dra = device_map(node_slices.slices) if node_slices else {}
     if index is not None and index.remembered:  # held devices no live slice lists
         dra = {**index.remembered_devices(), **dra}
-    inventory = t.inventories.get(node, EMPTY_INVENTORY)
+    stored_inventory = t.inventories.get(node)
+    inventory = stored_inventory if stored_inventory is not None else EMPTY_INVENTORY
     node_stack = t.node_stack.get(node)
     stack = node_stack.last if node_stack is not None else None
     parents = {m.parent_uuid for m in inventory.migs.values()}
@@ -103,6 +109,7 @@ def read_node(t: Tables, node: str) -> NodeView:
         dra_lost=unplaced_dra(index) if index is not None else (),
         stack_reason=stack.telemetry_reason if stack is not None else None,
         stack_intended=stack.telemetry_disabled if stack is not None else False,
+        sig=(node_rec, index, node_slices, stored_inventory, watched),
     )
 
 
@@ -199,14 +206,51 @@ def _remembered_notes(index: NodeDevices | None, key: str) -> tuple[str, ...]:
 
 
 def sample_event(
-    t: Tables, view: NodeView, sample: DcgmSample, thresholds: AlertSettings
-) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
+    t: Tables,
+    view: NodeView,
+    sample: DcgmSample,
+    thresholds: AlertSettings,
+    frames: Frames | None = None,
+) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...], Sequence[dict[str, str]]]:
     """One accepted sample joined with its device's holders at the sample's time (health marks
-    judged by the alerts' ``thresholds``)."""
+    judged by the alerts' ``thresholds``), and its holders' pod annotations (for the alert
+    step). ``frames``: the join kept from an earlier sample, reused while its inputs are the
+    same (:mod:`streams.core.deviceframe`); the event is the same either way."""
     key = device_key(sample.uuid, sample.mig_instance_id)
-    rows = holder_rows(t, view, key, sample.ts_ms)
+    node, ts_ms = view.node, sample.ts_ms
+    token = frames.token(node, view.sig) if frames is not None else None
+    if frames is not None:
+        frame = frames.get(node, key, token, ts_ms, t.slot_holders.get, t.pods.get)
+        if frame is not None:
+            event, flags = attribute(sample, frame.rows, frame.ctx, thresholds, frame.held)
+            return event, flags, frame.annotations
+    rows = holder_rows(t, view, key, ts_ms)
     ctx = _context(view, key, sample.uuid, sample.mig_instance_id, rows)
-    return attribute(sample, rows or (), ctx, thresholds)
+    held = sample_holding(sample, rows or (), ctx)
+    event, flags = attribute(sample, rows or (), ctx, thresholds, held)
+    annotations = tuple(holder_annotations(t.pods.get, node, event.holders))
+    if frames is not None and cacheable(rows) and view.sig:
+        assert rows is not None  # cacheable
+        holder_keys = tuple(holder_key(node, base) for base in bases_of(view, key))
+        holder_recs = tuple(map(t.slot_holders.get, holder_keys))
+        pod_keys = tuple(dict.fromkeys(name_key(node, a.namespace, a.pod) for a in rows))
+        pod_recs = tuple(map(t.pods.get, pod_keys))
+        since = settled_from(holder_recs, pod_recs)
+        if since is not None and ts_ms >= since:
+            frame = Frame(
+                token,
+                holder_keys,
+                holder_recs,
+                pod_keys,
+                pod_recs,
+                since,
+                rows,
+                ctx,
+                held,
+                annotations,
+            )
+            frames.put(node, key, frame)
+    return event, flags, annotations
 
 
 def spine_event(

@@ -14,11 +14,11 @@ that node's pod records or pod list arrive, for the names that changed or fell d
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from contract.inputs import OwnerRef, PodListSnapshot, PodRecord
-from contract.outputs import Workload
+from contract.outputs import Holder, Workload
 from streams.core.attribution import PodIdentity
 from streams.core.lifetimes import HISTORY_MS, life_forgotten
 
@@ -67,6 +67,20 @@ class NodePods:
 
 def name_key(node: str, namespace: str, name: str) -> str:
     return f"{node}/{namespace}/{name}"
+
+
+def holder_annotations(
+    get: Callable[[str], PodNames | None], node: str, holders: Iterable[Holder]
+) -> list[dict[str, str]]:
+    """The annotations of each holder's pod life (matched by UID; holders whose life carries
+    none are left out), holder by holder: what an alert's per-pod overrides are read from."""
+    out = []
+    for h in holders:
+        names = get(name_key(node, h.namespace, h.pod))
+        for life in names.lives if names else ():
+            if life.uid == h.uid and life.annotations:
+                out.append(dict(life.annotations))
+    return out
 
 
 def apply_pod(current: PodNames | None, rec: PodRecord) -> PodNames:

@@ -13,7 +13,7 @@ time in the node's state, so a record processed again after a crash re-emits wha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from contract.inputs import (
@@ -45,6 +45,7 @@ from contract.quantity import valid as valid_quantity
 from infra.settings import AlertSettings
 from streams.core import nodestack, nodestate, stackalerts, supply, telemetry
 from streams.core.alerts import DeviceAlerts, policy_for, step
+from streams.core.deviceframe import Frames
 from streams.core.dra import NodeSlices, device_map
 from streams.core.episodes import Episode
 from streams.core.holders import DraDevices, apply_podresources, base_of, reindex
@@ -67,6 +68,7 @@ from streams.core.pods import (
     PodNames,
     apply_pod,
     apply_pod_list,
+    holder_annotations,
     name_key,
     settle,
 )
@@ -146,6 +148,8 @@ class Processor:
         self.life = life or Lifetimes()
         self.spine = Spine(tables, self.life, self._alerts, self._node_gone)
         self._idle_moved: set[str] = set()  # nodes whose idle episodes moved in this record
+        #: what a device's sample events share (a memo, not state; ``None``: joined afresh)
+        self.frames: Frames | None = Frames()
 
     # --- dispatch
 
@@ -319,6 +323,8 @@ class Processor:
     def _node_gone(self, node: str, ts_ms: int, why: str) -> list[Alert | NodeSupply]:
         """The node leaves: its open ``stack-broken`` alert resolves, and each resource it
         supplied is withdrawn (its keys go after)."""
+        if self.frames is not None:
+            self.frames.forget(node)
         old = self.tables.node_stack.get(node)
         alerts = stackalerts.gone(old.broken if old is not None else None, ts_ms, why)
         return [*alerts, *supply.gone(self.tables.node_supply.get(node), node, ts_ms)]
@@ -436,19 +442,21 @@ class Processor:
             new = nodestate.refused(state, scrape.ts_ms, verdict.cause, verdict.reason)
             self._put_state(scrape.node, state, new)
         for sample in verdict.accepted:
-            event, flags = sample_event(self.tables, view, sample, self.policy)
-            outputs += [event, *flags, *self._alerts(event)]
+            event, flags, annotations = sample_event(
+                self.tables, view, sample, self.policy, self.frames
+            )
+            outputs += [event, *flags, *self._alerts(event, annotations)]
         return outputs
 
-    def _alerts(self, event: AttributionEvent) -> list[Alert]:
+    def _alerts(
+        self, event: AttributionEvent, annotations: Sequence[dict[str, str]] | None = None
+    ) -> list[Alert]:
+        """The device's alert step after ``event`` (``annotations``: its holders' pod
+        annotations, :func:`streams.core.pods.holder_annotations`, when the caller has them)."""
         t = self.tables
         key = alert_key(event.node, event.device_uuid)
-        annotations = []
-        for h in event.holders:
-            names = t.pods.get(name_key(event.node, h.namespace, h.pod))
-            for life in names.lives if names else ():
-                if life.uid == h.uid and life.annotations:
-                    annotations.append(dict(life.annotations))
+        if annotations is None:
+            annotations = holder_annotations(t.pods.get, event.node, event.holders)
         old = t.alert_state.get(key)
         new, alerts = step(old, event, policy_for(self.policy, annotations))
         if new != old:

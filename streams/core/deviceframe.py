@@ -1,0 +1,159 @@
+"""What a device's sample events share while their inputs stay the same: its frame.
+
+Every sample of a device joins the same holder rows, pod identities, context and holding (the
+sharing decision, the holders and their allocation shares) until one of the records they were
+read from changes. A :class:`Frame` keeps that join with the records it was read from; a later
+sample reuses it when every one of those records is still the one in the tables (compared by
+identity first, then by value: an equal record gives the same join) and the sample's time is
+past every instant at which the answer could depend on time (a holder change, a pod's end).
+Anything else — a changed record, an earlier sample, a DRA claim (read live) — is joined afresh,
+so a frame never says what the full join would not. Pure: no I/O, no clock.
+
+The memo is bounded (:data:`MAX_FRAMES`, oldest dropped first) and recomputable: it is not
+state, a restarted worker starts without it, and no output depends on whether it hit.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from contract.inputs import DRA_PREFIX, DeviceAssignment
+from streams.core.attribution import DeviceContext, Holding
+from streams.core.holders import NodeDevices, SlotHolders
+from streams.core.pods import PodNames
+
+#: a worker at saturation holds ~13k devices (docs/BENCHMARKS.md): room for them twice over
+MAX_FRAMES = 32_768
+
+Get = Callable[[str], object]
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    view: object  # the token of the node's records its context was read from (Frames.token)
+    holder_keys: tuple[str, ...]  # slot_holders keys of the device's bases
+    holder_recs: tuple[object, ...]  # what they held
+    pod_keys: tuple[str, ...]  # pods keys of its holders' names
+    pod_recs: tuple[object, ...]  # what they held
+    from_ms: int  # samples at or after this time read the same rows and identities
+    rows: tuple[DeviceAssignment, ...]
+    ctx: DeviceContext
+    held: Holding
+    annotations: tuple[dict[str, str], ...]  # its holders' pod annotations (alert overrides)
+
+
+def settled_from(holders: tuple[object, ...], pods: tuple[object, ...]) -> int | None:
+    """From when the holder rows and pod identities read from these records no longer depend on
+    the sample's time (the latest holder change, the latest end of a pod life); ``None`` when
+    the records cannot say (no holder record is a :class:`SlotHolders` nor a pod one a
+    :class:`PodNames`: not this module's business)."""
+    since = -1
+    for rec in holders:
+        if rec is None:
+            continue
+        if not isinstance(rec, SlotHolders):
+            return None
+        since = max(since, rec.since_ms)
+    for rec in pods:
+        if rec is None:
+            continue
+        if not isinstance(rec, PodNames):
+            return None
+        for life in rec.lives:
+            if life.gone_ms is not None:
+                since = max(since, life.gone_ms)
+    return since
+
+
+def cacheable(rows: tuple[DeviceAssignment, ...] | None) -> bool:
+    """A join a frame may keep: holders known, none through a DRA claim (claims are read live)."""
+    return rows is not None and not any(a.resource.startswith(DRA_PREFIX) for a in rows)
+
+
+def projection(sig: tuple[object, ...]) -> tuple[object, ...]:
+    """What a frame reads of a node view's records (:attr:`streams.core.nodeview.NodeView.sig`:
+    node record, device index, slices, inventory, pod watch): the index without its update time
+    and allocatable list, which every PodResources record renews while a device's own entries
+    stay the same."""
+    node_rec, index, slices, inventory, watched = sig
+    if isinstance(index, NodeDevices):
+        i = index
+        index = (i.keys, i.unresolved, i.advertised, i.unplaced_mig, i.remembered)
+    return (node_rec, index, slices, inventory, watched)
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+class Frames:
+    """The memo: one frame per (node, device key), the oldest dropped past :data:`MAX_FRAMES`;
+    and per node a token for what its view's records say (:func:`projection`), renewed only
+    when that changes."""
+
+    def __init__(self, max_frames: int = MAX_FRAMES) -> None:
+        self._frames: dict[tuple[str, str], Frame] = {}
+        self._views: dict[str, tuple[tuple[object, ...], tuple[object, ...], object]] = {}
+        self._max = max_frames
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def token(self, node: str, sig: tuple[object, ...]) -> object:
+        """The token of a view read from ``sig``: the same object as long as the records read
+        say the same (:func:`projection`), a new one when they do not."""
+        kept = self._views.get(node)
+        if kept is not None and _same(kept[0], sig):
+            return kept[2]
+        seen = projection(sig)
+        token = kept[2] if kept is not None and kept[1] == seen else object()
+        views = self._views
+        views.pop(node, None)
+        if len(views) >= self._max:
+            del views[next(iter(views))]
+        views[node] = (sig, seen, token)
+        return token
+
+    def get(
+        self,
+        node: str,
+        key: str,
+        view: object,
+        ts_ms: int,
+        holders_get: Get,
+        pods_get: Get,
+    ) -> Frame | None:
+        """The device's frame if it holds for a sample at ``ts_ms`` of a view whose token is
+        ``view``. A frame whose records were replaced by equal ones keeps the new ones (the next
+        check is by identity)."""
+        frame = self._frames.get((node, key))
+        if frame is None or ts_ms < frame.from_ms or frame.view is not view:
+            self.misses += 1
+            return None
+        holders = tuple(map(holders_get, frame.holder_keys))
+        pods = tuple(map(pods_get, frame.pod_keys))
+        if holders != frame.holder_recs or pods != frame.pod_recs:
+            self.misses += 1
+            return None
+        if not (_same(holders, frame.holder_recs) and _same(pods, frame.pod_recs)):
+            frame = replace(frame, holder_recs=holders, pod_recs=pods)
+            self._frames[node, key] = frame
+        self.hits += 1
+        return frame
+
+    def put(self, node: str, key: str, frame: Frame) -> None:
+        frames = self._frames
+        frames.pop((node, key), None)  # re-inserted: the newest
+        if len(frames) >= self._max:
+            del frames[next(iter(frames))]
+        frames[node, key] = frame
+
+    def forget(self, node: str) -> None:
+        """The node left: its frames go (they would only age out otherwise)."""
+        self._views.pop(node, None)
+        for k in [k for k in self._frames if k[0] == node]:
+            del self._frames[k]

@@ -1,0 +1,129 @@
+"""A device's frame (:mod:`streams.core.deviceframe`) changes no output: the processor with the
+memo and without it say the same, record by record, and leave the same tables — on every built-in
+scenario (DRA, MIG, MPS, time-slicing) and on mutated fleet streams (records dropped, repeated,
+swapped, mutated: holders that change, pods that end, samples older than the last change).
+And the memo itself: it holds while its records are the ones in the tables, and only then."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+
+from agents.types import AgentRecord
+from contract import codec
+from contract.inputs import DeviceAssignment
+from sim.scenario import builtin_names, load
+from streams.core.attribution import DeviceContext, Holding
+from streams.core.deviceframe import Frame, Frames, projection, settled_from
+from streams.core.holders import NodeDevices, SlotHolders
+from streams.core.pods import PodLife, PodNames
+from streams.core.processor import Processor, Tables, UnusableRecord
+from streams.core.sharing import SharingDecision
+from tests.scenario_events import run
+from tests.unit.test_fuzz_processor import record_streams
+
+
+def _outputs(proc: Processor, record: object) -> list[object] | str:
+    try:
+        return list(proc.handle(record))
+    except UnusableRecord as exc:
+        return f"unusable: {exc}"
+
+
+def _tables(proc: Processor) -> dict[str, dict[str, object]]:
+    return {f.name: dict(getattr(proc.tables, f.name)) for f in dataclasses.fields(proc.tables)}
+
+
+def same_with_and_without(records: list[object]) -> Processor:
+    framed, plain = Processor(Tables.in_memory()), Processor(Tables.in_memory())
+    plain.frames = None
+    for i, record in enumerate(records):
+        assert _outputs(framed, record) == _outputs(plain, record), f"record {i}: {record!r}"
+    assert _tables(framed) == _tables(plain)
+    return framed
+
+
+@pytest.mark.parametrize("at_s", [0.0, 3600.0])
+@pytest.mark.parametrize("name", builtin_names())
+def test_every_scenario_reads_the_same_with_frames(name: str, at_s: float) -> None:
+    records = [record for record, _ in run(load(name), at_s, 10)]
+    framed = same_with_and_without(records)
+    assert framed.frames is not None
+    assert framed.frames.hits > 0  # the memo's path was taken (the scenarios' samples repeat)
+
+
+@settings(max_examples=60, deadline=None)
+@given(stream=record_streams())
+def test_mutated_streams_read_the_same_with_frames(stream: list[AgentRecord]) -> None:
+    same_with_and_without([codec.decode(codec.encode(r)) for r in stream])
+
+
+# --- the memo
+
+
+ROW = DeviceAssignment("ns", "p", "c", "nvidia.com/gpu", "GPU-a")
+HOLD = Holding((ROW,), (), SharingDecision("none", None, ()), (), (), 1, ("ns/p",))
+
+
+def frame(token: object, holders: tuple[object, ...], pods: tuple[object, ...]) -> Frame:
+    since = settled_from(holders, pods)
+    assert since is not None
+    return Frame(
+        token, ("n/GPU-a",), holders, ("n/ns/p",), pods, since, (ROW,), DeviceContext(), HOLD, ()
+    )
+
+
+def test_a_frame_holds_while_its_records_are_the_tables_and_only_then() -> None:
+    holders = SlotHolders("n", "GPU-a", (ROW,), 1000)
+    pods = PodNames((PodLife("uid-1", 500),))
+    tables = {"n/GPU-a": holders, "n/ns/p": pods}
+    frames = Frames()
+    token = frames.token("n", ("node", None, None, None, True))
+    frames.put("n", "GPU-a", frame(token, (holders,), (pods,)))
+    assert frames.get("n", "GPU-a", token, 2000, tables.get, tables.get) is not None
+    assert frames.get("n", "GPU-a", token, 999, tables.get, tables.get) is None  # before
+    assert frames.get("n", "GPU-a", object(), 2000, tables.get, tables.get) is None  # view
+    tables["n/GPU-a"] = SlotHolders("n", "GPU-a", (), 1500)
+    assert frames.get("n", "GPU-a", token, 2000, tables.get, tables.get) is None  # holders
+    tables["n/GPU-a"] = holders
+    tables["n/ns/p"] = PodNames((PodLife("uid-1", 500, gone_ms=1800),))
+    assert frames.get("n", "GPU-a", token, 2000, tables.get, tables.get) is None  # pod ended
+    # an equal record in place of the one read: it holds, and keeps the new record
+    tables["n/ns/p"] = PodNames((PodLife("uid-1", 500),))
+    hit = frames.get("n", "GPU-a", token, 2000, tables.get, tables.get)
+    assert hit is not None
+    assert hit.pod_recs[0] is tables["n/ns/p"]
+
+
+def test_time_settles_after_the_last_holder_change_and_pod_end() -> None:
+    holders = SlotHolders("n", "GPU-a", (ROW,), 1000)
+    ended = PodNames((PodLife("uid-0", 100, gone_ms=3000), PodLife("uid-1", 2000)))
+    assert settled_from((holders, None), (ended, None)) == 3000
+    assert settled_from((None,), ()) == -1
+    assert settled_from(("not a holder record",), ()) is None
+
+
+def test_the_view_token_ignores_what_every_podresources_record_renews() -> None:
+    index = NodeDevices("n", ("GPU-a",), {"GPU-a": ("GPU-a",)}, (), (), 1000)
+    frames = Frames()
+    token = frames.token("n", ("node", index, None, None, True))
+    renewed = dataclasses.replace(index, updated_ms=2000, allocatable=())
+    assert projection(("node", renewed, None, None, True)) == projection(
+        ("node", index, None, None, True)
+    )
+    assert frames.token("n", ("node", renewed, None, None, True)) is token
+    moved = dataclasses.replace(renewed, keys={"GPU-a": ("GPU-b",)})
+    assert frames.token("n", ("node", moved, None, None, True)) is not token
+    assert frames.token("n", ("other-labels", moved, None, None, True)) is not token
+
+
+def test_the_memo_is_bounded_and_forgets_a_node() -> None:
+    frames = Frames(max_frames=3)
+    token = frames.token("n", ("node", None, None, None, True))
+    for i in range(5):
+        frames.put("n", f"GPU-{i}", frame(token, (None,), (None,)))
+    assert len(frames) == 3
+    frames.forget("n")
+    assert len(frames) == 0
