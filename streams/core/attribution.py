@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, DraDevice, ResourceClaimRecord
@@ -428,11 +428,12 @@ def describe(
     ctx: DeviceContext,
     origin: Origin,
     telemetry: Telemetry,
+    held: Holding | None = None,
 ) -> AttributionEvent:
     """A device's state without a sample (the allocation spine): every holder, usage unknown
-    with its reason — never 0, never idle, never absent."""
+    with its reason — never 0, never idle, never absent. ``held``: as in :func:`attribute`."""
     reading = Reading(None, _unknown_usage(_is_mig(facts)), Activity(), Health())
-    event, _ = _attribute(facts, ts_ms, reading, rows, ctx, origin, telemetry)
+    event, _ = _attribute(facts, ts_ms, reading, rows, ctx, origin, telemetry, held)
     return event
 
 
@@ -500,10 +501,11 @@ def _holding(
     return _held(tuple(kept), tuple(observers), decision, held, accounted)
 
 
-#: pure in its (hashable) arguments: bounded, never stale. Sized for a worker at saturation
-#: (~13k devices, docs/BENCHMARKS.md) twice over — one holding with accounting (events), one
-#: without (supply) — with room for churn: an LRU smaller than what cycles through it never hits
-@functools.lru_cache(maxsize=65_536)
+#: pure in its (hashable) arguments: bounded, never stale. A device's holding while its inputs
+#: stay the same is kept in its frame (streams.core.deviceframe), per live device; this memo only
+#: serves the joins a frame does not hold yet (a node's supply and spine events between a change
+#: and the device's next sample), so it is sized for those, not for every device
+@functools.lru_cache(maxsize=4_096)
 def _plugin_holding(
     rows: tuple[DeviceAssignment, ...],
     who: tuple[PodIdentity, ...],
@@ -536,6 +538,12 @@ def _held(
 
 #: no accounting asked for: holders listed without their allocation share
 _NOT_ACCOUNTED = Accounting({}, ())
+
+
+def without_shares(holders: Sequence[Holder]) -> tuple[Holder, ...]:
+    """Holders as :func:`holding` lists them, from an accounted holding's (the same holders,
+    ``allocation_share`` left out)."""
+    return tuple(replace(h, allocation_share=None) for h in holders)
 
 
 def holding(

@@ -16,11 +16,13 @@ state, a restarted worker starts without it, and no output depends on whether it
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from contract.inputs import DRA_PREFIX, DeviceAssignment
-from streams.core.attribution import DeviceContext, Holding
+from contract.outputs import Holder
+from streams.core.attribution import DeviceContext, DeviceFacts, Holding, without_shares
 from streams.core.holders import NodeDevices, SlotHolders
 from streams.core.pods import PodNames
 
@@ -42,6 +44,8 @@ class Frame:
     ctx: DeviceContext
     held: Holding
     annotations: tuple[dict[str, str], ...]  # its holders' pod annotations (alert overrides)
+    #: its holders without the accounting (what a node's supply reads), made on first use
+    shareless: tuple[Holder, ...] | None = None
 
 
 def settled_from(holders: tuple[object, ...], pods: tuple[object, ...]) -> int | None:
@@ -96,6 +100,7 @@ class Frames:
     def __init__(self, max_frames: int = MAX_FRAMES) -> None:
         self._frames: dict[tuple[str, str], Frame] = {}
         self._views: dict[str, tuple[tuple[object, ...], tuple[object, ...], object]] = {}
+        self._rosters: dict[str, tuple[object, tuple[str, ...], Mapping[str, DeviceFacts]]] = {}
         self._max = max_frames
         self.hits = 0
         self.misses = 0
@@ -145,6 +150,32 @@ class Frames:
         self.hits += 1
         return frame
 
+    def shareless(self, node: str, key: str, frame: Frame) -> tuple[Holder, ...]:
+        """The frame's holders without the accounting, made once per frame."""
+        if frame.shareless is None:
+            frame = replace(frame, shareless=without_shares(frame.held.holders))
+            self._frames[node, key] = frame
+        assert frame.shareless is not None
+        return frame.shareless
+
+    def roster(
+        self, node: str, token: object, scraped: tuple[str, ...]
+    ) -> Mapping[str, DeviceFacts] | None:
+        """The node's devices as kept for a view with this token and this scrape, if they were."""
+        kept = self._rosters.get(node)
+        if kept is None or kept[0] is not token or kept[1] != scraped:
+            return None
+        return kept[2]
+
+    def keep_roster(
+        self, node: str, token: object, scraped: tuple[str, ...], devices: Mapping[str, DeviceFacts]
+    ) -> None:
+        rosters = self._rosters
+        rosters.pop(node, None)
+        if len(rosters) >= self._max:
+            del rosters[next(iter(rosters))]
+        rosters[node] = (token, scraped, MappingProxyType(dict(devices)))
+
     def put(self, node: str, key: str, frame: Frame) -> None:
         frames = self._frames
         frames.pop((node, key), None)  # re-inserted: the newest
@@ -155,5 +186,6 @@ class Frames:
     def forget(self, node: str) -> None:
         """The node left: its frames go (they would only age out otherwise)."""
         self._views.pop(node, None)
+        self._rosters.pop(node, None)
         for k in [k for k in self._frames if k[0] == node]:
             del self._frames[k]

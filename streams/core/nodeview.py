@@ -10,7 +10,7 @@ telemetry — only the usage differs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from contract.inputs import DcgmSample, DeviceAssignment, ResourceClaimRecord
@@ -113,8 +113,17 @@ def read_node(t: Tables, node: str) -> NodeView:
     )
 
 
-def roster(view: NodeView, scraped: tuple[str, ...]) -> dict[str, DeviceFacts]:
-    return devices(
+def roster(
+    view: NodeView, scraped: tuple[str, ...], frames: Frames | None = None
+) -> Mapping[str, DeviceFacts]:
+    """The node's devices (:func:`streams.core.roster.devices`); the one ``frames`` kept for
+    the node when it was read from the same records (its view token) and the same scrape."""
+    token = frames.token(view.node, view.sig) if frames is not None and view.sig else None
+    if frames is not None and token is not None:
+        kept = frames.roster(view.node, token, scraped)
+        if kept is not None:
+            return kept
+    out = devices(
         view.node,
         view.inventory,
         view.index,
@@ -123,6 +132,9 @@ def roster(view: NodeView, scraped: tuple[str, ...]) -> dict[str, DeviceFacts]:
         scraped,
         view.product,
     )
+    if frames is not None and token is not None:
+        frames.keep_roster(view.node, token, scraped, out)
+    return out
 
 
 def bases_of(view: NodeView, key: str) -> tuple[str, ...]:
@@ -263,8 +275,13 @@ def spine_event(
     telemetry: Telemetry,
     *,
     holders: bool = True,
+    frames: Frames | None = None,
 ) -> AttributionEvent:
-    """A device's state without a sample; ``holders=False`` for a device that is gone."""
+    """A device's state without a sample; ``holders=False`` for a device that is gone. From the
+    device's frame when it holds (``frames``), as :func:`device_holders` reads it."""
+    frame = _frame(t, view, key, facts, ts_ms, frames) if holders else None
+    if frame is not None:
+        return describe(facts, ts_ms, frame.rows, frame.ctx, origin, telemetry, frame.held)
     rows = holder_rows(t, view, key, ts_ms) if holders else ()
     ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
     if not holders:
@@ -272,11 +289,32 @@ def spine_event(
     return describe(facts, ts_ms, rows or (), ctx, origin, telemetry)
 
 
+def _frame(
+    t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int, frames: Frames | None
+) -> Frame | None:
+    """The device's frame for a description at ``ts_ms``, if it holds; a frame decides MIG as
+    samples do, by the GPU instance, so a device described otherwise reads afresh."""
+    if frames is None or not view.sig or (facts.mig_instance_id is None and facts.mig_profile):
+        return None
+    token = frames.token(view.node, view.sig)
+    return frames.get(view.node, key, token, ts_ms, t.slot_holders.get, t.pods.get)
+
+
 def device_holders(
-    t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int
+    t: Tables,
+    view: NodeView,
+    key: str,
+    facts: DeviceFacts,
+    ts_ms: int,
+    frames: Frames | None = None,
 ) -> tuple[Holder, ...]:
     """The device's holders at ``ts_ms`` as its spine event would list them, without the
-    event (:func:`streams.core.attribution.holding`)."""
+    event (:func:`streams.core.attribution.holding`); from the device's frame when it holds
+    (``frames``: a frame decides MIG as samples do, by the GPU instance)."""
+    frame = _frame(t, view, key, facts, ts_ms, frames)
+    if frame is not None:
+        assert frames is not None  # a frame came from it
+        return frames.shareless(view.node, key, frame) if frame.rows else ()
     rows = holder_rows(t, view, key, ts_ms)
     if not rows:
         return ()  # nobody holds it, or its holders are unknown: no holder to list either way

@@ -142,14 +142,16 @@ class Processor:
         tables: Tables,
         policy: AlertSettings | None = None,
         life: Lifetimes | None = None,
+        *,
+        frames: bool = True,
     ) -> None:
         self.tables = tables
         self.policy = policy or AlertSettings.model_construct()  # defaults, no environment read
         self.life = life or Lifetimes()
-        self.spine = Spine(tables, self.life, self._alerts, self._node_gone)
-        self._idle_moved: set[str] = set()  # nodes whose idle episodes moved in this record
         #: what a device's sample events share (a memo, not state; ``None``: joined afresh)
-        self.frames: Frames | None = Frames()
+        self.frames: Frames | None = Frames() if frames else None
+        self.spine = Spine(tables, self.life, self._alerts, self._node_gone, self.frames)
+        self._idle_moved: set[str] = set()  # nodes whose idle episodes moved in this record
 
     # --- dispatch
 

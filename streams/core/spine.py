@@ -26,6 +26,7 @@ from contract.outputs import (
 )
 from streams.core import lifetimes, nodestate, telemetry
 from streams.core.attribution import DeviceFacts, device_name
+from streams.core.deviceframe import Frames
 from streams.core.holders import NodeDevices
 from streams.core.lifetimes import Lifetimes
 from streams.core.nodestate import Departure, GoneNode, NodeState, PartitionNodes
@@ -89,9 +90,15 @@ def _gone_facts(node: str, key: str, device_id: str) -> DeviceFacts:
 
 class Spine:
     def __init__(
-        self, tables: Tables, life: Lifetimes, alerts: StepAlerts, node_gone: NodeGone = _nothing
+        self,
+        tables: Tables,
+        life: Lifetimes,
+        alerts: StepAlerts,
+        node_gone: NodeGone = _nothing,
+        frames: Frames | None = None,
     ) -> None:
         self.tables = tables
+        self.frames = frames  # the devices' frames, shared with the sample path
         self.life = life
         self.alerts = alerts
         self.node_gone = node_gone
@@ -108,7 +115,9 @@ class Spine:
         holders: bool,
     ) -> list[Event]:
         """One spine event, and what it does to its device's alerts."""
-        event = spine_event(self.tables, view, key, facts, ts_ms, origin, why, holders=holders)
+        event = spine_event(
+            self.tables, view, key, facts, ts_ms, origin, why, holders=holders, frames=self.frames
+        )
         return [event, *self.alerts(event)]
 
     def _gone_events(
@@ -218,10 +227,18 @@ class Spine:
             return []
         view = read_node(self.tables, node)
         out = []
-        for key, facts in roster(view, self._scraped(state, ts_ms)).items():
+        for key, facts in roster(view, self._scraped(state, ts_ms), self.frames).items():
             why = self.unknown(view, state, key, ts_ms)
             event = spine_event(
-                self.tables, view, key, facts, ts_ms, "heartbeat", why or Telemetry(), holders=True
+                self.tables,
+                view,
+                key,
+                facts,
+                ts_ms,
+                "heartbeat",
+                why or Telemetry(),
+                holders=True,
+                frames=self.frames,
             )
             if event.holders and event.state != "mig-parent":
                 out.append((event, why is None))
@@ -236,8 +253,8 @@ class Spine:
             return []
         view = read_node(self.tables, node)
         out = []
-        for key, facts in roster(view, self._scraped(state, ts_ms)).items():
-            holders = device_holders(self.tables, view, key, facts, ts_ms)
+        for key, facts in roster(view, self._scraped(state, ts_ms), self.frames).items():
+            holders = device_holders(self.tables, view, key, facts, ts_ms, self.frames)
             if holders:
                 measured = self.unknown(view, state, key, ts_ms) is None
                 out.append(HeldNow(device_name(facts), holders, measured, facts.mig_profile or ""))
@@ -251,7 +268,7 @@ class Spine:
         assert state is not None
         view = read_node(self.tables, node)
         outputs: list[Event] = []
-        for key, facts in roster(view, self._scraped(state, ts_ms)).items():
+        for key, facts in roster(view, self._scraped(state, ts_ms), self.frames).items():
             if not bases & set(bases_of(view, key)):
                 continue
             why = self.unknown(view, state, key, ts_ms)
@@ -276,7 +293,7 @@ class Spine:
             return []
         view = read_node(self.tables, node)
         outputs: list[Event] = []
-        for key, facts in roster(view, self._scraped(state, ts_ms)).items():
+        for key, facts in roster(view, self._scraped(state, ts_ms), self.frames).items():
             why = self.unknown(view, state, key, ts_ms)
             if why is not None:
                 outputs += self.describe(view, key, facts, ts_ms, "heartbeat", why, True)
@@ -296,7 +313,7 @@ class Spine:
                 outputs += self._gone_events(node, d.devices, ts_ms, DEPARTED)
                 outputs += d.alerts
         view = read_node(self.tables, node)
-        now = device_ids(roster(view, self._scraped(state, ts_ms)))
+        now = device_ids(roster(view, self._scraped(state, ts_ms), self.frames))
         present = set(now)
         left = tuple(d for d in state.devices if d not in present)
         if not left:
@@ -349,7 +366,7 @@ class Spine:
         view = read_node(self.tables, node)
         why = telemetry.silent(state.last_ms)
         outputs: list[Event] = []
-        for key, facts in roster(view, self._scraped(state, ts_ms)).items():
+        for key, facts in roster(view, self._scraped(state, ts_ms), self.frames).items():
             outputs += self.describe(view, key, facts, ts_ms, "stale", why, True)
         self.put(node, state, replace(state, stale=True, stale_ms=ts_ms))
         return outputs
@@ -367,7 +384,7 @@ class Spine:
             return [*gone_events, *again.alerts, *again.supply, NodeStatusRetired(node)]
         view = read_node(self.tables, node)
         devices = dict(state.devices)
-        devices.update(dict(device_ids(roster(view, self._scraped(state, ts_ms)))))
+        devices.update(dict(device_ids(roster(view, self._scraped(state, ts_ms), self.frames))))
         gone = telemetry.gone(why, ts_ms)
         outputs: list[Event] = []
         for key, device_id in sorted(devices.items()):

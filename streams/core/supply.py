@@ -103,9 +103,11 @@ def node_supply(product: str | None, devices: Iterable[AllocatedDevice]) -> Supp
     return {r: tuple(sorted(ds, key=lambda d: d.device_uuid)) for r, ds in sorted(grouped.items())}
 
 
-#: pure in its (hashable) arguments: bounded, never stale. Sized for a worker at saturation
-#: (~13k devices, docs/BENCHMARKS.md) with room for churn
-@functools.lru_cache(maxsize=32_768)
+#: pure in its (hashable) arguments: bounded, never stale. Sized for one entry per device of a
+#: worker at saturation (~13k devices, docs/BENCHMARKS.md) and a little churn: a device's past
+#: states (holders, idle episodes) are never asked for again, and kept they were most of the
+#: memo (24k entries for 10k devices at twice this size; 294 more misses of 102k at 12k)
+@functools.lru_cache(maxsize=16_384)
 def _device_supply(
     product: str | None, device: AllocatedDevice
 ) -> tuple[tuple[str, SupplyDevice], ...]:

@@ -12,8 +12,16 @@ import pytest
 from hypothesis import given, settings
 
 from agents.types import AgentRecord
+from bench import fleet as bench_fleet
 from contract import codec
-from contract.inputs import DeviceAssignment
+from contract.inputs import (
+    DcgmScrape,
+    DeviceAssignment,
+    DeviceInventory,
+    NodeRecord,
+    PodResourcesDiff,
+    PodResourcesSnapshot,
+)
 from sim.scenario import builtin_names, load
 from streams.core.attribution import DeviceContext, Holding
 from streams.core.deviceframe import Frame, Frames, projection, settled_from
@@ -21,6 +29,7 @@ from streams.core.holders import NodeDevices, SlotHolders
 from streams.core.pods import PodLife, PodNames
 from streams.core.processor import Processor, Tables, UnusableRecord
 from streams.core.sharing import SharingDecision
+from tests.fuzz_strategies import START_MS
 from tests.scenario_events import run
 from tests.unit.test_fuzz_processor import record_streams
 
@@ -37,10 +46,11 @@ def _tables(proc: Processor) -> dict[str, dict[str, object]]:
 
 
 def same_with_and_without(records: list[object]) -> Processor:
-    framed, plain = Processor(Tables.in_memory()), Processor(Tables.in_memory())
-    plain.frames = None
+    framed, plain = Processor(Tables.in_memory()), Processor(Tables.in_memory(), frames=False)
+    assert plain.frames is None
+    assert plain.spine.frames is None
     for i, record in enumerate(records):
-        assert _outputs(framed, record) == _outputs(plain, record), f"record {i}: {record!r}"
+        assert _outputs(framed, record) == _outputs(plain, record), f"record {i}: {type(record)}"
     assert _tables(framed) == _tables(plain)
     return framed
 
@@ -58,6 +68,34 @@ def test_every_scenario_reads_the_same_with_frames(name: str, at_s: float) -> No
 @given(stream=record_streams())
 def test_mutated_streams_read_the_same_with_frames(stream: list[AgentRecord]) -> None:
     same_with_and_without([codec.decode(codec.encode(r)) for r in stream])
+
+
+def test_devices_only_a_scrape_lists_come_and_go_the_same_with_frames() -> None:
+    """Nodes without holders whose inventory lists no MIG instance: their GPU instances are the
+    ones the exporter lists. An instance that leaves the scrape, then every one once the scrape
+    goes stale, leave the roster the same way with the memo (which keeps a node's roster per
+    scrape) as without it."""
+    records = [
+        dataclasses.replace(r, assignments=(), allocatable=())
+        if isinstance(r, PodResourcesSnapshot)
+        else dataclasses.replace(r, migs=())
+        if isinstance(r, DeviceInventory)
+        else r
+        for r in bench_fleet.stream(4, 6, start_ms=START_MS, interval_ms=30_000)
+        if not isinstance(r, PodResourcesDiff)
+    ]
+    scrapes = [i for i, r in enumerate(records) if isinstance(r, DcgmScrape)]
+    for i in scrapes[len(scrapes) // 2 :]:  # the second half: one GPU fewer
+        scrape = records[i]
+        assert isinstance(scrape, DcgmScrape)
+        records[i] = dataclasses.replace(scrape, samples=scrape.samples[1:])
+    last = records[scrapes[-1]]
+    assert isinstance(last, DcgmScrape)
+    later = last.ts_ms + 3_600_000  # long after: every reading stale
+    records.append(NodeRecord(last.node, later, (("nvidia.com/gpu.product", "A100"),)))
+    framed = same_with_and_without([codec.decode(codec.encode(r)) for r in records])
+    assert framed.frames is not None
+    assert framed.frames.hits > 0
 
 
 # --- the memo
