@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -173,6 +174,15 @@ def until_signalled(main: Coroutine[Any, Any, T]) -> T | None:
         return None
 
 
+def _tune_gc(threshold: int) -> None:
+    """What is alive now (modules, the app) is never collected: out of every collection; the
+    young generation is collected every ``threshold`` allocations (WorkerSettings.gc_threshold)."""
+    gc.collect()
+    gc.freeze()
+    _, second, third = gc.get_threshold()
+    gc.set_threshold(threshold, second, third)
+
+
 def _run_worker(
     kafka: KafkaSettings, worker: WorkerSettings, alerts: AlertSettings, spine: SpineSettings
 ) -> int:
@@ -186,6 +196,7 @@ def _run_worker(
     ):
         logging.getLogger(__name__).warning("no coordinator yet for %s; starting", worker.app_id)
     app = build_app(kafka, worker, alerts, spine)
+    _tune_gc(worker.gc_threshold)
     Worker(app, loglevel=worker.loglevel, quiet=True).execute_from_commandline()
     return 0
 

@@ -364,6 +364,12 @@ class WorkerSettings(BaseSettings):
     outbox_records: int = Field(default=2048, ge=1)
     outbox_bytes: int = Field(default=1 << 20, ge=1)
     outbox_linger_s: float = Field(default=0.01, ge=0)
+    #: the cyclic garbage collector: allocations between two young-generation collections
+    #: (Python's default is 700). The worker's state is immutable records freed by reference
+    #: counting, but every collection walks the young objects of each message; a collection
+    #: every 10,000 costs a twentieth of the core's time less (docs/BENCHMARKS.md). Objects
+    #: alive when the worker starts (imports, the app) are frozen out of collections altogether
+    gc_threshold: int = Field(default=10_000, ge=700)
 
     @field_validator("peers", mode="before")
     @classmethod

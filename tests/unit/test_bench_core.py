@@ -37,3 +37,16 @@ def test_the_like_for_like_line_counts_a_scrapes_devices_without_decoding_it() -
     assert [outputs_of(codec.encode(r)) for r in scrapes] == [len(r.samples) for r in scrapes]
     others = [r for r in records if not isinstance(r, DcgmScrape)]
     assert {outputs_of(codec.encode(r)) for r in others} == {0}
+
+
+def test_each_run_starts_with_the_core_memos_empty() -> None:
+    """A repeat must not read faster for the memo entries the run before it made."""
+    from streams.core import attribution, supply
+
+    payloads = [codec.encode(r) for r in core.stream(3, 2, start_ms=core.START_MS)]
+    core.once(payloads, core.sample_count(3, 2))
+    assert attribution._plugin_holding.cache_info().currsize > 0
+    assert supply._device_supply.cache_info().currsize > 0
+    assert core.clear_memos() >= 2
+    assert attribution._plugin_holding.cache_info().currsize == 0
+    assert supply._device_supply.cache_info().currsize == 0
