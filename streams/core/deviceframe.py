@@ -19,17 +19,21 @@ import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import TypeVar
 
 from contract.inputs import DRA_PREFIX, DeviceAssignment
 from contract.outputs import Holder
 from streams.core.attribution import DeviceContext, DeviceFacts, Holding, without_shares
 from streams.core.holders import NodeDevices, SlotHolders
-from streams.core.pods import PodNames
+from streams.core.pods import PodNames, name_key
+from streams.core.tables import holder_key
 
 #: a worker at saturation holds ~13k devices (docs/BENCHMARKS.md): room for them twice over
 MAX_FRAMES = 32_768
 
 Get = Callable[[str], object]
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +75,41 @@ def settled_from(holders: tuple[object, ...], pods: tuple[object, ...]) -> int |
     return since
 
 
-def cacheable(rows: tuple[DeviceAssignment, ...] | None) -> bool:
-    """A join a frame may keep: holders known, none through a DRA claim (claims are read live)."""
-    return rows is not None and not any(a.resource.startswith(DRA_PREFIX) for a in rows)
+def frame_of(
+    node: str,
+    token: object,
+    bases: tuple[str, ...],
+    rows: tuple[DeviceAssignment, ...] | None,
+    join: tuple[DeviceContext, Holding, tuple[dict[str, str], ...]],
+    ts_ms: int,
+    holders_get: Get,
+    pods_get: Get,
+) -> Frame | None:
+    """The frame of a device joined at ``ts_ms`` (its holder ``rows`` read from the slot
+    holders of ``bases``; ``join``: the context, accounted holding and holder annotations made
+    from them), or ``None`` when the join may not be kept: holders unknown, one through a DRA
+    claim (claims are read live), or a time the answer still depends on."""
+    if rows is None or any(a.resource.startswith(DRA_PREFIX) for a in rows):
+        return None
+    holder_keys = tuple(holder_key(node, base) for base in bases)
+    holder_recs = tuple(map(holders_get, holder_keys))
+    pod_keys = tuple(dict.fromkeys(name_key(node, a.namespace, a.pod) for a in rows))
+    pod_recs = tuple(map(pods_get, pod_keys))
+    since = settled_from(holder_recs, pod_recs)
+    if since is None or ts_ms < since:
+        return None
+    ctx, held, annotations = join
+    return Frame(
+        token, holder_keys, holder_recs, pod_keys, pod_recs, since, rows, ctx, held, annotations
+    )
+
+
+def _keep(memo: dict[K, V], key: K, value: V, most: int) -> None:
+    """Insert as the newest entry, the oldest dropped past ``most``."""
+    memo.pop(key, None)
+    if len(memo) >= most:
+        del memo[next(iter(memo))]
+    memo[key] = value
 
 
 def projection(sig: tuple[object, ...]) -> tuple[object, ...]:
@@ -116,11 +152,7 @@ class Frames:
             return kept[2]
         seen = projection(sig)
         token = kept[2] if kept is not None and kept[1] == seen else object()
-        views = self._views
-        views.pop(node, None)
-        if len(views) >= self._max:
-            del views[next(iter(views))]
-        views[node] = (sig, seen, token)
+        _keep(self._views, node, (sig, seen, token), self._max)
         return token
 
     def get(
@@ -170,18 +202,10 @@ class Frames:
     def keep_roster(
         self, node: str, token: object, scraped: tuple[str, ...], devices: Mapping[str, DeviceFacts]
     ) -> None:
-        rosters = self._rosters
-        rosters.pop(node, None)
-        if len(rosters) >= self._max:
-            del rosters[next(iter(rosters))]
-        rosters[node] = (token, scraped, MappingProxyType(dict(devices)))
+        _keep(self._rosters, node, (token, scraped, MappingProxyType(dict(devices))), self._max)
 
     def put(self, node: str, key: str, frame: Frame) -> None:
-        frames = self._frames
-        frames.pop((node, key), None)  # re-inserted: the newest
-        if len(frames) >= self._max:
-            del frames[next(iter(frames))]
-        frames[node, key] = frame
+        _keep(self._frames, (node, key), frame, self._max)
 
     def forget(self, node: str) -> None:
         """The node left: its frames go (they would only age out otherwise)."""

@@ -25,7 +25,7 @@ from streams.core.attribution import (
     holding,
     sample_holding,
 )
-from streams.core.deviceframe import Frame, Frames, cacheable, settled_from
+from streams.core.deviceframe import Frame, Frames, frame_of
 from streams.core.dra import device_map, place, placed_keys
 from streams.core.holders import DraDevices, NodeDevices, dra_ref, unplaced_dra
 from streams.core.identity import EMPTY_INVENTORY, Inventory, device_key, mig_uuid_for
@@ -230,8 +230,8 @@ def sample_event(
     same (:mod:`streams.core.deviceframe`); the event is the same either way."""
     key = device_key(sample.uuid, sample.mig_instance_id)
     node, ts_ms = view.node, sample.ts_ms
-    token = frames.token(node, view.sig) if frames is not None else None
-    if frames is not None:
+    token = frames.token(node, view.sig) if frames is not None and view.sig else None
+    if frames is not None and token is not None:
         frame = frames.get(node, key, token, ts_ms, t.slot_holders.get, t.pods.get)
         if frame is not None:
             event, flags = attribute(sample, frame.rows, frame.ctx, thresholds, frame.held)
@@ -241,27 +241,12 @@ def sample_event(
     held = sample_holding(sample, rows or (), ctx)
     event, flags = attribute(sample, rows or (), ctx, thresholds, held)
     annotations = tuple(holder_annotations(t.pods.get, node, event.holders))
-    if frames is not None and cacheable(rows) and view.sig:
-        assert rows is not None  # cacheable
-        holder_keys = tuple(holder_key(node, base) for base in bases_of(view, key))
-        holder_recs = tuple(map(t.slot_holders.get, holder_keys))
-        pod_keys = tuple(dict.fromkeys(name_key(node, a.namespace, a.pod) for a in rows))
-        pod_recs = tuple(map(t.pods.get, pod_keys))
-        since = settled_from(holder_recs, pod_recs)
-        if since is not None and ts_ms >= since:
-            frame = Frame(
-                token,
-                holder_keys,
-                holder_recs,
-                pod_keys,
-                pod_recs,
-                since,
-                rows,
-                ctx,
-                held,
-                annotations,
-            )
-            frames.put(node, key, frame)
+    if frames is not None and token is not None:
+        join = (ctx, held, annotations)
+        bases = bases_of(view, key)
+        kept = frame_of(node, token, bases, rows, join, ts_ms, t.slot_holders.get, t.pods.get)
+        if kept is not None:
+            frames.put(node, key, kept)
     return event, flags, annotations
 
 
