@@ -364,6 +364,14 @@ class WorkerSettings(BaseSettings):
     outbox_records: int = Field(default=2048, ge=1)
     outbox_bytes: int = Field(default=1 << 20, ge=1)
     outbox_linger_s: float = Field(default=0.01, ge=0)
+    #: what the worker reads ahead of its processing. Faust's defaults (4,096 events buffered per
+    #: stream, 1 MiB fetched per partition) let a worker catching up on a backlog hold tens of
+    #: MiB of input it has not reached, and the allocator keeps that high-water mark as RSS: on
+    #: 10,000 devices, 64 events and 128 KiB held the same rate at ~25 MiB less
+    #: (docs/BENCHMARKS.md). A record larger than the fetch size still comes whole (the broker
+    #: returns the first batch of a partition whatever its size)
+    stream_buffer: int = Field(default=64, ge=1)
+    fetch_bytes_per_partition: int = Field(default=131_072, ge=16_384)
     #: the cyclic garbage collector: allocations between two young-generation collections
     #: (Python's default is 700). The worker's state is immutable records freed by reference
     #: counting, but every collection walks the young objects of each message; a collection

@@ -143,6 +143,9 @@ def build_app(
         processing_guarantee="at_least_once",
         producer_linger=worker.producer_linger_s,
         producer_max_batch_size=worker.producer_batch_bytes,
+        # what it reads ahead of processing: a bounded backlog in memory (WorkerSettings)
+        stream_buffer_maxsize=worker.stream_buffer,
+        consumer_max_fetch_size=worker.fetch_bytes_per_partition,
     )
     raw = {
         "key_type": bytes,

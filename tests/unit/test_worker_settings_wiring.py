@@ -1,0 +1,40 @@
+"""The worker's read-ahead settings reach the Faust app and the consumer they configure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faust
+import pytest
+
+from infra.settings import AlertSettings, KafkaSettings, WorkerSettings
+from streams.worker.app import build_app
+
+
+def _app(tmp_path: Path, **worker: object) -> faust.App:
+    settings = WorkerSettings(data_dir=tmp_path, web_enabled=False, **worker)  # type: ignore[arg-type]
+    return build_app(KafkaSettings(bootstrap="localhost:1"), settings, AlertSettings())
+
+
+def test_read_ahead_settings_reach_faust_and_its_consumer(tmp_path: Path) -> None:
+    app = _app(tmp_path, stream_buffer=17, fetch_bytes_per_partition=65_536)
+    assert app.conf.stream_buffer_maxsize == 17
+    assert app.conf.consumer_max_fetch_size == 65_536
+
+
+def test_by_default_the_worker_reads_ahead_less_than_faust_would(tmp_path: Path) -> None:
+    """Faust's own defaults let a worker on a backlog hold tens of MiB of unread input
+    (docs/BENCHMARKS.md): the worker's defaults replace them."""
+    faust_defaults = faust.App("defaults-only").conf
+    app = _app(tmp_path)
+    assert app.conf.stream_buffer_maxsize < faust_defaults.stream_buffer_maxsize
+    assert app.conf.consumer_max_fetch_size < faust_defaults.consumer_max_fetch_size
+
+
+def test_read_ahead_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUATTR_WORKER_STREAM_BUFFER", "256")
+    monkeypatch.setenv("GPUATTR_WORKER_FETCH_BYTES_PER_PARTITION", "262144")
+    worker = WorkerSettings()
+    assert (worker.stream_buffer, worker.fetch_bytes_per_partition) == (256, 262_144)
+    with pytest.raises(ValueError, match="fetch_bytes_per_partition"):
+        WorkerSettings(fetch_bytes_per_partition=1024)
