@@ -201,8 +201,9 @@ async def rss_at_scale(
     workdir: Path,
 ) -> dict[str, float]:
     """The worker's RSS measured on a fleet of at least ``devices`` devices (all of its state
-    built: every input processed), not extrapolated; and the growth per 1,000 devices from the
-    main fleet's run to this one (the same scrape rounds, so the same history per device)."""
+    built: every input processed), not extrapolated; the growth per 1,000 devices from the
+    main fleet's run to this one (the same scrape rounds, so the same history per device); and
+    the worker's rate and CPU per sample on that fleet."""
     nodes = 1
     while sample_count(nodes, 1) < devices:
         nodes += 1
@@ -214,6 +215,9 @@ async def rss_at_scale(
         "devices": big,
         "rss_mib": round(run["rss_bytes"] / 2**20, 1),
         "mib_per_1k_devices": round(grown, 2),
+        # the same worker's rate and cost at this size: what sizing by devices per worker reads
+        "samples_per_s": round(run["samples_per_s"]),
+        "cpu_us_per_sample": round(run["cpu_us_per_sample"], 1),
     }
 
 
@@ -347,6 +351,8 @@ FIGURES = (
     "worker_rss_mib",
     "worker_rss_at_10k.rss_mib",
     "worker_rss_at_10k.mib_per_1k_devices",
+    "worker_rss_at_10k.samples_per_s",
+    "worker_rss_at_10k.cpu_us_per_sample",
     "agent_per_node.cpu_cores",
     "agent_per_node.rss_mib",
 )
@@ -497,7 +503,9 @@ def table(r: dict[str, Any]) -> str:
             "worker RSS at scale",
             f"{r['worker_rss_at_10k']['rss_mib']} MiB at {r['worker_rss_at_10k']['devices']} "
             f"devices ({r['worker_rss_at_10k']['nodes']} nodes, measured); "
-            f"{r['worker_rss_at_10k']['mib_per_1k_devices']} MiB per 1,000 devices more",
+            f"{r['worker_rss_at_10k']['mib_per_1k_devices']} MiB per 1,000 devices more; "
+            f"{r['worker_rss_at_10k']['samples_per_s']} samples/s at "
+            f"{r['worker_rss_at_10k']['cpu_us_per_sample']} µs CPU per sample there",
         ),
         (
             "agent per node",

@@ -88,3 +88,6 @@ async def test_rss_is_measured_on_a_fleet_of_the_size_asked(
     assert sample_count(nodes, 1) >= 60 > sample_count(nodes - 1, 1)
     assert big["devices"] == sample_count(nodes, 1)
     assert big["rss_mib"] > 0
+    # the same run's rate and cost at that size (what sizing by devices per worker reads)
+    assert big["samples_per_s"] > 0
+    assert big["cpu_us_per_sample"] > 0
