@@ -137,10 +137,10 @@ async def passthrough(
     """The ceiling: consume every message and produce, no decoding. (Input records/s, GPU
     samples/s.)
 
-    Like for like with the worker: the same input records, the worker's fetch size per
-    partition and producer settings (acks=all, its linger and batch size) and its way of
-    handing records over (its outbox: whole per-partition batches,
-    :mod:`streams.worker.outbox`, drained before every commit), with a commit after every poll.
+    Like for like with the worker: the same input records, the worker's producer settings
+    (acks=all, its linger and batch size) and its way of handing records over (its outbox:
+    whole per-partition batches, :mod:`streams.worker.outbox`, drained before every commit),
+    with a commit after every poll.
     ``event_bytes`` > 0: what the worker must do at minimum — each scrape becomes one record of
     ``event_bytes`` per device (keyed per device, as attribution events are), every other record
     is produced again as it is; 0: every record is produced again as it is (the plain
@@ -152,7 +152,9 @@ async def passthrough(
         group_id=f"raw-{target}",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        max_partition_fetch_bytes=worker.fetch_bytes_per_partition,  # as the worker reads
+        # more than the worker reads per fetch (GPUATTR_WORKER_FETCH_BYTES_PER_PARTITION): this
+        # line commits after every poll, so a smaller fetch would lower the ceiling, not match it
+        max_partition_fetch_bytes=1 << 22,
     )
     producer = worker_producer(bootstrap)
     await consumer.start()
