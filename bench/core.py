@@ -23,7 +23,7 @@ from bench.fleet import sample_count, stream
 from contract import codec
 from contract.inputs import DcgmScrape, NodeSupply, pool_resource
 from contract.topics import DEMAND_TABLES, TABLES
-from infra.settings import AlertSettings
+from infra.settings import AlertSettings, WorkerSettings
 from streams.core.demandstage import DemandStage, DemandTables
 from streams.core.processor import Processor, Tables
 from streams.core.state import TABLE_CODEC
@@ -71,6 +71,7 @@ def once(payloads: list[bytes], samples: int) -> dict[str, float]:
     stage = DemandStage(
         DemandTables(**{f: _WrittenTable(written) for f in DEMAND_TABLES}),  # type: ignore[arg-type]
         IDLE_WINDOW_S,
+        WorkerSettings.model_construct().demand_supply_every_s,  # as the worker runs it
     )
     spent = {"decode": 0.0, "core": 0.0, "demand": 0.0, "encode": 0.0, "state": 0.0}
     clock = time.process_time  # this process's CPU: the figure holds beside other load

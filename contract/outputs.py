@@ -544,7 +544,9 @@ class PoolDemand:
     most ``WAITING_LISTED``; ``pending_pods`` counts them all) and, in the same pool, the allocated
     GPUs and those measured idle with their holders (longest idle first, at most ``IDLE_LISTED``;
     ``idle_gpus`` counts them all, ``idle_latest_since_ms`` is when the most recent of them began
-    idling). Emitted on change to the compacted demand topic, keyed by ``pool``; a tombstone when
+    idling). Emitted on change to the compacted demand topic, keyed by ``pool`` (a change of the
+    supply-side figures alone at most once per ``GPUATTR_WORKER_DEMAND_SUPPLY_EVERY_S`` of event
+    time, :mod:`streams.core.demand`); a tombstone when
     nobody waits and nothing of the pool is allocated. A record is bounded whatever the pool's
     size (a record listing every idle GPU of a large pool outgrew Kafka's 1 MB message limit)."""
 

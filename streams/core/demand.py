@@ -18,6 +18,19 @@ the allocated devices, those measured idle with their holders (longest idle firs
 whose usage is unknown (never idle): a record stays bounded however large the pool. It holds
 no age: the same waiters and supply give the same record at any time, so it changes only when
 they do (:func:`same`), and time alone never emits one.
+
+**When a changed record is sent** (:func:`due`). A pool's record lists up to
+:data:`~contract.outputs.IDLE_LISTED` idle GPUs with their holders, so it is tens of KB on a
+large pool, and its supply side (the allocated, idle and unmeasured counts, the idle list) moves
+whenever any device of the pool starts or stops idling or changes hands: on every node's supply
+change, a rewrite of the whole pool per change, O(nodes) bytes each time (issue 31). A change of
+the *answer* is sent at once: a new pool, anything on the demand side (who waits, for how many
+GPUs, since when), and the supply side crossing zero (idle GPUs appear or are all gone,
+allocation appears or is all gone). A change of the supply side's figures only is sent at most
+once per interval of event time after the pool's last record (the caller's setting; 0: every
+change at once), as a controller batches status updates: what a consumer of the compacted topic
+ends with is still the pool's latest record, at most that interval (or until the partition's
+next record or clock tick after it) behind.
 """
 
 from __future__ import annotations
@@ -313,6 +326,32 @@ def same(a: PoolDemand | None, b: PoolDemand | None) -> bool:
     if a is None or b is None:
         return a is b
     return replace(a, ts_ms=0) == replace(b, ts_ms=0)
+
+
+def answer_moved(last: PoolDemand | None, now: PoolDemand) -> bool:
+    """The pool's answer changed (module doc, *when a changed record is sent*): it is new, its
+    demand side differs, or its supply side crossed zero."""
+    if last is None:
+        return True
+    if (last.pending_pods, last.gpus_requested, last.oldest_since_ms, last.waiting) != (
+        now.pending_pods,
+        now.gpus_requested,
+        now.oldest_since_ms,
+        now.waiting,
+    ):
+        return True
+    return (last.idle_count() > 0, last.allocated_gpus > 0) != (
+        now.idle_count() > 0,
+        now.allocated_gpus > 0,
+    )
+
+
+def due(last: PoolDemand | None, now: PoolDemand, every_ms: int) -> bool:
+    """A changed record ``now`` is sent now: its answer moved, or the pool's last record
+    (``last``) is at least ``every_ms`` of event time old."""
+    if every_ms <= 0 or last is None:
+        return True
+    return answer_moved(last, now) or now.ts_ms - last.ts_ms >= every_ms
 
 
 def changes(

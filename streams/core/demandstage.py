@@ -20,6 +20,15 @@ partition of its resource, the key of the demand-events topic):
 (event time aside) writes nothing, a tick writes only when an alert moves, a list only when it
 removes a pod.
 
+**Coalescing.** A pool's record whose answer did not move (only its supply-side figures did) is
+sent at most once per ``supply_every_s`` of event time (:func:`streams.core.demand.due`): it is
+held back, not written anywhere — ``pools`` keeps the pool's last *sent* record — and sent by
+the first record of the resource that changes its pools, or the partition's first clock tick,
+once the interval since the last one has passed (each recomputes the pools from the tables). The
+alerts step on the pools as the tables say now, sent or held back, and a pool whose alert moves
+has its record sent with it. A worker that crashes while a change is held back loses nothing:
+the tables hold the change, and the next tick recomputes it.
+
 **Order.** A record older than what a key holds is stale (another producer's late record, or the
 same record processed again); a pod or node removed is remembered (:data:`DEPARTED_KEPT` per
 resource, with the event time of its removal) so an older record does not bring it back.
@@ -40,7 +49,7 @@ is committed.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 
 from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList, pool_resource
@@ -174,9 +183,12 @@ def key_resource(key: bytes | None, record: object) -> str | None:
 class DemandStage:
     """Applies demand-events records to :class:`DemandTables` and returns what to publish."""
 
-    def __init__(self, tables: DemandTables, window_s: float) -> None:
+    def __init__(self, tables: DemandTables, window_s: float, supply_every_s: float = 0.0) -> None:
+        """``supply_every_s``: a pool's record whose answer did not move is sent at most once
+        per this much event time (:func:`streams.core.demand.due`; 0: every change at once)."""
         self.tables = tables
         self.window_ms = int(window_s * 1000)
+        self.every_ms = int(supply_every_s * 1000)
         self._dirty = False  # the record being applied changed a pod or node key
         # each resource's supply summed per group, synced with its table records by identity
         # (a recovered table holds new objects: read afresh); bounded by the live nodes
@@ -223,14 +235,23 @@ class DemandStage:
             return again
         self._dirty = False
         rd = self._apply(resource, old, record)
-        touched = self._dirty  # a pod or node of the resource changed: its pools may have
-        now = self._demands(resource, rd, ts_ms) if touched else None
-        changed, retired = demand.changes(rd.pools, now) if now is not None else ((), ())
-        if now is not None:
-            rd = replace(rd, pools=now if changed or retired else rd.pools)
-        rd, alerts = self._alerts(rd, ts_ms, retired)
-        if changed or retired:
-            emission = Emission(ts_ms, by, retired=retired, pools=tuple(d.pool for d in changed))
+        # a pod or node of the resource changed: its pools may have; a tick: a change held back
+        # may be due (module doc, *coalescing*)
+        fresh = self._dirty or isinstance(record, ClockTick)
+        now = self._demands(resource, rd, ts_ms) if fresh else rd.pools
+        changed, retired = demand.changes(rd.pools, now) if fresh else ((), ())
+        rd, alerts = self._alerts(rd, now, ts_ms, retired)
+        alerted = {a.demand.pool for a in alerts if a.demand is not None}
+        last = {d.pool: d for d in rd.pools}
+        sent = tuple(
+            d
+            for d in changed
+            if d.pool in alerted or demand.due(last.get(d.pool), d, self.every_ms)
+        )
+        if sent or retired:
+            last.update((d.pool, d) for d in sent)
+            rd = replace(rd, pools=tuple(last[d.pool] for d in now if d.pool in last))
+            emission = Emission(ts_ms, by, retired=retired, pools=tuple(d.pool for d in sent))
             rd = replace(rd, emitted=(emission, *rd.emitted)[:REMEMBERED])
         if alerts:
             emission = Emission(ts_ms, by, alerts=alerts)
@@ -240,7 +261,7 @@ class DemandStage:
         # a resolution before the pool's tombstone, the new records before a firing
         out: list[DemandOutput] = [a for a in alerts if a.status == "resolved"]
         out += [PoolDemandRetired(p) for p in retired]
-        out += changed
+        out += sent
         return out + [a for a in alerts if a.status == "firing"]
 
     def _again(self, rd: ResourceDemand, ts_ms: int, by: str) -> list[DemandOutput] | None:
@@ -273,11 +294,16 @@ class DemandStage:
         return demand.demands_from(resource, waiters, index.groups(), index.supplying, ts_ms)
 
     def _alerts(
-        self, rd: ResourceDemand, ts_ms: int, retired: tuple[str, ...]
+        self,
+        rd: ResourceDemand,
+        pools: Sequence[PoolDemand],
+        ts_ms: int,
+        retired: tuple[str, ...],
     ) -> tuple[ResourceDemand, tuple[Alert, ...]]:
-        """Step every pool's alert (a live pool's, and a retired pool's open one)."""
+        """Step every pool's alert (a live pool's, by its record as the tables say now —
+        ``pools``, sent or held back —, and a retired pool's open one)."""
         firing = {a.demand.pool: a for a in rd.firing if a.demand is not None}
-        records: dict[str, PoolDemand | None] = {d.pool: d for d in rd.pools}
+        records: dict[str, PoolDemand | None] = {d.pool: d for d in pools}
         records.update({p: None for p in retired if p in firing})
         moved: list[Alert] = []
         open_: list[Alert] = []

@@ -173,7 +173,8 @@ def build_app(
     processor = Processor(tables, alerts, lifetimes_of(spine or SpineSettings()))
     live = LiveDevices()
     demand_tables = DemandTables(**{field: table(name) for field, name in DEMAND_TABLES.items()})
-    stage = DemandStage(demand_tables, alerts.demand_window_s)
+    stage = DemandStage(demand_tables, alerts.demand_window_s, worker.demand_supply_every_s)
+    app.demand_stage = stage
     live_demand = LiveDemand()  # the demand stage's records, for the API and /metrics
 
     async def dead_letter(event: Event, error: str) -> None:

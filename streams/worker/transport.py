@@ -191,9 +191,11 @@ class Worker(faust.Worker):  # type: ignore[misc]
 
 class App(faust.App):  # type: ignore[misc]
     """A Faust app on :class:`Transport` (everything else is Faust's). ``outbox``: where the
-    worker's outputs and its tables' changelog records are queued (set by ``build_app``)."""
+    worker's outputs and its tables' changelog records are queued; ``demand_stage``: the demand
+    agent's stage (both set by ``build_app``)."""
 
     outbox: Any = None
+    demand_stage: Any = None  # the demand agent's stage (set by ``build_app``)
 
     def _new_transport(self) -> Any:
         return Transport(self.conf.broker_consumer, self)

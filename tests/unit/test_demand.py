@@ -29,7 +29,7 @@ from contract.outputs import (
 )
 from sinks.payloads import slack_message
 from streams.core import demandalerts
-from streams.core.demand import matches, pool_demand, pools_of, waiter_of
+from streams.core.demand import answer_moved, due, matches, pool_demand, pools_of, waiter_of
 from streams.core.demandstage import (
     DemandOutput,
     DemandStage,
@@ -443,3 +443,78 @@ def test_a_value_written_before_issue_31_replays_the_pools_its_emissions_copied(
     older = [replace(e, pools=(), demands=(replace(latest, pending_pods=0),)) for e in rd.emitted]
     tables.demand_resources[GPU] = replace(rd, emitted=tuple(older))
     assert run(stage, pod("a", 10)) == [latest]
+
+
+# --- coalescing: a pool's supply-side figures at most once per interval ------------------------
+
+EVERY_S = 10.0
+E = int(EVERY_S * 1000)
+
+
+def demands_of(outs: Sequence[DemandOutput]) -> list[PoolDemand]:
+    return [o for o in outs if isinstance(o, PoolDemand)]
+
+
+def test_due_sends_an_answer_at_once_and_figures_once_per_interval() -> None:
+    base = pool_demand(Pool(GPU), [], [supply(0, "n1", device("g0", 0), device("g1"))], 0)
+    more_idle = pool_demand(Pool(GPU), [], [supply(0, "n1", device("g0", 0), device("g1", 1))], 1)
+    none_idle = pool_demand(Pool(GPU), [], [supply(0, "n1", device("g0"), device("g1"))], 1)
+    waits = pool_demand(
+        Pool(GPU), [waiter_of(pod("a"), GPU)], [supply(0, "n1", device("g0", 0), device("g1"))], 1
+    )
+    assert (base.idle_count(), more_idle.idle_count(), none_idle.idle_count()) == (1, 2, 0)
+    assert not answer_moved(base, more_idle)  # figures only
+    assert not due(base, more_idle, E)
+    assert due(base, replace(more_idle, ts_ms=E), E)  # the interval has passed
+    assert due(base, none_idle, E)  # idle GPUs all gone: the answer moved
+    assert due(base, waits, E)  # somebody waits
+    assert due(None, base, E)  # a new pool
+    assert due(base, more_idle, 0)  # no interval: every change
+    assert due(replace(base, ts_ms=5), more_idle, 0)  # even one stamped earlier
+
+
+def test_a_figures_only_change_is_held_back_and_sent_once_due() -> None:
+    tables = DemandTables()
+    stage = DemandStage(tables, WINDOW_S, EVERY_S)
+    first = demands_of(run(stage, supply(0, "n1", device("g0", 0), device("g1"))))
+    assert [d.idle_count() for d in first] == [1]
+    held = run(stage, supply(1000, "n1", device("g0", 0), device("g1", 1000)))
+    assert demands_of(held) == []  # 1 idle -> 2 idle, 1 s after the last record
+    assert tables.demand_resources[GPU].pools == tuple(first)  # the last one *sent*
+    assert tables.demand_supply[f"{GPU}|n1"].ts_ms == 1000  # the change itself is kept
+    assert demands_of(run(stage, ClockTick(0, E - 1))) == []  # not yet due
+    sent = demands_of(run(stage, ClockTick(0, E)))
+    assert [(d.ts_ms, d.idle_count()) for d in sent] == [(E, 2)]
+    assert demands_of(run(stage, ClockTick(0, E + 1))) == []  # nothing left to send
+
+
+def test_an_answer_change_is_sent_at_once_within_the_interval() -> None:
+    stage = DemandStage(DemandTables(), WINDOW_S, EVERY_S)
+    run(stage, supply(0, "n1", device("g0", 0), device("g1")))
+    waits = demands_of(run(stage, pod("a", 500)))
+    assert [(d.ts_ms, d.pending_pods) for d in waits] == [(500, 1)]
+    gone_idle = demands_of(run(stage, supply(900, "n1", device("g0"), device("g1"))))
+    assert [(d.ts_ms, d.idle_count()) for d in gone_idle] == [(900, 0)]
+
+
+def test_a_held_back_change_survives_a_restart() -> None:
+    tables = DemandTables()
+    run(DemandStage(tables, WINDOW_S, EVERY_S), supply(0, "n1", device("g0", 0), device("g1")))
+    held = run(
+        DemandStage(tables, WINDOW_S, EVERY_S), supply(1000, "n1", device("g0", 0), device("g1", 9))
+    )
+    assert demands_of(held) == []
+    restarted = DemandStage(  # a new worker on the recovered tables
+        DemandTables(**{name: dict(getattr(tables, name)) for name in tables.sizes()}),
+        WINDOW_S,
+        EVERY_S,
+    )
+    sent = demands_of(run(restarted, ClockTick(0, E)))
+    assert [(d.ts_ms, d.idle_count()) for d in sent] == [(E, 2)]
+
+
+def test_without_an_interval_every_change_is_sent() -> None:
+    stage = DemandStage(DemandTables(), WINDOW_S, 0.0)
+    run(stage, supply(0, "n1", device("g0", 0), device("g1")))
+    sent = demands_of(run(stage, supply(1000, "n1", device("g0", 0), device("g1", 1000))))
+    assert [(d.ts_ms, d.idle_count()) for d in sent] == [(1000, 2)]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 
+import pytest
+
 from contract.inputs import (
     ClockTick,
     GpuRequest,
@@ -19,6 +21,8 @@ from contract.inputs import (
     SupplyHolder,
 )
 from contract.outputs import Alert, PoolDemand, PoolDemandRetired
+from infra.settings import WorkerSettings
+from streams.core.demand import answer_moved
 from streams.core.demandstage import DemandOutput, DemandStage, DemandTables
 from tests.crashpoints import every_crash_point
 
@@ -67,9 +71,19 @@ def keys(outputs: Iterable[DemandOutput]) -> set[str]:
     return {f"{o.id}:{o.status}" for o in outputs if isinstance(o, Alert)}
 
 
-def run(records: Sequence[object], state: State) -> tuple[list[list[DemandOutput]], list[State]]:
+#: a pool's record on every change, and as the worker sends it (supply-side changes coalesced)
+EVERY = pytest.mark.parametrize(
+    "every_s",
+    [0.0, WorkerSettings.model_construct().demand_supply_every_s],
+    ids=["each", "shipped"],
+)
+
+
+def run(
+    records: Sequence[object], state: State, every_s: float = 0.0
+) -> tuple[list[list[DemandOutput]], list[State]]:
     tables = DemandTables(**{name: dict(t) for name, t in state.items()})  # type: ignore[arg-type]
-    stage = DemandStage(tables, WINDOW_S)
+    stage = DemandStage(tables, WINDOW_S, every_s)
     outputs, states = [], []
     for record in records:
         key = None if isinstance(record, ClockTick | PendingPodList) else GPU.encode()
@@ -78,10 +92,11 @@ def run(records: Sequence[object], state: State) -> tuple[list[list[DemandOutput
     return outputs, states
 
 
-def test_every_crash_point_delivers_every_demand_alert_exactly_by_key() -> None:
+@EVERY
+def test_every_crash_point_delivers_every_demand_alert_exactly_by_key(every_s: float) -> None:
     records = stream()
     empty: State = {f.name: {} for f in fields(DemandTables)}
-    reference, after = run(records, empty)
+    reference, after = run(records, empty, every_s)
     expected = set().union(*(keys(outs) for outs in reference))
     alerts = [o for outs in reference for o in outs if isinstance(o, Alert)]
     # plain pool: fired, resolved (a bound); A100 pool: fired, resolved (work); both fired
@@ -102,17 +117,18 @@ def test_every_crash_point_delivers_every_demand_alert_exactly_by_key() -> None:
     assert any(isinstance(o, PoolDemand) and o.product == A100 for o in flat)
     persisted = [empty, *after]
     checked = every_crash_point(
-        records, reference, persisted, expected, lambda rs, st: run(rs, st)[0], keys
+        records, reference, persisted, expected, lambda rs, st: run(rs, st, every_s)[0], keys
     )
     assert checked > 700  # every one of them (33 inputs)
 
 
-def test_after_any_crash_the_last_word_per_pool_is_the_reference_one() -> None:
+@EVERY
+def test_after_any_crash_the_last_word_per_pool_is_the_reference_one(every_s: float) -> None:
     """Replayed from any persisted state, the last record delivered per pool is the one a run
     without a crash ends with (a tombstone here)."""
     records = stream()
     empty: State = {f.name: {} for f in fields(DemandTables)}
-    reference, after = run(records, empty)
+    reference, after = run(records, empty, every_s)
     persisted = [empty, *after]
 
     def last(outs: Iterable[DemandOutput]) -> dict[str, object]:
@@ -127,6 +143,77 @@ def test_after_any_crash_the_last_word_per_pool_is_the_reference_one() -> None:
     final = last(o for outs in reference for o in outs)
     for c in range(len(records)):
         for s in range(c, len(records) + 1):
-            replayed, _ = run(records[c:], persisted[s])
+            replayed, _ = run(records[c:], persisted[s], every_s)
             delivered = last(o for outs in [*reference[:c], *replayed] for o in outs)
             assert delivered == final, (c, s)
+
+
+def busy_node(ts: int, idle_since: int | None) -> NodeSupply:
+    """A second node whose GPU starts and stops idling while the first stays idle: the pool's
+    idle count moves between 1 and 2, never through zero (a supply-side change only)."""
+    since = None if idle_since is None else idle_since * S
+    dev = SupplyDevice("GPU-2", A100, "", since, (SupplyHolder("team", "busy", "u-busy"),))
+    return NodeSupply(ts * S, "n2", GPU, (dev,))
+
+
+def coalesced_stream() -> list[object]:
+    """A pod waits while n1 idles (fires on a tick); n2 flips between idle and busy every 3 s,
+    which only moves the pool's figures; the pod is bound (resolves); both nodes free their
+    GPUs (a tombstone)."""
+    out: list[object] = [node(0, 0), busy_node(0, None), waiting("a", 1)]
+    for t in range(2, 40):
+        if t % 3 == 0:
+            out.append(busy_node(t, t if (t // 3) % 2 else None))
+        if t % 2 == 0:
+            out.append(ClockTick(0, t * S))
+    out += [waiting("a", 40, "bound"), NodeSupply(41 * S, "n2", GPU), NodeSupply(42 * S, "n1", GPU)]
+    return out
+
+
+def test_coalesced_records_lose_no_alert_and_end_with_the_last_word_at_any_crash_point() -> None:
+    """As the worker runs it (supply-side changes coalesced), some records are held back — and
+    still every crash point delivers exactly the alerts of a run without a crash, and ends with
+    the same last word per pool."""
+    records = coalesced_stream()
+    empty: State = {f.name: {} for f in fields(DemandTables)}
+    every_s = WorkerSettings.model_construct().demand_supply_every_s
+    assert every_s > 0
+    each, _ = run(records, empty, 0.0)
+    reference, after = run(records, empty, every_s)
+
+    def demands(outs: Sequence[Sequence[DemandOutput]]) -> list[PoolDemand]:
+        return [o for out in outs for o in out if isinstance(o, PoolDemand)]
+
+    held = len(demands(each)) - len(demands(reference))
+    assert held >= 5, (len(demands(each)), len(demands(reference)))  # the flips were coalesced
+    assert keys(o for outs in reference for o in outs) == keys(o for outs in each for o in outs)
+    # between two records of the pool: the interval passed, the answer moved, or an alert moved
+    # with the second
+    last: PoolDemand | None = None
+    for outs in reference:
+        for o in outs:
+            if not isinstance(o, PoolDemand):
+                continue
+            if last is not None:
+                alerted = any(isinstance(a, Alert) for a in outs)
+                assert o.ts_ms - last.ts_ms >= every_s * S or answer_moved(last, o) or alerted, (
+                    last,
+                    o,
+                )
+            last = o
+    expected = set().union(*(keys(outs) for outs in reference))
+    assert len(expected) == 2  # fired, resolved
+    persisted = [empty, *after]
+    checked = every_crash_point(
+        records, reference, persisted, expected, lambda rs, st: run(rs, st, every_s)[0], keys
+    )
+    assert checked > 700
+    final = {o.pool: o for outs in reference for o in outs if isinstance(o, PoolDemandRetired)}
+    assert list(final) == [GPU]
+    for c in range(len(records)):
+        replayed, _ = run(records[c:], persisted[c], every_s)
+        words = [
+            o for outs in replayed for o in outs if isinstance(o, PoolDemand | PoolDemandRetired)
+        ]
+        assert words, c
+        assert isinstance(words[-1], PoolDemandRetired), c

@@ -1,4 +1,5 @@
-"""The worker's read-ahead settings reach the Faust app and the consumer they configure."""
+"""The worker's read-ahead settings reach the Faust app and the consumer they configure; its
+demand-record interval reaches the demand stage."""
 
 from __future__ import annotations
 
@@ -38,3 +39,14 @@ def test_read_ahead_settings_come_from_the_environment(monkeypatch: pytest.Monke
     assert (worker.stream_buffer, worker.fetch_bytes_per_partition) == (256, 262_144)
     with pytest.raises(ValueError, match="fetch_bytes_per_partition"):
         WorkerSettings(fetch_bytes_per_partition=1024)
+
+
+def test_the_demand_record_interval_reaches_the_demand_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _app(tmp_path, demand_supply_every_s=3.5).demand_stage.every_ms == 3500
+    assert _app(tmp_path).demand_stage.every_ms == 10_000  # shipped: coalesced
+    monkeypatch.setenv("GPUATTR_WORKER_DEMAND_SUPPLY_EVERY_S", "0")
+    assert WorkerSettings().demand_supply_every_s == 0.0  # every change, as before
+    with pytest.raises(ValueError, match="demand_supply_every_s"):
+        WorkerSettings(demand_supply_every_s=-1)
