@@ -196,15 +196,14 @@ class DemandStage:
 
     def handle(self, record: object, partition: int, key: bytes | None) -> list[DemandOutput]:
         resource = key_resource(key, record)
-        by = fingerprint(record)
         if resource is not None:
             self._index(partition, resource)
             assert isinstance(record, PendingPod | NodeSupply)
-            return self._resource(resource, record, record.ts_ms, by)
+            return self._resource(resource, record, record.ts_ms)
         assert isinstance(record, ClockTick | PendingPodList)
         out: list[DemandOutput] = []
         for r in self.resources(partition):
-            out += self._resource(r, record, record.ts_ms, by)
+            out += self._resource(r, record, record.ts_ms)
         return out
 
     def resources(self, partition: int) -> tuple[str, ...]:
@@ -228,9 +227,12 @@ class DemandStage:
 
     # --- one resource
 
-    def _resource(self, resource: str, record: object, ts_ms: int, by: str) -> list[DemandOutput]:
+    def _resource(self, resource: str, record: object, ts_ms: int) -> list[DemandOutput]:
+        """``record``'s fingerprint is taken only when it is needed: to tell it from a record
+        that emitted at the same time, or to remember what it emits (most records emit
+        nothing)."""
         old = self.tables.demand_resources.get(resource) or ResourceDemand()
-        again = self._again(old, ts_ms, by)
+        again = self._again(old, ts_ms, record)
         if again is not None:
             return again
         self._dirty = False
@@ -251,10 +253,11 @@ class DemandStage:
         if sent or retired:
             last.update((d.pool, d) for d in sent)
             rd = replace(rd, pools=tuple(last[d.pool] for d in now if d.pool in last))
-            emission = Emission(ts_ms, by, retired=retired, pools=tuple(d.pool for d in sent))
+            pools = tuple(d.pool for d in sent)
+            emission = Emission(ts_ms, fingerprint(record), retired=retired, pools=pools)
             rd = replace(rd, emitted=(emission, *rd.emitted)[:REMEMBERED])
         if alerts:
-            emission = Emission(ts_ms, by, alerts=alerts)
+            emission = Emission(ts_ms, fingerprint(record), alerts=alerts)
             rd = replace(rd, alerted=(emission, *rd.alerted)[:ALERTS_REMEMBERED])
         if rd != old:
             self.tables.demand_resources[resource] = rd
@@ -264,9 +267,12 @@ class DemandStage:
         out += sent
         return out + [a for a in alerts if a.status == "firing"]
 
-    def _again(self, rd: ResourceDemand, ts_ms: int, by: str) -> list[DemandOutput] | None:
+    def _again(self, rd: ResourceDemand, ts_ms: int, record: object) -> list[DemandOutput] | None:
         """The alerts the record emitted when it was first processed, and the latest record of
         each pool it touched (``None``: it is new, or it emitted nothing; module doc, replay)."""
+        if not any(e.ts_ms == ts_ms for e in (*rd.emitted, *rd.alerted)):
+            return None  # nothing emitted at its time: new (no fingerprint needed)
+        by = fingerprint(record)
         hit = next((e for e in rd.emitted if (e.ts_ms, e.by) == (ts_ms, by)), None)
         alerted = next((e for e in rd.alerted if (e.ts_ms, e.by) == (ts_ms, by)), None)
         if hit is None and alerted is None:
