@@ -373,8 +373,9 @@ class WorkerSettings(BaseSettings):
     stream_buffer: int = Field(default=64, ge=1)
     fetch_bytes_per_partition: int = Field(default=131_072, ge=16_384)
     #: a pool's demand record whose answer did not move (nobody new waits or stops waiting, its
-    #: idle and allocated GPUs do not appear or run out; only their counts and the idle list
-    #: changed) is sent at most once per this much event time; 0: on every change. On a large
+    #: allocation does not appear or run out, nor — while anybody waits — its idle GPUs; only
+    #: figures and the idle list changed) is sent at most once per this much event time; 0: on
+    #: every change. On a large
     #: pool the record is tens of KB and its figures move on nearly every node's supply change
     #: (streams/core/demand.py, docs/BENCHMARKS.md)
     demand_supply_every_s: float = Field(default=10.0, ge=0)

@@ -25,8 +25,8 @@ large pool, and its supply side (the allocated, idle and unmeasured counts, the 
 whenever any device of the pool starts or stops idling or changes hands: on every node's supply
 change, a rewrite of the whole pool per change, O(nodes) bytes each time (issue 31). A change of
 the *answer* is sent at once: a new pool, anything on the demand side (who waits, for how many
-GPUs, since when), and the supply side crossing zero (idle GPUs appear or are all gone,
-allocation appears or is all gone). A change of the supply side's figures only is sent at most
+GPUs, since when), allocation appearing or all gone, and — while anybody waits — idle GPUs
+appearing or all gone. A change of the supply side's figures only is sent at most
 once per interval of event time after the pool's last record (the caller's setting; 0: every
 change at once), as a controller batches status updates: what a consumer of the compacted topic
 ends with is still the pool's latest record, at most that interval (or until the partition's
@@ -330,7 +330,8 @@ def same(a: PoolDemand | None, b: PoolDemand | None) -> bool:
 
 def answer_moved(last: PoolDemand | None, now: PoolDemand) -> bool:
     """The pool's answer changed (module doc, *when a changed record is sent*): it is new, its
-    demand side differs, or its supply side crossed zero."""
+    demand side differs, its allocation crossed zero, or its idle GPUs did while anybody
+    waits."""
     if last is None:
         return True
     if (last.pending_pods, last.gpus_requested, last.oldest_since_ms, last.waiting) != (
@@ -340,10 +341,10 @@ def answer_moved(last: PoolDemand | None, now: PoolDemand) -> bool:
         now.waiting,
     ):
         return True
-    return (last.idle_count() > 0, last.allocated_gpus > 0) != (
-        now.idle_count() > 0,
-        now.allocated_gpus > 0,
-    )
+    if (last.allocated_gpus > 0) != (now.allocated_gpus > 0):
+        return True
+    waits = last.pending_pods > 0 or now.pending_pods > 0
+    return waits and (last.idle_count() > 0) != (now.idle_count() > 0)
 
 
 def due(last: PoolDemand | None, now: PoolDemand, every_ms: int) -> bool:

@@ -239,7 +239,9 @@ class DemandStage:
         rd = self._apply(resource, old, record)
         # a pod or node of the resource changed: its pools may have; a tick: a change held back
         # may be due (module doc, *coalescing*)
-        fresh = self._dirty or isinstance(record, ClockTick)
+        fresh = (self._dirty and not self._figures_only(old, record, ts_ms)) or isinstance(
+            record, ClockTick
+        )
         now = self._demands(resource, rd, ts_ms) if fresh else rd.pools
         changed, retired = demand.changes(rd.pools, now) if fresh else ((), ())
         rd, alerts = self._alerts(rd, now, ts_ms, retired)
@@ -266,6 +268,24 @@ class DemandStage:
         out += [PoolDemandRetired(p) for p in retired]
         out += sent
         return out + [a for a in alerts if a.status == "firing"]
+
+    def _figures_only(self, rd: ResourceDemand, record: object, ts_ms: int) -> bool:
+        """The record can move nothing but figures that are not due yet, so the pools need not
+        be recomputed: a supply record of a node that supplied already and still does, in a
+        resource nobody waits for and with no open alert (so no answer can move: every pool
+        keeps its allocation, and nobody waits for the idle), whose every pool was sent less
+        than the interval ago. The next tick recomputes and sends what is then due."""
+        return (
+            self.every_ms > 0
+            and isinstance(record, NodeSupply)
+            and bool(record.devices)
+            and not record.gone
+            and record.node in rd.nodes
+            and not rd.pods
+            and not rd.firing
+            and bool(rd.pools)
+            and all(ts_ms - d.ts_ms < self.every_ms for d in rd.pools)
+        )
 
     def _again(self, rd: ResourceDemand, ts_ms: int, record: object) -> list[DemandOutput] | None:
         """The alerts the record emitted when it was first processed, and the latest record of

@@ -466,8 +466,14 @@ def test_due_sends_an_answer_at_once_and_figures_once_per_interval() -> None:
     assert not answer_moved(base, more_idle)  # figures only
     assert not due(base, more_idle, E)
     assert due(base, replace(more_idle, ts_ms=E), E)  # the interval has passed
-    assert due(base, none_idle, E)  # idle GPUs all gone: the answer moved
+    assert not due(base, none_idle, E)  # idle GPUs all gone, but nobody waits: figures
     assert due(base, waits, E)  # somebody waits
+    waits_none_idle = pool_demand(
+        Pool(GPU), [waiter_of(pod("a"), GPU)], [supply(0, "n1", device("g0"), device("g1"))], 2
+    )
+    assert due(waits, waits_none_idle, E)  # somebody waits and the idle GPUs are all gone
+    unallocated = pool_demand(Pool(GPU), [waiter_of(pod("a"), GPU)], [], 3)
+    assert due(waits_none_idle, unallocated, E)  # allocation all gone
     assert due(None, base, E)  # a new pool
     assert due(base, more_idle, 0)  # no interval: every change
     assert due(replace(base, ts_ms=5), more_idle, 0)  # even one stamped earlier
@@ -495,6 +501,10 @@ def test_an_answer_change_is_sent_at_once_within_the_interval() -> None:
     assert [(d.ts_ms, d.pending_pods) for d in waits] == [(500, 1)]
     gone_idle = demands_of(run(stage, supply(900, "n1", device("g0"), device("g1"))))
     assert [(d.ts_ms, d.idle_count()) for d in gone_idle] == [(900, 0)]
+    another_node = demands_of(run(stage, supply(950, "n2", device("g2"))))
+    assert [(d.ts_ms, d.allocated_gpus) for d in another_node] == []  # figures, held back
+    freed = demands_of(run(stage, supply(990, "n1"), supply(995, "n2")))
+    assert [(d.ts_ms, d.allocated_gpus) for d in freed] == [(995, 0)]  # allocation all gone
 
 
 def test_a_held_back_change_survives_a_restart() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
+from itertools import pairwise
 
 import pytest
 
@@ -217,3 +218,29 @@ def test_coalesced_records_lose_no_alert_and_end_with_the_last_word_at_any_crash
         ]
         assert words, c
         assert isinstance(words[-1], PoolDemandRetired), c
+
+
+def test_with_nobody_waiting_figures_are_held_back_without_recomputing_and_end_the_same() -> None:
+    """Nobody waits: the flips are figures only, held back without recomputing the pools until a
+    tick finds them due; from any persisted state the last word is the reference one."""
+    records = [r for r in coalesced_stream() if not isinstance(r, PendingPod)]
+    empty: State = {f.name: {} for f in fields(DemandTables)}
+    every_s = WorkerSettings.model_construct().demand_supply_every_s
+    each, _ = run(records, empty, 0.0)
+    reference, after = run(records, empty, every_s)
+    sent = [o for outs in reference for o in outs if isinstance(o, PoolDemand)]
+    assert len([o for outs in each for o in outs if isinstance(o, PoolDemand)]) - len(sent) >= 5
+    assert all(b.ts_ms - a.ts_ms >= every_s * S for a, b in pairwise(sent))
+    assert not [o for outs in reference for o in outs if isinstance(o, Alert)]
+    persisted = [empty, *after]
+    for c in range(len(records)):
+        for s in range(c, len(records) + 1):
+            replayed, _ = run(records[c:], persisted[s], every_s)
+            words = [
+                o
+                for outs in replayed
+                for o in outs
+                if isinstance(o, PoolDemand | PoolDemandRetired)
+            ]
+            assert words, (c, s)
+            assert isinstance(words[-1], PoolDemandRetired), (c, s)
