@@ -375,9 +375,8 @@ class WorkerSettings(BaseSettings):
     #: a pool's demand record whose answer did not move (nobody new waits or stops waiting, its
     #: allocation does not appear or run out, nor — while anybody waits — its idle GPUs; only
     #: figures and the idle list changed) is sent at most once per this much event time; 0: on
-    #: every change. On a large
-    #: pool the record is tens of KB and its figures move on nearly every node's supply change
-    #: (streams/core/demand.py, docs/BENCHMARKS.md)
+    #: every change. On a large pool the record is tens of KB and its figures move on nearly
+    #: every node's supply change (streams/core/demand.py, docs/BENCHMARKS.md)
     demand_supply_every_s: float = Field(default=10.0, ge=0)
     #: the cyclic garbage collector: allocations between two young-generation collections
     #: (Python's default is 700). The worker's state is immutable records freed by reference

@@ -36,7 +36,7 @@ next record or clock tick after it) behind.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Protocol
@@ -347,12 +347,36 @@ def answer_moved(last: PoolDemand | None, now: PoolDemand) -> bool:
     return waits and (last.idle_count() > 0) != (now.idle_count() > 0)
 
 
+def _recent(last: PoolDemand, ts_ms: int, every_ms: int) -> bool:
+    """The pool's last record is less than ``every_ms`` of event time old at ``ts_ms``."""
+    return ts_ms - last.ts_ms < every_ms
+
+
 def due(last: PoolDemand | None, now: PoolDemand, every_ms: int) -> bool:
     """A changed record ``now`` is sent now: its answer moved, or the pool's last record
     (``last``) is at least ``every_ms`` of event time old."""
     if every_ms <= 0 or last is None:
         return True
-    return answer_moved(last, now) or now.ts_ms - last.ts_ms >= every_ms
+    return answer_moved(last, now) or not _recent(last, now.ts_ms, every_ms)
+
+
+def to_send(
+    last: Sequence[PoolDemand],
+    changed: Sequence[PoolDemand],
+    alerted: Collection[str],
+    every_ms: int,
+) -> tuple[PoolDemand, ...]:
+    """Of the pools whose record changed (``changed``), the records sent now: those
+    :func:`due` after the pool's last sent record (``last``), and any whose alert moved
+    (``alerted``: the alert and the record go together)."""
+    before = {d.pool: d for d in last}
+    return tuple(d for d in changed if d.pool in alerted or due(before.get(d.pool), d, every_ms))
+
+
+def none_due(last: Sequence[PoolDemand], ts_ms: int, every_ms: int) -> bool:
+    """No change of figures alone can be due at ``ts_ms``: coalescing is on and every pool's last
+    record is more recent than the interval (a change of the answer may still be)."""
+    return every_ms > 0 and bool(last) and all(_recent(d, ts_ms, every_ms) for d in last)
 
 
 def changes(

@@ -246,14 +246,9 @@ class DemandStage:
         changed, retired = demand.changes(rd.pools, now) if fresh else ((), ())
         rd, alerts = self._alerts(rd, now, ts_ms, retired)
         alerted = {a.demand.pool for a in alerts if a.demand is not None}
-        last = {d.pool: d for d in rd.pools}
-        sent = tuple(
-            d
-            for d in changed
-            if d.pool in alerted or demand.due(last.get(d.pool), d, self.every_ms)
-        )
+        sent = demand.to_send(rd.pools, changed, alerted, self.every_ms)
         if sent or retired:
-            last.update((d.pool, d) for d in sent)
+            last = {d.pool: d for d in (*rd.pools, *sent)}  # a pool's sent record replaces it
             rd = replace(rd, pools=tuple(last[d.pool] for d in now if d.pool in last))
             pools = tuple(d.pool for d in sent)
             emission = Emission(ts_ms, fingerprint(record), retired=retired, pools=pools)
@@ -276,15 +271,13 @@ class DemandStage:
         keeps its allocation, and nobody waits for the idle), whose every pool was sent less
         than the interval ago. The next tick recomputes and sends what is then due."""
         return (
-            self.every_ms > 0
-            and isinstance(record, NodeSupply)
+            isinstance(record, NodeSupply)
             and bool(record.devices)
             and not record.gone
             and record.node in rd.nodes
             and not rd.pods
             and not rd.firing
-            and bool(rd.pools)
-            and all(ts_ms - d.ts_ms < self.every_ms for d in rd.pools)
+            and demand.none_due(rd.pools, ts_ms, self.every_ms)
         )
 
     def _again(self, rd: ResourceDemand, ts_ms: int, record: object) -> list[DemandOutput] | None:

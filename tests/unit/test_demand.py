@@ -29,7 +29,16 @@ from contract.outputs import (
 )
 from sinks.payloads import slack_message
 from streams.core import demandalerts
-from streams.core.demand import answer_moved, due, matches, pool_demand, pools_of, waiter_of
+from streams.core.demand import (
+    answer_moved,
+    due,
+    matches,
+    none_due,
+    pool_demand,
+    pools_of,
+    to_send,
+    waiter_of,
+)
 from streams.core.demandstage import (
     DemandOutput,
     DemandStage,
@@ -528,3 +537,48 @@ def test_without_an_interval_every_change_is_sent() -> None:
     run(stage, supply(0, "n1", device("g0", 0), device("g1")))
     sent = demands_of(run(stage, supply(1000, "n1", device("g0", 0), device("g1", 1000))))
     assert [(d.ts_ms, d.idle_count()) for d in sent] == [(1000, 2)]
+
+
+def _at(d: PoolDemand, ts_ms: int) -> PoolDemand:
+    return replace(d, ts_ms=ts_ms)
+
+
+@pytest.mark.parametrize(
+    ("last_ms", "now_ms", "every_ms", "alerted", "sent"),
+    [
+        (0, 1000, E, False, False),  # figures only, within the interval: held back
+        (0, E, E, False, True),  # the interval has passed
+        (0, 1000, E, True, True),  # its alert moved: the record goes with it
+        (0, 1000, 0, False, True),  # no interval: every change
+        (None, 1000, E, False, True),  # a new pool
+    ],
+    ids=["held-back", "due-by-time", "alert-moved", "no-interval", "new-pool"],
+)
+def test_to_send_picks_the_due_records_of_the_changed_pools(
+    last_ms: int | None, now_ms: int, every_ms: int, alerted: bool, sent: bool
+) -> None:
+    last = pool_demand(Pool(GPU), [], [supply(0, "n1", device("g0", 0), device("g1"))], 0)
+    now = _at(
+        pool_demand(Pool(GPU), [], [supply(0, "n1", device("g0", 0), device("g1", 1))], 0), now_ms
+    )
+    before = () if last_ms is None else (_at(last, last_ms),)
+    picked = to_send(before, (now,), {GPU} if alerted else set(), every_ms)
+    assert picked == ((now,) if sent else ())
+
+
+@pytest.mark.parametrize(
+    ("sent_ms", "ts_ms", "every_ms", "expected"),
+    [
+        ((0, 5000), 9999, E, True),  # every pool sent less than the interval ago
+        ((0, 5000), E, E, False),  # one pool's figures may be due
+        ((), 1000, E, False),  # no pool yet: a record may make one
+        ((0,), 1000, 0, False),  # no interval: nothing is held back
+    ],
+    ids=["all-recent", "one-due", "no-pool", "no-interval"],
+)
+def test_none_due_only_while_every_pool_was_sent_within_the_interval(
+    sent_ms: tuple[int, ...], ts_ms: int, every_ms: int, expected: bool
+) -> None:
+    base = pool_demand(Pool(GPU), [], [supply(0, "n1", device("g0", 0))], 0)
+    pools = [replace(base, pool=f"{GPU}|{i}", ts_ms=t) for i, t in enumerate(sent_ms)]
+    assert none_due(pools, ts_ms, every_ms) is expected
