@@ -149,6 +149,7 @@ class LocalNode:
         self._kubelet: Proc | None = None
         self._plugin: Proc | None = None
         self._dra: Proc | None = None
+        self._dra_hardware: tuple[tuple[str, str], ...] = ()
         self.kubelet_starts = 0
 
     # --- where things are
@@ -201,6 +202,7 @@ class LocalNode:
         if self.dra_devices:
             self._dra = self._in_namespace("dra-driver", self._dra_cmd())
         await self.settled()
+        self._dra_hardware = tuple(self.dra_gpus())
 
     async def settled(self) -> None:
         """Wait until the node is Ready and untainted, its status lists every device of the
@@ -416,11 +418,21 @@ class LocalNode:
                     out.append((dev["name"], uuid))
         return sorted(out)
 
+    def dra_hardware(self) -> tuple[tuple[str, str], ...]:
+        """The DRA driver's GPUs as the node has them — (device name, uuid attribute) as its
+        slice listed them once the node had started — whatever the API server lists now: the
+        kubelet deletes the node's ResourceSlices when it restarts, until the driver has
+        registered and published again (20 to 26 s here), but the GPUs are still there, and NVML
+        (so dcgm-exporter) still lists them. :meth:`dra_gpus` is the API server's view."""
+        if self.dra_devices and not self._dra_hardware:
+            raise LocalKubeError(f"node {self.name} has not started: its DRA GPUs are not known")
+        return self._dra_hardware
+
     def write_inventory(self, path: Path) -> None:
         """What NVML would say on this node (the agent's ``GPUATTR_INVENTORY_FILE``)."""
         from gpuattr.localkube.devices import inventory
 
-        extra = tuple((u, "LATEST-GPU-MODEL") for _, u in self.dra_gpus())
+        extra = tuple((u, "LATEST-GPU-MODEL") for _, u in self.dra_hardware())
         path.write_text(json.dumps(inventory(self.layout, extra)))
 
     def healthz(self) -> bool:

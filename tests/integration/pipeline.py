@@ -26,9 +26,14 @@ from sim.scenario import Scenario
 
 @dataclass
 class Collected:
-    """Every record read from one topic, decoded, in arrival order."""
+    """Every record read from one topic, decoded, in arrival order.
+
+    ``unreadable``: each payload of the topic our codec could not read (offset, reason). Our
+    own outputs always decode, so :func:`collect` fails the test when any was seen; reading goes
+    on past one, so a wait for later records is not stalled by it."""
 
     records: list[Any] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
 
 
 @contextlib.asynccontextmanager
@@ -46,7 +51,11 @@ async def collect(kafka: KafkaSettings, role: TopicRole) -> AsyncIterator[Collec
 
     async def pump() -> None:
         async for msg in consumer:
-            out.records.append(codec.decode(msg.value or b""))
+            try:
+                out.records.append(codec.decode(msg.value or b""))
+            except codec.DecodeError as exc:
+                head = (msg.value or b"")[:300]
+                out.unreadable.append(f"{msg.topic}[{msg.partition}]@{msg.offset}: {exc}: {head!r}")
 
     task = asyncio.create_task(pump(), name=f"collect-{role}")
     try:
@@ -56,6 +65,7 @@ async def collect(kafka: KafkaSettings, role: TopicRole) -> AsyncIterator[Collec
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await consumer.stop()
+    assert not out.unreadable, f"records on {role} our codec cannot read: {out.unreadable[:5]}"
 
 
 @dataclass

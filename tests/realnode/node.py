@@ -206,7 +206,7 @@ class DeviceMap:
         for gpu in cluster.node.layout:
             for _, device_id in gpu.ids():
                 plugin[device_id] = device_id.split("::", 1)[0]
-        dra = {f"{cluster.node_name}/{name}": uuid for name, uuid in cluster.node.dra_gpus()}
+        dra = {f"{cluster.node_name}/{name}": uuid for name, uuid in cluster.node.dra_hardware()}
         return cls(plugin, dra)
 
     def key(self, row: DeviceAssignment) -> str:

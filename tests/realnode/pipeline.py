@@ -3,7 +3,10 @@ socket and the real API server) and ``gpuattr worker`` as processes, on the real
 
 dcgm-exporter cannot run here: its double (:class:`sim.exporter_server.ExporterDouble`) serves
 the node's GPUs, MIG instances and the DRA driver's GPUs by their UUIDs, with a utilisation the
-test sets per device, and no pod labels (attribution comes from our own join).
+test sets per device, and no pod labels (attribution comes from our own join). It lists the
+node's hardware, as NVML would, not what the API server lists at the moment: the kubelet deletes
+the node's ResourceSlices each time it restarts, and the DRA GPUs are still there meanwhile
+(:meth:`gpuattr.localkube.node.LocalNode.dra_hardware`).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class Telemetry:
             else:
                 out.append(ExporterRow(**base, values=self._values(gpu.uuid)))  # type: ignore[arg-type]
         first = len(node.layout)
-        for n, (_, gpu_uuid) in enumerate(node.dra_gpus()):
+        for n, (_, gpu_uuid) in enumerate(node.dra_hardware()):
             row = ExporterRow(
                 gpu=first + n,
                 uuid=gpu_uuid,
@@ -78,7 +81,7 @@ class Telemetry:
 
     def devices(self) -> set[str]:
         keys = {k for g in self.cluster.node.layout for k in g.device_keys()}
-        return keys | {u for _, u in self.cluster.node.dra_gpus()}
+        return keys | {u for _, u in self.cluster.node.dra_hardware()}
 
 
 @dataclass
@@ -92,7 +95,9 @@ class RealPipeline:
     alerts: Collected
 
     def logs(self, lines: int = 40) -> str:
-        return "\n".join(f"--- {c.name}\n{c.tail(lines)}" for c in (self.agent, self.worker))
+        unreadable = [*self.events.unreadable, *self.alerts.unreadable]
+        said = "".join(f"--- unreadable\n{line}\n" for line in unreadable[:5])
+        return said + "\n".join(f"--- {c.name}\n{c.tail(lines)}" for c in (self.agent, self.worker))
 
     def attribution(self, since_ms: int = 0) -> list[AttributionEvent]:
         return [
