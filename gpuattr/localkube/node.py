@@ -422,7 +422,7 @@ class LocalNode:
         """The DRA driver's GPUs as the node has them — (device name, uuid attribute) as its
         slice listed them once the node had started — whatever the API server lists now: the
         kubelet deletes the node's ResourceSlices when it restarts, until the driver has
-        registered and published again (20 to 26 s here), but the GPUs are still there, and NVML
+        registered and published again (26 to 56 s here), but the GPUs are still there, and NVML
         (so dcgm-exporter) still lists them. :meth:`dra_gpus` is the API server's view."""
         if self.dra_devices and not self._dra_hardware:
             raise LocalKubeError(f"node {self.name} has not started: its DRA GPUs are not known")
