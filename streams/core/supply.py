@@ -38,7 +38,10 @@ from contract.inputs import NodeSupply, SupplyDevice, SupplyHolder
 from contract.outputs import Holder
 from streams.core.episodes import Episode, HolderId, same_holders
 
-#: emissions remembered per node (more than can happen between two commits of a partition)
+#: emissions remembered per node: the newest by their record's event time (more than happen
+#: between two commits of a partition, as a rule; under a storm of rebalances a partition can go
+#: uncommitted for much longer, and then an old record processed again must not push the newer
+#: ones out: :func:`remember`)
 REMEMBERED = 4
 
 #: resource → its allocated devices (sorted by device)
@@ -150,19 +153,35 @@ class Emission:
 @dataclass(frozen=True, slots=True)
 class NodeSupplyState:
     """The node's last record per held resource (its event time: the emission's), its last
-    emissions (newest first), and the devices a fresh reading spoke for when it was last
-    judged (``measured``: when that moves, idle devices may have become unknown, or back)."""
+    emissions (:func:`remember`: newest first by their record's event time), the devices a
+    fresh reading spoke for when it was last judged (``measured``: when that moves, idle devices
+    may have become unknown, or back) and the event time of its last emitted record
+    (``stamped_ms``; 0 in values written before it was kept)."""
 
     current: tuple[NodeSupply, ...] = ()
     emitted: tuple[Emission, ...] = ()
     measured: tuple[str, ...] = ()
+    stamped_ms: int = 0  # additive (issue 31)
 
     def stamp(self, ts_ms: int) -> int:
         """The event time of a record emitted now: never before the node's last emission."""
-        return max((ts_ms, *(r.ts_ms for r in self.current), *self._newest()))
+        if self.stamped_ms:  # every record emitted so far is stamped at or before it
+            return max(ts_ms, self.stamped_ms)
+        stamps = (r.ts_ms for e in self.emitted for r in e.records)
+        return max((ts_ms, *(r.ts_ms for r in self.current), *stamps))
 
-    def _newest(self) -> tuple[int, ...]:
-        return tuple(r.ts_ms for r in self.emitted[0].records) if self.emitted else ()
+
+def remember(emission: Emission, emitted: tuple[Emission, ...]) -> tuple[Emission, ...]:
+    """``emitted`` with ``emission``: the :data:`REMEMBERED` newest by their record's event
+    time, newest first (the one just made first among equals). In order of processing but for
+    a record processed again after a crash: older than what the memory holds, its emission does
+    not push out the newer ones, so the memory after the replay is what it was without the
+    crash (a run's final tables equal a calm run's: the fault suite). A record remembered
+    already keeps what it emitted first (:func:`again` adds the words after it)."""
+    if any((e.ts_ms, e.by) == (emission.ts_ms, emission.by) for e in emitted):
+        return emitted
+    ordered = sorted((emission, *emitted), key=lambda e: e.ts_ms, reverse=True)  # stable
+    return tuple(ordered[:REMEMBERED])
 
 
 def again(old: NodeSupplyState | None, ts_ms: int, by: str) -> tuple[NodeSupply, ...] | None:
@@ -179,9 +198,14 @@ def again(old: NodeSupplyState | None, ts_ms: int, by: str) -> tuple[NodeSupply,
 
 
 def _latest(state: NodeSupplyState, resource: str) -> NodeSupply:
-    """The newest record of ``resource`` the node emitted (every emission after one still
-    remembered is remembered too)."""
-    return next(r for e in state.emitted for r in e.records if r.resource == resource)
+    """The last record of ``resource`` the node emitted: its current one while held, else the
+    latest-stamped one remembered (stamps never go back, so that is the last emitted; the
+    emissions are kept in the order of their records' event time, not of emitting)."""
+    held = next((r for r in state.current if r.resource == resource), None)
+    if held is not None:
+        return held
+    words = [r for e in state.emitted for r in e.records if r.resource == resource]
+    return max(words, key=lambda r: r.ts_ms)  # of equal stamps: the newer record's
 
 
 def supplied_by(old: NodeSupplyState | None, namespace: str, pod: str) -> bool:
@@ -234,8 +258,9 @@ def step(
     emission = Emission(ts_ms, by, tuple(out))
     new = NodeSupplyState(
         current=tuple(changed.get(r) or before[r] for r in sorted(supplies)),
-        emitted=(emission, *state.emitted)[:REMEMBERED],
+        emitted=remember(emission, state.emitted),
         measured=measured,
+        stamped_ms=at,
     )
     return new, (*repeated, *out)
 

@@ -297,6 +297,28 @@ def test_memory_is_bounded_and_round_trips_the_table_codec() -> None:
     assert TABLE_CODEC.decode(TABLE_CODEC.encode(state)) == state
 
 
+def test_a_replay_from_far_back_leaves_the_memory_as_a_calm_run_left_it() -> None:
+    """Under a storm of rebalances a partition can go uncommitted for longer than the memory
+    covers (the fault suite's twenty SIGKILLs: 50 s): its records are processed again against
+    the state they already made. What they emit then, even a word the state ahead makes differ
+    for a moment, does not push the newer emissions out: the final state is the calm run's."""
+    words = [devices_of(G0) if i % 2 else devices_of(G1) for i in range(8)]
+    calm: NodeSupplyState | None = None
+    for i, w in enumerate(words):
+        calm = supply.step(calm, NODE, {GPU: w}, 10 * (i + 1), f"r{i}")[0] or calm
+    assert calm is not None
+    assert [e.ts_ms for e in calm.emitted] == [80, 70, 60, 50]
+    state = calm
+    outputs: list[NodeSupply] = []
+    for i in range(2, 8):  # again from the third record, the holders now the last record's
+        now = devices_of(G2) if i == 3 else words[-1]  # ... but for one record's moment
+        new_state, out = supply.step(state, NODE, {GPU: now}, 10 * (i + 1), f"r{i}")
+        state, outputs = new_state or state, [*outputs, *out]
+    assert state == calm
+    assert NodeSupply(80, NODE, GPU, devices_of(G2)) in outputs  # said, and taken back:
+    assert outputs[-1] == NodeSupply(80, NODE, GPU, devices_of(G0))  # the last word is right
+
+
 # --- through the processor
 
 PRODUCT = ("nvidia.com/gpu.product", H100)
