@@ -173,11 +173,11 @@ class NodeSupplyState:
 
 def remember(emission: Emission, emitted: tuple[Emission, ...]) -> tuple[Emission, ...]:
     """``emitted`` with ``emission``: the :data:`REMEMBERED` newest by their record's event
-    time, newest first (the one just made first among equals). In order of processing but for
-    a record processed again after a crash: older than what the memory holds, its emission does
-    not push out the newer ones, so the memory after the replay is what it was without the
-    crash (a run's final tables equal a calm run's: the fault suite). A record remembered
-    already keeps what it emitted first (:func:`again` adds the words after it)."""
+    time, newest first (the one just made first among equals). Records processed in order make
+    that the last ones made; a record processed again after a crash, older than every one held,
+    is left out instead of pushing newer ones out, so the memory after the replay is what it was
+    without the crash (a run's final tables equal a calm run's: the fault suite). A record
+    remembered already keeps what it emitted first (:func:`again` adds the words after it)."""
     if any((e.ts_ms, e.by) == (emission.ts_ms, emission.by) for e in emitted):
         return emitted
     ordered = sorted((emission, *emitted), key=lambda e: e.ts_ms, reverse=True)  # stable
