@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable, Hashable, Iterable, Set
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from contract import codec
 from contract.inputs import InputRecord as AgentRecord
@@ -45,9 +45,10 @@ async def count(bootstrap: str, topic: str) -> int:
 
 
 Record = tuple[int, bytes | None, bytes]  # partition, key, value
+Stamped = tuple[int, bytes]  # the record's timestamp (ms, as its producer stamped it), value
 
 
-async def read_records(bootstrap: str, topic: str) -> list[Record]:
+async def _read(bootstrap: str, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
     """Every record the topic holds now (up to its end offsets when called), partition by
     partition in offset order."""
     consumer = AIOKafkaConsumer(
@@ -57,7 +58,7 @@ async def read_records(bootstrap: str, topic: str) -> list[Record]:
         max_partition_fetch_bytes=1 << 22,
     )
     await consumer.start()
-    got: dict[int, list[Record]] = {}
+    got: dict[int, list[ConsumerRecord[bytes, bytes]]] = {}
     try:
         parts = await consumer._client._wait_on_metadata(topic)  # raises if unknown
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
@@ -68,14 +69,18 @@ async def read_records(bootstrap: str, topic: str) -> list[Record]:
         while pending:
             batch = await consumer.getmany(*pending, timeout_ms=500, max_records=10_000)
             for tp, msgs in batch.items():
-                got.setdefault(tp.partition, []).extend(
-                    (tp.partition, m.key, m.value or b"") for m in msgs if m.offset < ends[tp]
-                )
+                got.setdefault(tp.partition, []).extend(m for m in msgs if m.offset < ends[tp])
                 if msgs and msgs[-1].offset >= ends[tp] - 1:
                     pending.discard(tp)
     finally:
         await consumer.stop()
     return [r for p in sorted(got) for r in got[p]]
+
+
+async def read_records(bootstrap: str, topic: str) -> list[Record]:
+    """Every record the topic holds now (up to its end offsets when called), partition by
+    partition in offset order."""
+    return [(m.partition, m.key, m.value or b"") for m in await _read(bootstrap, topic)]
 
 
 async def read_present(bootstrap: str, topic: str) -> list[bytes]:
@@ -89,8 +94,9 @@ async def wait_covered(
     wanted: Set[Hashable],
     identity: Callable[[bytes], Hashable],
     timeout_s: float,
-) -> tuple[list[bytes], float]:
-    """Read the topic until every identity in ``wanted`` is on it: (all records, time done).
+) -> list[Stamped]:
+    """Read the topic until every identity in ``wanted`` is on it: all its records, each with
+    the timestamp its producer gave it.
 
     After a rebalance a worker writes some outputs twice (at least once). A second copy is
     usually byte-identical, but an input processed again sees the state already recovered, so
@@ -98,10 +104,10 @@ async def wait_covered(
     copy for coverage and stop before the last outputs arrived. Identities cannot."""
     deadline = time.monotonic() + timeout_s
     while True:
-        records = await read_present(bootstrap, topic)
-        missing = wanted - {identity(r) for r in records}
+        records = [(m.timestamp, m.value or b"") for m in await _read(bootstrap, topic)]
+        missing = wanted - {identity(value) for _, value in records}
         if not missing:
-            return records, time.monotonic()
+            return records
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"{topic}: {len(missing)} of {len(wanted)} identities missing after "
@@ -196,18 +202,10 @@ async def passthrough(
     return done / spent, samples / spent
 
 
-async def wait_count(
-    bootstrap: str, topic: str, expected: int, timeout_s: float
-) -> tuple[float, float, int]:
-    """Poll a topic's size until it reaches ``expected``: (t first output, t done, base count)."""
-    first: float | None = None
-    base = 0
+async def wait_count(bootstrap: str, topic: str, expected: int, timeout_s: float) -> None:
+    """Poll a topic's size until it holds at least ``expected`` records."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        n = await count(bootstrap, topic)
-        if n and first is None:
-            first, base = time.monotonic(), n
-        if n >= expected:
-            return first or time.monotonic(), time.monotonic(), base
+    while await count(bootstrap, topic) < expected:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic}: fewer than {expected} records after {timeout_s:.0f}s")
         await asyncio.sleep(0.2)
-    raise TimeoutError(f"{topic}: fewer than {expected} records after {timeout_s:.0f}s")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import os
 import platform
@@ -73,10 +74,18 @@ class CpuClock:
                 await self._task
 
     def between(self, t0: float, t1: float) -> float:
-        """CPU seconds used between two monotonic times (nearest samples)."""
+        """CPU seconds used between two monotonic times, interpolated linearly between the
+        samples around each (a span shorter than the sampling step still gets its share)."""
+        times = [t for t, _ in self.samples]
 
         def at(t: float) -> float:
-            return min(self.samples, key=lambda s: abs(s[0] - t))[1]
+            i = bisect.bisect_left(times, t)
+            if i == 0:
+                return self.samples[0][1]
+            if i == len(times):
+                return self.samples[-1][1]
+            (ta, ca), (tb, cb) = self.samples[i - 1], self.samples[i]
+            return ca + (cb - ca) * (t - ta) / max(tb - ta, 1e-9)
 
         return at(t1) - at(t0)
 
@@ -152,13 +161,14 @@ async def throughput(
         await c.start()
     cpu = CpuClock([c.proc.pid for c in children if c.proc])
     cpu.start()
+    wall_to_monotonic = time.monotonic() - time.time()
     try:
-        first, done, base = await kafka_io.wait_count(
+        await kafka_io.wait_count(
             bootstrap, kafka.topic("attribution"), expected, timeout_s=timeout_s
         )
         await cpu.stop()
         rss = sum(psutil.Process(c.proc.pid).memory_info().rss for c in children if c.proc)
-        outputs, _ = await kafka_io.wait_covered(
+        stamped = await kafka_io.wait_covered(
             bootstrap,
             kafka.topic("attribution"),
             wanted,
@@ -169,9 +179,20 @@ async def throughput(
         await cpu.stop()
         for c in children:
             await c.stop()
+    outputs = [value for _, value in stamped]
+    # The measured span: from the first attribution event the workers produced to the last
+    # wanted one's first copy, by the timestamps their producer gave them (a copy written
+    # again after a rebalance is not new work). The events after the first are the work in it.
+    made: dict[tuple[str, str, int, str], int] = {}
+    for ts, value in stamped:
+        made.setdefault(_identity(value), ts)
+    first_ms, last_ms = min(made.values()), max(made.values())
+    span_s = max(last_ms - first_ms, 1) / 1000  # the stamps' resolution is 1 ms
+    first = first_ms / 1000 + wall_to_monotonic
+    done = last_ms / 1000 + wall_to_monotonic
     # events per second over the measured span, as GPU samples (the spine's events ride along)
-    rate = (expected - base) / max(done - first, 1e-6) * samples / expected
-    measured_samples = (expected - base) * samples / expected
+    rate = (expected - 1) / span_s * samples / expected
+    measured_samples = (expected - 1) * samples / expected
     alerts = await kafka_io.count(bootstrap, kafka.topic("alerts"))
     app_id = kafka.topic_prefix + "worker"
     writes = 0

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from bench import core
+from bench.run import CpuClock
 from bench.kafka_io import outputs_of
 from contract import codec
 from contract.inputs import DcgmScrape
@@ -50,3 +51,13 @@ def test_each_run_starts_with_the_core_memos_empty() -> None:
     assert core.clear_memos() >= 2
     assert attribution._plugin_holding.cache_info().currsize == 0
     assert supply._device_supply.cache_info().currsize == 0
+
+
+def test_cpu_of_a_span_shorter_than_the_sampling_step_is_its_share_not_zero() -> None:
+    """Regression (a CI run of the bench smoke test read 0 samples/s): a small fleet's whole
+    run fits between two CPU samples, so the nearest-sample reading gave the span no CPU."""
+    clock = CpuClock([])
+    clock.samples = [(10.0, 1.0), (10.2, 1.1), (10.4, 1.3)]
+    assert clock.between(10.05, 10.15) == pytest.approx(0.05)
+    assert clock.between(10.1, 10.3) == pytest.approx(0.05 + 0.1)
+    assert clock.between(9.0, 11.0) == pytest.approx(0.3)  # outside: the ends
