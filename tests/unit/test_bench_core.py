@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from bench import core
-from bench.run import CpuClock
 from bench.kafka_io import outputs_of
+from bench.run import CpuClock
 from contract import codec
 from contract.inputs import DcgmScrape
 
