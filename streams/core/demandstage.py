@@ -54,7 +54,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList, pool_resource
 from contract.outputs import Alert, PoolDemand, PoolDemandRetired
-from streams.core import demand, demandalerts
+from streams.core import demand, demandalerts, replays
 from streams.core.demand import Waiter
 from streams.core.spine import fingerprint
 from streams.core.supplyindex import SupplyIndex
@@ -64,7 +64,7 @@ DemandOutput = PoolDemand | PoolDemandRetired | Alert
 #: removals remembered per resource (a replay reaching further back may bring a bound pod back
 #: until its own bound record, processed again too, removes it)
 DEPARTED_KEPT = 64
-#: demand emissions remembered per resource (the latest is always among them)
+#: demand emissions remembered per resource (:func:`streams.core.replays.remember`)
 REMEMBERED = 4
 #: alert emissions remembered per resource (more than move between two commits)
 ALERTS_REMEMBERED = 16
@@ -252,10 +252,10 @@ class DemandStage:
             rd = replace(rd, pools=tuple(last[d.pool] for d in now if d.pool in last))
             pools = tuple(d.pool for d in sent)
             emission = Emission(ts_ms, fingerprint(record), retired=retired, pools=pools)
-            rd = replace(rd, emitted=(emission, *rd.emitted)[:REMEMBERED])
+            rd = replace(rd, emitted=replays.remember(emission, rd.emitted, REMEMBERED))
         if alerts:
             emission = Emission(ts_ms, fingerprint(record), alerts=alerts)
-            rd = replace(rd, alerted=(emission, *rd.alerted)[:ALERTS_REMEMBERED])
+            rd = replace(rd, alerted=replays.remember(emission, rd.alerted, ALERTS_REMEMBERED))
         if rd != old:
             self.tables.demand_resources[resource] = rd
         # a resolution before the pool's tombstone, the new records before a firing
@@ -286,8 +286,8 @@ class DemandStage:
         if not any(e.ts_ms == ts_ms for e in (*rd.emitted, *rd.alerted)):
             return None  # nothing emitted at its time: new (no fingerprint needed)
         by = fingerprint(record)
-        hit = next((e for e in rd.emitted if (e.ts_ms, e.by) == (ts_ms, by)), None)
-        alerted = next((e for e in rd.alerted if (e.ts_ms, e.by) == (ts_ms, by)), None)
+        hit = replays.recall(rd.emitted, ts_ms, by)
+        alerted = replays.recall(rd.alerted, ts_ms, by)
         if hit is None and alerted is None:
             return None
         alerts = alerted.alerts if alerted is not None else ()

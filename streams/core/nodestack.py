@@ -15,8 +15,11 @@ only when it differs from the last one emitted, event time aside (:func:`step`).
 **No output lost at any crash point** (as :mod:`streams.core.nodestate`): each emission
 remembers the record that caused it (its time and fingerprint), so that record, processed again
 after a crash whose state writes reached the changelog but whose outputs did not, emits the same
-status again, byte for byte (then the latest, if a later record emitted one). The last
-:data:`REMEMBERED` emissions are kept. The same holds for the node's ``stack-broken`` alert
+status again, byte for byte (then the latest, if a later record emitted one). The
+:data:`REMEMBERED` newest emissions by event time are kept (:func:`streams.core.replays.remember`:
+a record processed again from further back than that is not remembered again and does not
+become the node's last word; a record out of order that changed the status is followed by the
+next record's status, stamped later). The same holds for the node's ``stack-broken`` alert
 (:class:`AlertEmission`), whose moves a partition's ``clock.tick`` can make too (a grace window
 that ran out); an episode that opens pending or ends before it fired sends nothing and is kept
 without an emission (:func:`pending`).
@@ -28,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from contract.inputs import ClusterPolicyRecord
 from contract.outputs import Alert, NodeStatus
+from streams.core import replays
 from streams.core.stackalerts import StackEpisode
 
 #: emissions remembered per node (more than can happen between two commits of a partition)
@@ -74,8 +78,9 @@ class AlertEmission:
 
 @dataclass(frozen=True, slots=True)
 class NodeStack:
-    """What the node's stack last said (newest first), and its ``stack-broken`` alert
-    (:mod:`streams.core.stackalerts`): the open episode and the last emissions (newest first)."""
+    """What the node's stack last said (newest first by event time), and its ``stack-broken``
+    alert (:mod:`streams.core.stackalerts`): the open episode and the last emissions (newest
+    first)."""
 
     emitted: tuple[Emission, ...] = ()
     broken: StackEpisode | None = None  # additive (v1)
@@ -105,23 +110,21 @@ def step(
     (:func:`~streams.core.operatorstack.operator_seen`) emits nothing; once it was, its going
     out of sight is a change like any."""
     old = old or NodeStack()
-    again = next((e for e in old.emitted if (e.ts_ms, e.by) == (ts_ms, by)), None)
+    again = replays.recall(old.emitted, ts_ms, by)
     if again is not None:
         last = old.emitted[0]
         return None, (again.status,) if last is again else (again.status, last.status)
     if same(old.last, status) or (not seen and old.last is None):
         return None, ()
-    emitted = (Emission(ts_ms, by, status), *old.emitted)[:REMEMBERED]
+    emitted = replays.remember(Emission(ts_ms, by, status), old.emitted, REMEMBERED)
     return replace(old, emitted=emitted), (status,)
 
 
 def alert_again(old: NodeStack | None, ts_ms: int, by: str) -> tuple[Alert, ...] | None:
     """The ``stack-broken`` alerts the record (``ts_ms``, ``by``) caused when it was first
     processed (``None``: it caused none, or it is new)."""
-    for e in old.alerted if old is not None else ():
-        if (e.ts_ms, e.by) == (ts_ms, by):
-            return e.alerts
-    return None
+    e = replays.recall(old.alerted, ts_ms, by) if old is not None else None
+    return e.alerts if e is not None else None
 
 
 def pending(old: NodeStack, episode: StackEpisode | None) -> NodeStack:
@@ -136,4 +139,4 @@ def alerted(
 ) -> NodeStack:
     """The node's stack memory after a record moved its ``stack-broken`` alert."""
     emission = AlertEmission(ts_ms, by, alerts)
-    return replace(old, broken=episode, alerted=(emission, *old.alerted)[:REMEMBERED])
+    return replace(old, broken=episode, alerted=replays.remember(emission, old.alerted, REMEMBERED))

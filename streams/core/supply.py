@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 
 from contract.inputs import NodeSupply, SupplyDevice, SupplyHolder
 from contract.outputs import Holder
+from streams.core import replays
 from streams.core.episodes import Episode, HolderId, same_holders
 
 #: emissions remembered per node: the newest by their record's event time (more than happen
@@ -153,10 +154,10 @@ class Emission:
 @dataclass(frozen=True, slots=True)
 class NodeSupplyState:
     """The node's last record per held resource (its event time: the emission's), its last
-    emissions (:func:`remember`: newest first by their record's event time), the devices a
-    fresh reading spoke for when it was last judged (``measured``: when that moves, idle devices
-    may have become unknown, or back) and the event time of its last emitted record
-    (``stamped_ms``; 0 in values written before it was kept)."""
+    emissions (:func:`streams.core.replays.remember`: newest first by their record's event
+    time), the devices a fresh reading spoke for when it was last judged (``measured``: when
+    that moves, idle devices may have become unknown, or back) and the event time of its last
+    emitted record (``stamped_ms``; 0 in values written before it was kept)."""
 
     current: tuple[NodeSupply, ...] = ()
     emitted: tuple[Emission, ...] = ()
@@ -171,30 +172,15 @@ class NodeSupplyState:
         return max((ts_ms, *(r.ts_ms for r in self.current), *stamps))
 
 
-def remember(emission: Emission, emitted: tuple[Emission, ...]) -> tuple[Emission, ...]:
-    """``emitted`` with ``emission``: the :data:`REMEMBERED` newest by their record's event
-    time, newest first (the one just made first among equals). Records processed in order make
-    that the last ones made; a record processed again after a crash, older than every one held,
-    is left out instead of pushing newer ones out, so the memory after the replay is what it was
-    without the crash (a run's final tables equal a calm run's: the fault suite). A record
-    remembered already keeps what it emitted first (:func:`again` adds the words after it)."""
-    if any((e.ts_ms, e.by) == (emission.ts_ms, emission.by) for e in emitted):
-        return emitted
-    ordered = sorted((emission, *emitted), key=lambda e: e.ts_ms, reverse=True)  # stable
-    return tuple(ordered[:REMEMBERED])
-
-
 def again(old: NodeSupplyState | None, ts_ms: int, by: str) -> tuple[NodeSupply, ...] | None:
     """What the record (``ts_ms``, ``by``) emitted when it was first processed (``None``: it
     emitted nothing, or it is new) — and, for a resource a later record spoke of since, that
     record's word after it: a record delivered twice never leaves an older word as the last."""
-    if old is None:
+    e = replays.recall(old.emitted, ts_ms, by) if old is not None else None
+    if old is None or e is None:
         return None
-    for e in old.emitted:
-        if (e.ts_ms, e.by) == (ts_ms, by):
-            latest = [_latest(old, r.resource) for r in e.records]
-            return (*e.records, *(w for r, w in zip(e.records, latest, strict=True) if w != r))
-    return None
+    latest = [_latest(old, r.resource) for r in e.records]
+    return (*e.records, *(w for r, w in zip(e.records, latest, strict=True) if w != r))
 
 
 def _latest(state: NodeSupplyState, resource: str) -> NodeSupply:
@@ -258,7 +244,7 @@ def step(
     emission = Emission(ts_ms, by, tuple(out))
     new = NodeSupplyState(
         current=tuple(changed.get(r) or before[r] for r in sorted(supplies)),
-        emitted=remember(emission, state.emitted),
+        emitted=replays.remember(emission, state.emitted, REMEMBERED),
         measured=measured,
         stamped_ms=at,
     )

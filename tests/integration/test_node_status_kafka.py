@@ -43,9 +43,11 @@ PARTITIONS = 3
 
 @dataclass
 class Keyed:
-    """Every record of a topic as (key, record or None for a tombstone), in arrival order."""
+    """Every record of a topic as (key, record or None for a tombstone), in arrival order;
+    ``unreadable`` as :class:`tests.integration.pipeline.Collected`'s (fails the test)."""
 
     records: list[tuple[str, object | None]] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
 
     def latest(self, key: str) -> object | None:
         return next((r for k, r in reversed(self.records) if k == key), None)
@@ -64,7 +66,12 @@ async def keyed(kafka: KafkaSettings) -> AsyncIterator[Keyed]:
 
     async def pump() -> None:
         async for msg in consumer:
-            value = codec.decode(msg.value) if msg.value is not None else None
+            try:
+                value = codec.decode(msg.value) if msg.value is not None else None
+            except codec.DecodeError as exc:
+                head = msg.value[:300] if msg.value is not None else b""
+                out.unreadable.append(f"{msg.topic}[{msg.partition}]@{msg.offset}: {exc}: {head!r}")
+                continue
             out.records.append(((msg.key or b"").decode(), value))
 
     task = asyncio.create_task(pump())
@@ -75,6 +82,7 @@ async def keyed(kafka: KafkaSettings) -> AsyncIterator[Keyed]:
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await consumer.stop()
+    assert not out.unreadable, f"node-status records our codec cannot read: {out.unreadable[:5]}"
 
 
 def stack_alerts(records: list[object], node: str) -> list[Alert]:

@@ -291,6 +291,28 @@ def test_step_remembers_what_each_record_emitted() -> None:
     assert TABLE_CODEC.decode(TABLE_CODEC.encode(s2)) == s2
 
 
+def test_a_replay_from_further_back_than_the_memory_leaves_it_as_a_calm_run_left_it() -> None:
+    """A record processed again after a long stretch uncommitted, older than every emission
+    remembered, meets a state ahead of it: a status it emits then (the exporter accepted again
+    for a moment, say) is sent, but neither pushes a newer emission out nor becomes the node's
+    last word, so the records replayed after it end where the calm run ended."""
+    a = NodeStatus(NODE, 1, "unknown", "a", (), NO_MIG)
+    words = [replace(a, ts_ms=10 * i, summary=f"s{i}") for i in range(1, 7)]
+    calm: NodeStack | None = None
+    for i, w in enumerate(words, start=1):
+        calm = step(calm, w, 10 * i, f"r{i}")[0] or calm
+    assert calm is not None
+    assert [e.ts_ms for e in calm.emitted] == [60, 50, 40, 30]
+    state, outputs = calm, []
+    for i in range(1, 7):  # again from the first record; the first sees the state ahead of it
+        now = replace(a, ts_ms=10 * i, summary="for a moment") if i == 1 else words[-1]
+        new, out = step(state, now, 10 * i, f"r{i}")
+        state, outputs = new or state, [*outputs, *out]
+    assert state == calm
+    assert replace(a, ts_ms=10, summary="for a moment") in outputs  # said ...
+    assert outputs[-1] == words[-1]  # ... and the last word is the latest
+
+
 def test_a_node_leaving_retires_its_status_and_every_stack_key() -> None:
     proc = new()
     feed(proc, [*setup(), node_record(T0 + S_), operands(T0 + S_, HEALTHY)], partition=3)
