@@ -12,17 +12,16 @@ its stack inputs changes — its operand pods, its labels, the agent's word on i
 exporter's answers being refused or accepted again, the partition's ClusterPolicy — and emitted
 only when it differs from the last one emitted, event time aside (:func:`step`).
 
-**No output lost at any crash point** (as :mod:`streams.core.nodestate`): each emission
-remembers the record that caused it (its time and fingerprint), so that record, processed again
-after a crash whose state writes reached the changelog but whose outputs did not, emits the same
-status again, byte for byte (then the latest, if a later record emitted one). The
-:data:`REMEMBERED` newest emissions by event time are kept (:func:`streams.core.replays.remember`:
-a record processed again from further back than that is not remembered again and does not
-become the node's last word; a record out of order that changed the status is followed by the
-next record's status, stamped later). The same holds for the node's ``stack-broken`` alert
-(:class:`AlertEmission`), whose moves a partition's ``clock.tick`` can make too (a grace window
-that ran out); an episode that opens pending or ends before it fired sends nothing and is kept
-without an emission (:func:`pending`).
+**No output lost at any crash point** (as :mod:`streams.core.nodestate`): each emission remembers
+the record that caused it (its time and fingerprint), so that record, processed again after a crash
+whose state writes reached the changelog but whose outputs did not, emits the same status again,
+byte for byte (then the latest, if a later record emitted one). The last :data:`REMEMBERED`
+emissions are kept (:func:`streams.core.replays.remember`: a record processed again from further
+back than all of them is not remembered again, so it neither pushes a newer one out nor becomes the
+node's last word). The same holds for the node's ``stack-broken`` alert (:class:`AlertEmission`),
+whose moves a partition's ``clock.tick`` can make too (a grace window that ran out); an episode that
+opens pending or ends before it fired sends nothing and is kept without an emission
+(:func:`pending`).
 """
 
 from __future__ import annotations
@@ -78,9 +77,8 @@ class AlertEmission:
 
 @dataclass(frozen=True, slots=True)
 class NodeStack:
-    """What the node's stack last said (newest first by event time), and its ``stack-broken``
-    alert (:mod:`streams.core.stackalerts`): the open episode and the last emissions (newest
-    first)."""
+    """What the node's stack last said (newest first), and its ``stack-broken`` alert
+    (:mod:`streams.core.stackalerts`): the open episode and the last emissions (newest first)."""
 
     emitted: tuple[Emission, ...] = ()
     broken: StackEpisode | None = None  # additive (v1)

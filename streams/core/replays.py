@@ -7,12 +7,14 @@ outputs never went out, and those inputs are processed again against the state t
 (docs/RELIABILITY.md). So what an input emitted is remembered by the input — its event time and
 fingerprint — and processing it again emits that again.
 
-The memory is bounded: the ``limit`` newest emissions **by their record's event time**, newest
-first. Records processed in order make those the last ones made. A record processed again from
-further back than the memory reaches — older than every one held, after a long stretch
-uncommitted under a storm of rebalances — is left out instead of pushing newer ones out, so the
-memory after the replay is the one a run without the crash left (the fault suite compares the
-final tables of both). An emission already remembered keeps what it emitted first.
+The memory is bounded: ``limit`` emissions, the last made first (so the first is the last
+word). When it is full, the one whose record is the oldest by event time makes room. A record
+processed again from further back than the memory reaches (older than every emission held, after
+a long stretch uncommitted under a storm of rebalances) is not remembered at all. So it pushes
+no newer emission out and is not taken for the last word: the memory after the replay is the one
+a run without the crash left (the fault suite compares the final tables of both). A record a
+little out of order (another producer's clock) is remembered as the last word, as it should be.
+An emission already remembered keeps what it emitted first.
 """
 
 from __future__ import annotations
@@ -34,12 +36,18 @@ E = TypeVar("E", bound=Remembered)
 
 
 def remember(emission: E, held: tuple[E, ...], limit: int) -> tuple[E, ...]:
-    """``held`` with ``emission``: the ``limit`` newest by event time, newest first (the one
-    just made first among equals); unchanged when its record is remembered already."""
+    """``held`` with ``emission`` first, at most ``limit`` (the oldest by event time leaves, the
+    one made earliest among equals); unchanged when its record is remembered already, or when
+    the memory is full and the record is older than every one held."""
     if recall(held, emission.ts_ms, emission.by) is not None:
         return held
-    ordered = sorted((emission, *held), key=lambda e: e.ts_ms, reverse=True)  # stable
-    return tuple(ordered[:limit])
+    if len(held) >= limit and all(emission.ts_ms < e.ts_ms for e in held):
+        return held
+    made = (emission, *held)
+    if len(made) <= limit:
+        return made
+    oldest = min(range(len(made)), key=lambda i: (made[i].ts_ms, -i))
+    return made[:oldest] + made[oldest + 1 :]
 
 
 def recall(held: tuple[E, ...], ts_ms: int, by: str) -> E | None:

@@ -42,7 +42,7 @@ from streams.core.episodes import Episode, HolderId, same_holders
 #: emissions remembered per node: the newest by their record's event time (more than happen
 #: between two commits of a partition, as a rule; under a storm of rebalances a partition can go
 #: uncommitted for much longer, and then an old record processed again must not push the newer
-#: ones out: :func:`remember`)
+#: ones out: :func:`streams.core.replays.remember`)
 REMEMBERED = 4
 
 #: resource → its allocated devices (sorted by device)
@@ -153,11 +153,11 @@ class Emission:
 
 @dataclass(frozen=True, slots=True)
 class NodeSupplyState:
-    """The node's last record per held resource (its event time: the emission's), its last
-    emissions (:func:`streams.core.replays.remember`: newest first by their record's event
-    time), the devices a fresh reading spoke for when it was last judged (``measured``: when
-    that moves, idle devices may have become unknown, or back) and the event time of its last
-    emitted record (``stamped_ms``; 0 in values written before it was kept)."""
+    """The node's last record per held resource (its event time: the emission's), its last emissions
+    (newest first, :func:`streams.core.replays.remember`), the devices a fresh reading spoke for
+    when it was last judged (``measured``: when that moves, idle devices may have become unknown, or
+    back) and the event time of its last emitted record (``stamped_ms``; 0 in values written before
+    it was kept)."""
 
     current: tuple[NodeSupply, ...] = ()
     emitted: tuple[Emission, ...] = ()
