@@ -74,9 +74,20 @@ class NodeState:
     devices: tuple[tuple[str, str], ...] = ()
     departures: tuple[Departure, ...] = ()  # newest first
     claims: tuple[str, ...] = ()  # namespace/name of the node's claims kept in dra-claims
+    #: additive (issue 31): the event time of this life's first accepted scrape, exact (None:
+    #: none yet, or a value written before it was kept). Before it, no sample had come, whatever
+    #: came since: a record processed again after later scrapes says what it said the first time
+    first_scrape_ms: int | None = None
 
     def source(self, name: str) -> SourceStatus | None:
         return next((s for s in self.sources if s.source == name), None)
+
+    def scraped_by(self, ts_ms: int) -> bool:
+        """Whether an accepted scrape had come by ``ts_ms``: never before this life's first
+        (a record processed again after later scrapes is judged as it was the first time)."""
+        if self.scrape_ms is None:
+            return False
+        return self.first_scrape_ms is None or ts_ms >= self.first_scrape_ms
 
     @property
     def heartbeat_ms(self) -> int:
@@ -112,9 +123,19 @@ def departed(
 def accepted(state: NodeState, ts_ms: int, keys: tuple[str, ...], quantum_ms: int) -> NodeState:
     """An exporter answer was accepted with rows for ``keys``."""
     scrape = quantized(state.scrape_ms, ts_ms, quantum_ms)
-    if scrape == state.scrape_ms and keys == state.scraped and state.refused is None:
+    first: int | None = (
+        ts_ms if state.first_scrape_ms is None else min(ts_ms, state.first_scrape_ms)
+    )
+    if state.scrape_ms is not None and state.first_scrape_ms is None:
+        first = None  # scrapes came before it was kept: when the first came is not known
+    if (
+        scrape == state.scrape_ms
+        and keys == state.scraped
+        and state.refused is None
+        and first == state.first_scrape_ms
+    ):
         return state
-    return replace(state, scrape_ms=scrape, scraped=keys, refused=None)
+    return replace(state, scrape_ms=scrape, scraped=keys, refused=None, first_scrape_ms=first)
 
 
 def refused(state: NodeState, ts_ms: int, cause: RefusalCause, reason: str) -> NodeState:

@@ -132,7 +132,7 @@ def unknown(state: NodeState, key: str, now_ms: int, life: Lifetimes) -> Telemet
             dcgm.since_ms,
             state.scrape_ms,
         )
-    if state.scrape_ms is None:
+    if state.scrape_ms is None or not state.scraped_by(now_ms):
         return Telemetry(
             "unknown",
             "no-sample-yet",

@@ -6,6 +6,7 @@ from contract.inputs import DcgmSample, ExporterClaim, PodResourcesDiff, PodReso
 from contract.inputs import DeviceAssignment as A
 from contract.outputs import AttributionEvent, TelemetryRefused
 from streams.core.identity import Inventory, MigDevice
+from streams.core.nodestate import NodeState, accepted
 from streams.core.processor import Processor, Tables
 
 G0, G1 = "GPU-aaaa", "GPU-bbbb"
@@ -84,3 +85,36 @@ def test_mig_sample_joins_instance_holder_via_inventory() -> None:
     parent = only_event(p.handle(sample(5)))
     assert parent.state == "mig-parent"
     assert parent.holders == ()
+
+
+def test_an_allocation_processed_again_after_the_first_scrape_says_what_it_said_then() -> None:
+    """Regression (bench.run, two workers: ~2,000 redelivered events differed): a PodResources
+    record processed again after a rebalance, against state that already held the node's first
+    scrapes, said "holders changed, not measured since" and named a sample from after its own
+    time. Before the first scrape no sample had come, whatever came since."""
+    p = proc()
+    a = A("ml", "a", "c", "nvidia.com/gpu", G0)
+    snapshot = PodResourcesSnapshot("n1", 100, (a,))
+    first = only_event(p.handle(snapshot))
+    assert first.telemetry.cause == "no-sample-yet"
+    p.handle(sample(150))
+    p.handle(sample(5_150))
+    assert only_event(p.handle(snapshot)) == first
+    # after the first scrape, an allocation change is "holders changed" as before
+    b = A("ml", "b", "c", "nvidia.com/gpu", G0)
+    moved = only_event(p.handle(PodResourcesDiff("n1", 5_200, added=(b,), removed=(a,))))
+    assert moved.telemetry.cause == "holders-changed"
+
+
+def test_a_node_state_written_before_the_first_scrape_was_kept_reads_as_before() -> None:
+    """A value from an older worker has scrapes but no first-scrape time: every time is judged
+    against its scrapes, as before, and the first time is not invented later."""
+    old = NodeState(first_ms=0, last_ms=5_000, scrape_ms=5_000, scraped=("k",))
+    assert old.scraped_by(10)
+    assert old.first_scrape_ms is None
+    assert accepted(old, 10_000, ("k",), 15_000).first_scrape_ms is None
+    fresh = accepted(NodeState(first_ms=0, last_ms=0), 7_000, ("k",), 15_000)
+    assert fresh.first_scrape_ms == 7_000
+    assert not fresh.scraped_by(6_999)
+    assert fresh.scraped_by(7_000)
+    assert accepted(fresh, 6_000, ("k",), 15_000).first_scrape_ms == 6_000  # an older one came
