@@ -194,11 +194,7 @@ class Spine:
     def _scraped(self, state: NodeState, ts_ms: int) -> tuple[str, ...]:
         """The devices the exporter's last accepted answer had rows for, while it is fresh: a
         device only an old answer listed is no longer one the node has."""
-        fresh = (
-            state.scrape_ms is not None
-            and state.scraped_by(ts_ms)
-            and ts_ms - state.scrape_ms <= self.life.fresh_ms
-        )
+        fresh = state.scrape_ms is not None and ts_ms - state.scrape_ms <= self.life.fresh_ms
         return state.scraped if fresh else ()
 
     def unknown(self, view: NodeView, state: NodeState, key: str, ts_ms: int) -> Telemetry | None:
