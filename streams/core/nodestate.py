@@ -123,11 +123,9 @@ def departed(
 def accepted(state: NodeState, ts_ms: int, keys: tuple[str, ...], quantum_ms: int) -> NodeState:
     """An exporter answer was accepted with rows for ``keys``."""
     scrape = quantized(state.scrape_ms, ts_ms, quantum_ms)
-    first: int | None = (
-        ts_ms if state.first_scrape_ms is None else min(ts_ms, state.first_scrape_ms)
-    )
-    if state.scrape_ms is not None and state.first_scrape_ms is None:
-        first = None  # scrapes came before it was kept: when the first came is not known
+    first = state.first_scrape_ms  # None after scrapes: a value from before it was kept
+    if state.scrape_ms is None or (first is not None and ts_ms < first):
+        first = ts_ms  # this life's first accepted scrape, or an older one come late
     if (
         scrape == state.scrape_ms
         and keys == state.scraped

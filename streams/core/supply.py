@@ -39,10 +39,9 @@ from contract.outputs import Holder
 from streams.core import replays
 from streams.core.episodes import Episode, HolderId, same_holders
 
-#: emissions remembered per node: the newest by their record's event time (more than happen
-#: between two commits of a partition, as a rule; under a storm of rebalances a partition can go
-#: uncommitted for much longer, and then an old record processed again must not push the newer
-#: ones out: :func:`streams.core.replays.remember`)
+#: emissions remembered per node (more than happen between two commits of a partition, as a
+#: rule; under a storm of rebalances a partition can go uncommitted for much longer, and then
+#: an old record processed again must not push the newer ones out: :mod:`streams.core.replays`)
 REMEMBERED = 4
 
 #: resource → its allocated devices (sorted by device)
@@ -185,13 +184,11 @@ def again(old: NodeSupplyState | None, ts_ms: int, by: str) -> tuple[NodeSupply,
 
 def _latest(state: NodeSupplyState, resource: str) -> NodeSupply:
     """The last record of ``resource`` the node emitted: its current one while held, else the
-    latest-stamped one remembered (stamps never go back, so that is the last emitted; the
-    emissions are kept in the order of their records' event time, not of emitting)."""
+    first remembered (the emissions are kept last made first)."""
     held = next((r for r in state.current if r.resource == resource), None)
     if held is not None:
         return held
-    words = [r for e in state.emitted for r in e.records if r.resource == resource]
-    return max(words, key=lambda r: r.ts_ms)  # of equal stamps: the newer record's
+    return next(r for e in state.emitted for r in e.records if r.resource == resource)
 
 
 def supplied_by(old: NodeSupplyState | None, namespace: str, pod: str) -> bool:
