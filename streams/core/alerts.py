@@ -92,13 +92,13 @@ class DeviceAlerts:
 
 
 def _step_idle(
-    s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings
+    s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings, who: tuple[HolderId, ...]
 ) -> tuple[DeviceAlerts, list[Alert]]:
+    """``who``: the event's :func:`holder_ids`."""
     util = ev.usage.util_pct if ev.telemetry.status == "measured" else None
     if ev.state == "unknown" and ev.origin != "gone":
         return s, []  # holders unknown: neither start nor end an episode
     held = bool(ev.holders) and ev.state != "mig-parent"
-    who = holder_ids(ev)
     ep = s.idle
     # built only for an alert: most events fire or resolve nothing
     fig = partial(AlertFigures, util_pct=util, util_threshold_pct=p.idle_threshold_pct)
@@ -197,10 +197,10 @@ def _step_orphan(
 
 
 def _step_xid(
-    s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings
+    s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings, who: tuple[HolderId, ...]
 ) -> tuple[DeviceAlerts, list[Alert]]:
+    """``who``: the event's :func:`holder_ids`."""
     out: list[Alert] = []
-    who = holder_ids(ev)
     ep = s.xid
     xid = ev.usage.xid if ev.telemetry.status == "measured" else None
     if ep is not None:
@@ -252,17 +252,18 @@ def step(
     returns the alerts it caused the first time, if any (see the module docstring)."""
     before = state or DeviceAlerts()
     gone = ev.origin == "gone"
-    replayed = [
-        a for e in before.emitted if e.ts_ms == ev.ts_ms and e.gone == gone for a in e.alerts
-    ]
-    applied = before.seen_ms is not None and ev.ts_ms <= before.seen_ms
-    if applied and (not gone or replayed):
-        # a gone event resolves what is open whatever its time (the partition's clock may be
-        # behind the node's), unless it was applied already
-        return before, replayed
-    s, idle = _step_idle(before, ev, policy)
+    if before.seen_ms is not None and ev.ts_ms <= before.seen_ms:  # applied already
+        replayed = [
+            a for e in before.emitted if e.ts_ms == ev.ts_ms and e.gone == gone for a in e.alerts
+        ]
+        if not gone or replayed:
+            # a gone event resolves what is open whatever its time (the partition's clock may
+            # be behind the node's), unless it was applied already
+            return before, replayed
+    who = holder_ids(ev)
+    s, idle = _step_idle(before, ev, policy, who)
     s, orphan = _step_orphan(s, ev, policy)
-    s, xid = _step_xid(s, ev, policy)
+    s, xid = _step_xid(s, ev, policy, who)
     low_eff_was = s.low_eff or _NO_LOW_EFFICIENCY
     low_eff, low = step_low_efficiency(low_eff_was, ev, policy)
     if low_eff != low_eff_was:

@@ -421,6 +421,15 @@ def sample_holding(
     return _holding(rows, sample.ts_ms, ctx, is_mig, accounted=True)
 
 
+def accounted_holding(
+    facts: DeviceFacts, ts_ms: int, rows: Sequence[DeviceAssignment], ctx: DeviceContext
+) -> Holding:
+    """The :class:`Holding` a description of the device at ``ts_ms`` is built from
+    (accounted), as :func:`describe` decides it: for a caller that keeps it while the device's
+    inputs stay the same."""
+    return _holding(rows, ts_ms, ctx, _is_mig(facts), accounted=True)
+
+
 def describe(
     facts: DeviceFacts,
     ts_ms: int,

@@ -35,6 +35,8 @@ def holder_ids(ev: AttributionEvent) -> tuple[HolderId, ...]:
 def same_holders(a: tuple[HolderId, ...], b: tuple[HolderId, ...]) -> bool:
     """The same pods: same names, and the same UID wherever both sides know it (a UID that
     resolves after a pending one is the same pod; a name re-created with a new UID is not)."""
+    if a == b:
+        return True  # the common case: the same holders, UIDs and all
     if {(ns, pod) for ns, pod, _ in a} != {(ns, pod) for ns, pod, _ in b}:
         return False
     uids = {(ns, pod): uid for ns, pod, uid in a}

@@ -13,13 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from contract.inputs import DcgmSample, DeviceAssignment, ResourceClaimRecord
+from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, ResourceClaimRecord
 from contract.outputs import AttributionEvent, ExporterMisattribution, Holder, Origin, Telemetry
 from infra.settings import AlertSettings
 from streams.core.attribution import (
     DeviceContext,
     DeviceFacts,
+    Holding,
     PodIdentity,
+    accounted_holding,
     attribute,
     describe,
     holding,
@@ -229,25 +231,48 @@ def sample_event(
     step). ``frames``: the join kept from an earlier sample, reused while its inputs are the
     same (:mod:`streams.core.deviceframe`); the event is the same either way."""
     key = device_key(sample.uuid, sample.mig_instance_id)
-    node, ts_ms = view.node, sample.ts_ms
-    token = frames.token(node, view.sig) if frames is not None and view.sig else None
-    if frames is not None and token is not None:
-        frame = frames.get(node, key, token, ts_ms, t.slot_holders.get, t.pods.get)
-        if frame is not None:
-            event, flags = attribute(sample, frame.rows, frame.ctx, thresholds, frame.held)
-            return event, flags, frame.annotations
-    rows = holder_rows(t, view, key, ts_ms)
+    frame = _frame_at(t, view, key, sample.ts_ms, frames)
+    if frame is not None:
+        event, flags = attribute(sample, frame.rows, frame.ctx, thresholds, frame.held)
+        return event, flags, frame.annotations
+    rows = holder_rows(t, view, key, sample.ts_ms)
     ctx = _context(view, key, sample.uuid, sample.mig_instance_id, rows)
     held = sample_holding(sample, rows or (), ctx)
     event, flags = attribute(sample, rows or (), ctx, thresholds, held)
-    annotations = tuple(holder_annotations(t.pods.get, node, event.holders))
-    if frames is not None and token is not None:
-        join = (ctx, held, annotations)
-        bases = bases_of(view, key)
-        kept = frame_of(node, token, bases, rows, join, ts_ms, t.slot_holders.get, t.pods.get)
-        if kept is not None:
-            frames.put(node, key, kept)
+    annotations = tuple(holder_annotations(t.pods.get, view.node, event.holders))
+    _keep_frame(t, view, key, sample.ts_ms, rows, (ctx, held, annotations), frames)
     return event, flags, annotations
+
+
+def _frame_at(
+    t: Tables, view: NodeView, key: str, ts_ms: int, frames: Frames | None
+) -> Frame | None:
+    """The device's kept frame if it holds for a join at ``ts_ms`` of this view."""
+    if frames is None or not view.sig:
+        return None
+    token = frames.token(view.node, view.sig)
+    return frames.get(view.node, key, token, ts_ms, t.slot_holders.get, t.pods.get)
+
+
+def _keep_frame(
+    t: Tables,
+    view: NodeView,
+    key: str,
+    ts_ms: int,
+    rows: tuple[DeviceAssignment, ...] | None,
+    join: tuple[DeviceContext, Holding, tuple[dict[str, str], ...]],
+    frames: Frames | None,
+) -> Frame | None:
+    """Keep a fresh join as the device's frame, when it may be kept
+    (:func:`streams.core.deviceframe.frame_of`)."""
+    if frames is None or not view.sig:
+        return None
+    token = frames.token(view.node, view.sig)
+    bases = bases_of(view, key)
+    kept = frame_of(view.node, token, bases, rows, join, ts_ms, t.slot_holders.get, t.pods.get)
+    if kept is not None:
+        frames.put(view.node, key, kept)
+    return kept
 
 
 def spine_event(
@@ -264,7 +289,7 @@ def spine_event(
 ) -> AttributionEvent:
     """A device's state without a sample; ``holders=False`` for a device that is gone. From the
     device's frame when it holds (``frames``), as :func:`device_holders` reads it."""
-    frame = _frame(t, view, key, facts, ts_ms, frames) if holders else None
+    frame = _joined(t, view, key, facts, ts_ms, frames) if holders else None
     if frame is not None:
         return describe(facts, ts_ms, frame.rows, frame.ctx, origin, telemetry, frame.held)
     rows = holder_rows(t, view, key, ts_ms) if holders else ()
@@ -281,8 +306,29 @@ def _frame(
     samples do, by the GPU instance, so a device described otherwise reads afresh."""
     if frames is None or not view.sig or (facts.mig_instance_id is None and facts.mig_profile):
         return None
-    token = frames.token(view.node, view.sig)
-    return frames.get(view.node, key, token, ts_ms, t.slot_holders.get, t.pods.get)
+    return _frame_at(t, view, key, ts_ms, frames)
+
+
+def _joined(
+    t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int, frames: Frames | None
+) -> Frame | None:
+    """The device's frame for a description at ``ts_ms``: the one kept if it holds, else the
+    join made afresh and kept, when a frame may be kept (not through a DRA claim, holders
+    known, a time the answer no longer depends on) — so the node's next records and the
+    device's next sample read it instead of joining again. ``None``: join without a frame."""
+    frame = _frame(t, view, key, facts, ts_ms, frames)
+    if frame is not None or frames is None or not view.sig:
+        return frame
+    if facts.mig_instance_id is None and facts.mig_profile:
+        return None  # described otherwise than its samples would be (see _frame)
+    rows = holder_rows(t, view, key, ts_ms)
+    if not rows or any(a.resource.startswith(DRA_PREFIX) for a in rows):
+        # unknown or DRA: no frame for these (frame_of); nobody: the plain path is cheaper
+        return None
+    ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
+    held = accounted_holding(facts, ts_ms, rows, ctx)
+    annotations = tuple(holder_annotations(t.pods.get, view.node, held.holders))
+    return _keep_frame(t, view, key, ts_ms, rows, (ctx, held, annotations), frames)
 
 
 def device_holders(
@@ -296,7 +342,7 @@ def device_holders(
     """The device's holders at ``ts_ms`` as its spine event would list them, without the
     event (:func:`streams.core.attribution.holding`); from the device's frame when it holds
     (``frames``: a frame decides MIG as samples do, by the GPU instance)."""
-    frame = _frame(t, view, key, facts, ts_ms, frames)
+    frame = _joined(t, view, key, facts, ts_ms, frames)
     if frame is not None:
         assert frames is not None  # a frame came from it
         return frames.shareless(view.node, key, frame) if frame.rows else ()

@@ -461,7 +461,7 @@ class Processor:
             annotations = holder_annotations(t.pods.get, event.node, event.holders)
         old = t.alert_state.get(key)
         new, alerts = step(old, event, policy_for(self.policy, annotations))
-        if new != old:
+        if new is not old and new != old:
             t.alert_state[key] = new
             if _idle_of(old) != _idle_of(new) and _idle(old) != _idle(new):
                 self._idle_moved.add(event.node)

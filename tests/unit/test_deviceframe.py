@@ -98,6 +98,42 @@ def test_devices_only_a_scrape_lists_come_and_go_the_same_with_frames() -> None:
     assert framed.frames.hits > 0
 
 
+def test_the_join_a_node_record_made_is_the_one_its_next_sample_reads() -> None:
+    """A node's holders joined for its supply and allocation events (no sample yet) are kept
+    as the devices' frames: the first scrape after them joins nothing afresh, and says what
+    the processor without the memo says."""
+    records = [
+        codec.decode(codec.encode(r))
+        for r in bench_fleet.stream(4, 1, start_ms=START_MS, churn_every=0)
+    ]
+    first = next(i for i, r in enumerate(records) if isinstance(r, DcgmScrape))
+    framed = same_with_and_without(records[:first])
+    assert framed.frames is not None
+    held = {
+        (r.node, a.device_id.partition("::")[0])
+        for r in records[:first]
+        if isinstance(r, PodResourcesSnapshot)
+        for a in r.assignments
+    }
+    assert held
+    assert len(framed.frames) >= len(held)
+    misses, hits = framed.frames.misses, framed.frames.hits
+    plain = Processor(Tables.in_memory(), frames=False)
+    for r in records[:first]:
+        plain.handle(r)
+    samples = 0
+    for r in records[first:]:
+        assert isinstance(r, DcgmScrape)
+        assert _outputs(framed, r) == _outputs(plain, r)
+        samples += sum(1 for s in r.samples if (s.node, s.uuid) in held)
+    assert samples > 0
+    assert framed.frames.hits - hits >= samples  # every held device's sample read its frame
+    assert (
+        framed.frames.misses - misses
+        <= sum(len(r.samples) for r in records[first:] if isinstance(r, DcgmScrape)) - samples
+    )
+
+
 # --- the memo
 
 
