@@ -257,9 +257,22 @@ def _dra_decision(
     return SharingDecision(sharing, None, tuple(notes))
 
 
+def _held_through(holders: Sequence[Holder]) -> Mapping[tuple[str, str], frozenset[str]]:
+    """Each holder pod's DRA claims (a pod without one is absent)."""
+    through: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for h in holders:
+        if h.claim:
+            through[h.namespace, h.pod].add(h.claim)
+    return {who: frozenset(claims) for who, claims in through.items()}
+
+
 def _exporter_view(
-    sample: DcgmSample, holders: Sequence[Holder], state: State
+    sample: DcgmSample,
+    holding: frozenset[tuple[str, str]],
+    held_through: Mapping[tuple[str, str], frozenset[str]],
+    state: State,
 ) -> tuple[ExporterView, tuple[ClaimedPod, ...]]:
+    """``holding``: the holders' pods (namespace, name); ``held_through``: their claims."""
     claims = tuple(
         dict.fromkeys(
             ClaimedPod(c.namespace, c.pod, c.container, c.dra_claim) for c in sample.exporter_claims
@@ -269,11 +282,6 @@ def _exporter_view(
     if state == "unknown":
         reason = "holders unknown yet: the claim cannot be checked"
         return ExporterView(claims, False, reason, mode, "unchecked"), ()
-    holding = {(h.namespace, h.pod) for h in holders}
-    held_through: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for h in holders:
-        if h.claim:
-            held_through[h.namespace, h.pod].add(h.claim)
     strangers = tuple(c for c in claims if (c.namespace, c.pod) not in holding)
     wrong_claim = [
         c
@@ -382,6 +390,8 @@ def _unknown_usage(is_mig: bool) -> Usage:
     return Usage(UNKNOWN_USAGE_SCOPE[is_mig], None, None, None, None, None, None, None)
 
 
+#: a sample's telemetry: what the hardware measured (immutable, shared)
+MEASURED = Telemetry()
 #: the alert thresholds health marks are judged by when none are given (the defaults)
 DEFAULT_THRESHOLDS = AlertSettings.model_construct()
 
@@ -392,11 +402,13 @@ def attribute(
     ctx: DeviceContext,
     thresholds: AlertSettings = DEFAULT_THRESHOLDS,
     held: Holding | None = None,
+    shape: Shape | None = None,
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
     """Join one sample with the holders of its device at the sample's time; its activity
     (:mod:`streams.core.efficiency`) and health (:mod:`streams.core.health`, marks judged by
     ``thresholds``) ride along, device-wide. ``held``: the device's accounted
-    :func:`sample_holding` at the sample's time, when the caller has it already."""
+    :func:`sample_holding` at the sample's time, and ``shape`` its :func:`shape_of`, when the
+    caller has them already."""
     facts = DeviceFacts(
         node=sample.node,
         gpu_uuid=sample.uuid,
@@ -409,7 +421,7 @@ def attribute(
     )
     usage = _usage(sample)
     reading = Reading(sample, usage, activity(sample, usage), health(sample, thresholds))
-    return _attribute(facts, sample.ts_ms, reading, rows, ctx, "sample", Telemetry(), held)
+    return _attribute(facts, sample.ts_ms, reading, rows, ctx, "sample", MEASURED, held, shape)
 
 
 def sample_holding(
@@ -427,7 +439,7 @@ def accounted_holding(
     """The :class:`Holding` a description of the device at ``ts_ms`` is built from
     (accounted), as :func:`describe` decides it: for a caller that keeps it while the device's
     inputs stay the same."""
-    return _holding(rows, ts_ms, ctx, _is_mig(facts), accounted=True)
+    return _holding(rows, ts_ms, ctx, describes_mig(facts), accounted=True)
 
 
 def describe(
@@ -438,11 +450,13 @@ def describe(
     origin: Origin,
     telemetry: Telemetry,
     held: Holding | None = None,
+    shape: Shape | None = None,
 ) -> AttributionEvent:
     """A device's state without a sample (the allocation spine): every holder, usage unknown
-    with its reason — never 0, never idle, never absent. ``held``: as in :func:`attribute`."""
-    reading = Reading(None, _unknown_usage(_is_mig(facts)), Activity(), Health())
-    event, _ = _attribute(facts, ts_ms, reading, rows, ctx, origin, telemetry, held)
+    with its reason — never 0, never idle, never absent. ``held``, ``shape``: as in
+    :func:`attribute`."""
+    reading = Reading(None, _unknown_usage(describes_mig(facts)), Activity(), Health())
+    event, _ = _attribute(facts, ts_ms, reading, rows, ctx, origin, telemetry, held, shape)
     return event
 
 
@@ -456,7 +470,8 @@ def device_name(facts: DeviceFacts) -> str:
     )
 
 
-def _is_mig(facts: DeviceFacts) -> bool:
+def describes_mig(facts: DeviceFacts) -> bool:
+    """Whether the device's events describe a MIG instance."""
     return facts.mig_instance_id is not None or facts.mig_profile is not None
 
 
@@ -564,7 +579,67 @@ def holding(
     has none here (its event says ``unknown``)."""
     if not ctx.holders_known:
         return ()
-    return _holding(rows, ts_ms, ctx, _is_mig(facts), accounted=False).holders
+    return _holding(rows, ts_ms, ctx, describes_mig(facts), accounted=False).holders
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a device's events say of its holding whatever the sample — allocation kind, state,
+    notes, credit, and the holders' pods and claims the exporter's claim is checked against —
+    decided from its holder rows, context and :class:`Holding` (``is_mig``: as the events'
+    device is). For a caller that keeps it while those stay the same (a device's frame)."""
+
+    is_mig: bool
+    allocation: Allocation
+    state: State
+    notes: tuple[str, ...]
+    credit: CreditScope
+    pods_held: frozenset[tuple[str, str]]
+    held_through: Mapping[tuple[str, str], frozenset[str]]
+
+
+def shape_of(
+    rows: Sequence[DeviceAssignment], ctx: DeviceContext, held: Holding, is_mig: bool
+) -> Shape:
+    """The :class:`Shape` of a device's events (``rows``: its holder rows as read, DRA observers
+    included; ``held``: the holding made from them)."""
+    dra = any(a.resource.startswith(DRA_PREFIX) for a in rows)
+    allocation: Allocation = "dra" if dra or ctx.dra_device or ctx.unplaced else "device-plugin"
+    held_rows, observers, decision = held.rows, held.observers, held.decision
+    tenants = held.tenants
+    shared = decision.sharing not in ("none", "mig")
+    state: State
+    notes = decision.notes
+    if observers:
+        names = sorted({f"{a.namespace}/{a.pod}" for a in observers})
+        notes = (*notes, f"observers through adminAccess claims, not holders: {', '.join(names)}")
+    if held_rows and ctx.placement_notes:
+        notes = (*notes, *ctx.placement_notes)
+    if not ctx.holders_known:
+        state = "unknown"
+        notes = (*notes, ctx.holders_note)
+    elif ctx.mig_parent and not held_rows:
+        state = "mig-parent"
+    elif not held_rows and ctx.unplaced:
+        state = "unknown"
+        notes = (*notes, "held through DRA but not placeable: " + "; ".join(ctx.unplaced))
+    elif not held_rows:
+        state = "unallocated"
+    elif shared or tenants > 1:
+        state = "shared"
+    else:
+        state = "exclusive"
+    credit: CreditScope = "none" if not held_rows else ("holder" if tenants == 1 else "device-wide")
+    holders = held.holders
+    return Shape(
+        is_mig,
+        allocation,
+        state,
+        notes,
+        credit,
+        frozenset((h.namespace, h.pod) for h in holders),
+        _held_through(holders),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,41 +662,18 @@ def _attribute(
     origin: Origin,
     telemetry: Telemetry,
     held: Holding | None = None,
+    shape: Shape | None = None,
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
-    is_mig = _is_mig(facts)
-    dra = any(a.resource.startswith(DRA_PREFIX) for a in rows)
-    allocation: Allocation = "dra" if dra or ctx.dra_device or ctx.unplaced else "device-plugin"
+    is_mig = describes_mig(facts)
     if held is None:
         held = _holding(rows, ts_ms, ctx, is_mig, accounted=True)
-    rows, observers, decision, holders = held.rows, held.observers, held.decision, held.holders
-    tenants = held.tenants
-    shared = decision.sharing not in ("none", "mig")
-    state: State
-    notes = decision.notes
-    if observers:
-        names = sorted({f"{a.namespace}/{a.pod}" for a in observers})
-        notes = (*notes, f"observers through adminAccess claims, not holders: {', '.join(names)}")
-    if rows and ctx.placement_notes:
-        notes = (*notes, *ctx.placement_notes)
-    if not ctx.holders_known:
-        state = "unknown"
-        notes = (*notes, ctx.holders_note)
-    elif ctx.mig_parent and not rows:
-        state = "mig-parent"
-    elif not rows and ctx.unplaced:
-        state = "unknown"
-        notes = (*notes, "held through DRA but not placeable: " + "; ".join(ctx.unplaced))
-    elif not rows:
-        state = "unallocated"
-    elif shared or tenants > 1:
-        state = "shared"
-    else:
-        state = "exclusive"
-    credit: CreditScope = "none" if not rows else ("holder" if tenants == 1 else "device-wide")
+    if shape is None or shape.is_mig != is_mig:
+        shape = shape_of(rows, ctx, held, is_mig)
+    decision, holders, state = held.decision, held.holders, shape.state
     sample, usage = reading.sample, reading.usage
     key = device_name(facts)
     if sample is not None:
-        exporter, strangers = _exporter_view(sample, holders, state)
+        exporter, strangers = _exporter_view(sample, shape.pods_held, shape.held_through, state)
     else:
         exporter, strangers = NOT_SAMPLED, ()
     event = AttributionEvent(
@@ -635,20 +687,22 @@ def _attribute(
         state=state,
         sharing=decision.sharing,
         replicas=decision.replicas,
-        tenant_count=tenants,
+        tenant_count=held.tenants,
         holders=holders,
         usage=usage,
-        credit=credit,
+        credit=shape.credit,
         exporter=exporter,
-        notes=notes,
+        notes=shape.notes,
         summary=_summary(state, decision.sharing, held.names, usage, key, telemetry),
-        allocation=allocation,
+        allocation=shape.allocation,
         origin=origin,
         telemetry=telemetry,
         pods=held.pods,
         activity=reading.activity,
         health=reading.health,
     )
+    if not strangers:
+        return event, ()
     flags = tuple(
         ExporterMisattribution(
             facts.node,

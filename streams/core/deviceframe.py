@@ -23,7 +23,14 @@ from typing import TypeVar
 
 from contract.inputs import DRA_PREFIX, DeviceAssignment
 from contract.outputs import Holder
-from streams.core.attribution import DeviceContext, DeviceFacts, Holding, without_shares
+from streams.core.attribution import (
+    DeviceContext,
+    DeviceFacts,
+    Holding,
+    Shape,
+    shape_of,
+    without_shares,
+)
 from streams.core.holders import NodeDevices, SlotHolders
 from streams.core.pods import PodNames, name_key
 from streams.core.tables import holder_key
@@ -50,6 +57,8 @@ class Frame:
     annotations: tuple[dict[str, str], ...]  # its holders' pod annotations (alert overrides)
     #: its holders without the accounting (what a node's supply reads), made on first use
     shareless: tuple[Holder, ...] | None = None
+    #: what its events say of the holding whatever the sample, made on first use
+    shape: Shape | None = None
 
 
 def settled_from(holders: tuple[object, ...], pods: tuple[object, ...]) -> int | None:
@@ -189,6 +198,15 @@ class Frames:
             self._frames[node, key] = frame
         assert frame.shareless is not None
         return frame.shareless
+
+    def shape(self, node: str, key: str, frame: Frame, is_mig: bool) -> Shape:
+        """The frame's :class:`~streams.core.attribution.Shape` for events whose device is
+        (``is_mig``) a MIG instance or not, made once per frame."""
+        if frame.shape is None or frame.shape.is_mig != is_mig:
+            frame = replace(frame, shape=shape_of(frame.rows, frame.ctx, frame.held, is_mig))
+            self._frames[node, key] = frame
+        assert frame.shape is not None
+        return frame.shape
 
     def roster(
         self, node: str, token: object, scraped: tuple[str, ...]

@@ -37,6 +37,7 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
     (0x80, "hw-power-brake-slowdown"),
     (0x100, "display-clock-setting"),
 )
+_KNOWN_BITS = sum(bit for bit, _ in CLOCK_EVENT_REASONS)
 #: the reasons that mean the clocks were cut for heat
 THERMAL_REASONS = frozenset({"sw-thermal-slowdown", "hw-thermal-slowdown"})
 
@@ -47,10 +48,7 @@ def clock_events(mask: int | None) -> tuple[str, ...]:
     if mask is None or mask <= 0:
         return ()
     names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
-    known = 0
-    for bit, _ in CLOCK_EVENT_REASONS:
-        known |= bit
-    rest, bit = mask & ~known, 1
+    rest, bit = mask & ~_KNOWN_BITS, 1
     while rest:
         if rest & bit:
             names.append(f"bit-{bit:#x}")
@@ -78,22 +76,42 @@ def rose(increase: float | None) -> bool:
 
 def marks(h: Health, policy: AlertSettings) -> tuple[HealthMark, ...]:
     """The marks a device's health earns (the module docstring's rules)."""
+    return _marks(
+        policy,
+        h.gpu_temp_c,
+        h.memory_temp_c,
+        h.thermal_throttle_pct,
+        h.clock_events,
+        h.uncorrectable_remapped_rows_increase,
+        h.ecc_dbe_increase,
+        h.row_remap_failure,
+        h.pcie_replays_per_min,
+    )
+
+
+def _marks(
+    policy: AlertSettings,
+    gpu_temp_c: float | None,
+    memory_temp_c: float | None,
+    thermal_throttle_pct: float | None,
+    events: tuple[str, ...],
+    remapped_increase: float | None,
+    dbe_increase: float | None,
+    remap_failure: bool | None,
+    pcie_per_min: float | None,
+) -> tuple[HealthMark, ...]:
     out: list[HealthMark] = []
-    if (h.gpu_temp_c is not None and h.gpu_temp_c >= policy.thermal_gpu_temp_c) or (
-        h.memory_temp_c is not None and h.memory_temp_c >= policy.thermal_memory_temp_c
+    if (gpu_temp_c is not None and gpu_temp_c >= policy.thermal_gpu_temp_c) or (
+        memory_temp_c is not None and memory_temp_c >= policy.thermal_memory_temp_c
     ):
         out.append("hot")
     if (
-        h.thermal_throttle_pct is not None and h.thermal_throttle_pct >= policy.thermal_throttle_pct
-    ) or THERMAL_REASONS & set(h.clock_events):
+        thermal_throttle_pct is not None and thermal_throttle_pct >= policy.thermal_throttle_pct
+    ) or not THERMAL_REASONS.isdisjoint(events):
         out.append("throttled")
-    if (
-        rose(h.uncorrectable_remapped_rows_increase)
-        or rose(h.ecc_dbe_increase)
-        or h.row_remap_failure
-    ):
+    if rose(remapped_increase) or rose(dbe_increase) or remap_failure:
         out.append("memory-fault")
-    if h.pcie_replays_per_min is not None and h.pcie_replays_per_min >= policy.pcie_replays_per_min:
+    if pcie_per_min is not None and pcie_per_min >= policy.pcie_replays_per_min:
         out.append("pcie-replays")
     return tuple(out)
 
@@ -102,47 +120,77 @@ def health(sample: DcgmSample, policy: AlertSettings) -> Health:
     """What one sample says of its device's condition, with the marks it earns."""
     since = sample.since_last
     pcie, dbe = increase(since, "pcie_replays"), increase(since, "ecc_dbe_volatile")
-    thermal_us = increase(since, "thermal_violation_us")
-    power_us = increase(since, "power_violation_us")
-    # every figure, in Health's field order (marks and watched, judged from them, come last)
-    figures = (
-        sample.temp_c,  # gpu_temp_c
-        sample.memory_temp_c,
-        sample.sm_clock_mhz,
-        sample.power_w,
-        share_pct(thermal_us, since),  # thermal_throttle_pct
-        share_pct(power_us, since),  # power_throttle_pct
-        clock_events(sample.clock_event_reasons),
-        per_min(pcie, since),  # pcie_replays_per_min
-        sample.uncorrectable_remapped_rows,
-        sample.correctable_remapped_rows,
-        sample.row_remap_failure,
-        sample.ecc_dbe_volatile,
-        increase(since, "uncorrectable_remapped_rows"),  # uncorrectable_remapped_rows_increase
-        dbe,  # ecc_dbe_increase
-        tuple(since.resets) if since else (),  # counter_resets
+    thermal = share_pct(increase(since, "thermal_violation_us"), since)
+    events = clock_events(sample.clock_event_reasons)
+    pcie_per_min = per_min(pcie, since)
+    remapped = increase(since, "uncorrectable_remapped_rows")
+    gpu_temp, memory_temp, failure = sample.temp_c, sample.memory_temp_c, sample.row_remap_failure
+    return Health(
+        gpu_temp_c=gpu_temp,
+        memory_temp_c=memory_temp,
+        sm_clock_mhz=sample.sm_clock_mhz,
+        power_w=sample.power_w,
+        thermal_throttle_pct=thermal,
+        power_throttle_pct=share_pct(increase(since, "power_violation_us"), since),
+        clock_events=events,
+        pcie_replays_per_min=pcie_per_min,
+        uncorrectable_remapped_rows=sample.uncorrectable_remapped_rows,
+        correctable_remapped_rows=sample.correctable_remapped_rows,
+        row_remap_failure=failure,
+        ecc_dbe_volatile=sample.ecc_dbe_volatile,
+        uncorrectable_remapped_rows_increase=remapped,
+        ecc_dbe_increase=dbe,
+        counter_resets=tuple(since.resets) if since else (),
+        marks=_marks(
+            policy, gpu_temp, memory_temp, thermal, events, remapped, dbe, failure, pcie_per_min
+        ),
+        watched=_watched(
+            gpu_temp,
+            memory_temp,
+            thermal,
+            sample.clock_event_reasons is not None,
+            remapped,
+            dbe,
+            failure,
+            pcie_per_min,
+        ),
     )
-    h = Health(*figures)
-    clock_known = sample.clock_event_reasons is not None
-    return Health(*figures, marks(h, policy), watched(h, clock_known))
 
 
 def watched(h: Health, clock_known: bool) -> tuple[HealthMark, ...]:
     """The marks ``h`` can judge (``clock_known``: the clock-event reasons were exported): a mark
     whose every input is missing (not exported, or a counter's increase not known at this
     sample) is unknown, never reported as clear."""
+    return _watched(
+        h.gpu_temp_c,
+        h.memory_temp_c,
+        h.thermal_throttle_pct,
+        clock_known,
+        h.uncorrectable_remapped_rows_increase,
+        h.ecc_dbe_increase,
+        h.row_remap_failure,
+        h.pcie_replays_per_min,
+    )
+
+
+def _watched(
+    gpu_temp_c: float | None,
+    memory_temp_c: float | None,
+    thermal_throttle_pct: float | None,
+    clock_known: bool,
+    remapped_increase: float | None,
+    dbe_increase: float | None,
+    remap_failure: bool | None,
+    pcie_per_min: float | None,
+) -> tuple[HealthMark, ...]:
     out: list[HealthMark] = []
-    if h.gpu_temp_c is not None or h.memory_temp_c is not None:
+    if gpu_temp_c is not None or memory_temp_c is not None:
         out.append("hot")
-    if h.thermal_throttle_pct is not None or clock_known:
+    if thermal_throttle_pct is not None or clock_known:
         out.append("throttled")
-    if (
-        h.uncorrectable_remapped_rows_increase is not None
-        or h.ecc_dbe_increase is not None
-        or h.row_remap_failure is not None
-    ):
+    if remapped_increase is not None or dbe_increase is not None or remap_failure is not None:
         out.append("memory-fault")
-    if h.pcie_replays_per_min is not None:
+    if pcie_per_min is not None:
         out.append("pcie-replays")
     return tuple(out)
 

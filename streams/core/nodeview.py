@@ -24,6 +24,7 @@ from streams.core.attribution import (
     accounted_holding,
     attribute,
     describe,
+    describes_mig,
     holding,
     sample_holding,
 )
@@ -233,7 +234,9 @@ def sample_event(
     key = device_key(sample.uuid, sample.mig_instance_id)
     frame = _frame_at(t, view, key, sample.ts_ms, frames)
     if frame is not None:
-        event, flags = attribute(sample, frame.rows, frame.ctx, thresholds, frame.held)
+        assert frames is not None  # a frame came from it
+        shape = frames.shape(view.node, key, frame, sample.mig_instance_id is not None)
+        event, flags = attribute(sample, frame.rows, frame.ctx, thresholds, frame.held, shape)
         return event, flags, frame.annotations
     rows = holder_rows(t, view, key, sample.ts_ms)
     ctx = _context(view, key, sample.uuid, sample.mig_instance_id, rows)
@@ -291,7 +294,9 @@ def spine_event(
     device's frame when it holds (``frames``), as :func:`device_holders` reads it."""
     frame = _joined(t, view, key, facts, ts_ms, frames) if holders else None
     if frame is not None:
-        return describe(facts, ts_ms, frame.rows, frame.ctx, origin, telemetry, frame.held)
+        assert frames is not None  # a frame came from it
+        shape = frames.shape(view.node, key, frame, describes_mig(facts))
+        return describe(facts, ts_ms, frame.rows, frame.ctx, origin, telemetry, frame.held, shape)
     rows = holder_rows(t, view, key, ts_ms) if holders else ()
     ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
     if not holders:
