@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Literal
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, DraDevice, ResourceClaimRecord
@@ -263,12 +264,17 @@ def _held_through(holders: Sequence[Holder]) -> Mapping[tuple[str, str], frozens
     for h in holders:
         if h.claim:
             through[h.namespace, h.pod].add(h.claim)
+    if not through:
+        return _NO_CLAIMS  # device-plugin holders (most devices): one shared empty mapping
     return {who: frozenset(claims) for who, claims in through.items()}
+
+
+_NO_CLAIMS: Mapping[tuple[str, str], frozenset[str]] = MappingProxyType({})
 
 
 def _exporter_view(
     sample: DcgmSample,
-    holding: frozenset[tuple[str, str]],
+    holding: Collection[tuple[str, str]],
     held_through: Mapping[tuple[str, str], frozenset[str]],
     state: State,
 ) -> tuple[ExporterView, tuple[ClaimedPod, ...]]:
@@ -594,7 +600,7 @@ class Shape:
     state: State
     notes: tuple[str, ...]
     credit: CreditScope
-    pods_held: frozenset[tuple[str, str]]
+    pods_held: tuple[tuple[str, str], ...]  # the holders' pods, each once (a few: a tuple)
     held_through: Mapping[tuple[str, str], frozenset[str]]
 
 
@@ -637,7 +643,7 @@ def shape_of(
         state,
         notes,
         credit,
-        frozenset((h.namespace, h.pod) for h in holders),
+        tuple(dict.fromkeys((h.namespace, h.pod) for h in holders)),
         _held_through(holders),
     )
 
