@@ -1,13 +1,15 @@
-"""What a device's sample events share while their inputs stay the same: its frame.
+"""What a device's events share while their inputs stay the same: its frame.
 
-Every sample of a device joins the same holder rows, pod identities, context and holding (the
+Every event of a device joins the same holder rows, pod identities, context and holding (the
 sharing decision, the holders and their allocation shares) until one of the records they were
-read from changes. A :class:`Frame` keeps that join with the records it was read from; a later
-sample reuses it when every one of those records is still the one in the tables (compared by
-identity first, then by value: an equal record gives the same join) and the sample's time is
-past every instant at which the answer could depend on time (a holder change, a pod's end).
-Anything else — a changed record, an earlier sample, a DRA claim (read live) — is joined afresh,
-so a frame never says what the full join would not. Pure: no I/O, no clock.
+read from changes. A :class:`Frame` keeps that join with the records it was read from, made by
+whichever needs the join first — a sample, or the node's supply or allocation events describing
+the device (:func:`streams.core.nodeview._joined`) — and, on first use, the events' shape. A
+later sample or description reuses it when every one of those records is still the one in the
+tables (compared by identity first, then by value: an equal record gives the same join) and its
+time is past every instant at which the answer could depend on time (a holder change, a pod's
+end). Anything else — a changed record, an earlier time, a DRA claim (read live) — is joined
+afresh, so a frame never says what the full join would not. Pure: no I/O, no clock.
 
 The memo is bounded (:data:`MAX_FRAMES`, oldest dropped first) and recomputable: it is not
 state, a restarted worker starts without it, and no output depends on whether it hit.

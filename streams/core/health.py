@@ -74,21 +74,6 @@ def rose(increase: float | None) -> bool:
     return increase is not None and increase > 0
 
 
-def marks(h: Health, policy: AlertSettings) -> tuple[HealthMark, ...]:
-    """The marks a device's health earns (the module docstring's rules)."""
-    return _marks(
-        policy,
-        h.gpu_temp_c,
-        h.memory_temp_c,
-        h.thermal_throttle_pct,
-        h.clock_events,
-        h.uncorrectable_remapped_rows_increase,
-        h.ecc_dbe_increase,
-        h.row_remap_failure,
-        h.pcie_replays_per_min,
-    )
-
-
 def _marks(
     policy: AlertSettings,
     gpu_temp_c: float | None,
@@ -100,6 +85,7 @@ def _marks(
     remap_failure: bool | None,
     pcie_per_min: float | None,
 ) -> tuple[HealthMark, ...]:
+    """The marks a device's health earns (the module docstring's rules)."""
     out: list[HealthMark] = []
     if (gpu_temp_c is not None and gpu_temp_c >= policy.thermal_gpu_temp_c) or (
         memory_temp_c is not None and memory_temp_c >= policy.thermal_memory_temp_c
@@ -157,22 +143,6 @@ def health(sample: DcgmSample, policy: AlertSettings) -> Health:
     )
 
 
-def watched(h: Health, clock_known: bool) -> tuple[HealthMark, ...]:
-    """The marks ``h`` can judge (``clock_known``: the clock-event reasons were exported): a mark
-    whose every input is missing (not exported, or a counter's increase not known at this
-    sample) is unknown, never reported as clear."""
-    return _watched(
-        h.gpu_temp_c,
-        h.memory_temp_c,
-        h.thermal_throttle_pct,
-        clock_known,
-        h.uncorrectable_remapped_rows_increase,
-        h.ecc_dbe_increase,
-        h.row_remap_failure,
-        h.pcie_replays_per_min,
-    )
-
-
 def _watched(
     gpu_temp_c: float | None,
     memory_temp_c: float | None,
@@ -183,6 +153,9 @@ def _watched(
     remap_failure: bool | None,
     pcie_per_min: float | None,
 ) -> tuple[HealthMark, ...]:
+    """The marks the figures can judge (``clock_known``: the clock-event reasons were
+    exported): a mark whose every input is missing (not exported, or a counter's increase not
+    known at this sample) is unknown, never reported as clear."""
     out: list[HealthMark] = []
     if gpu_temp_c is not None or memory_temp_c is not None:
         out.append("hot")

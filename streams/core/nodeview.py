@@ -229,8 +229,9 @@ def sample_event(
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...], Sequence[dict[str, str]]]:
     """One accepted sample joined with its device's holders at the sample's time (health marks
     judged by the alerts' ``thresholds``), and its holders' pod annotations (for the alert
-    step). ``frames``: the join kept from an earlier sample, reused while its inputs are the
-    same (:mod:`streams.core.deviceframe`); the event is the same either way."""
+    step). ``frames``: the join kept for the device (by an earlier sample, or by its node's
+    supply or allocation events), reused while its inputs are the same
+    (:mod:`streams.core.deviceframe`); the event is the same either way."""
     key = device_key(sample.uuid, sample.mig_instance_id)
     frame = _frame_at(t, view, key, sample.ts_ms, frames)
     if frame is not None:
