@@ -305,28 +305,20 @@ def spine_event(
     return describe(facts, ts_ms, rows or (), ctx, origin, telemetry)
 
 
-def _frame(
-    t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int, frames: Frames | None
-) -> Frame | None:
-    """The device's frame for a description at ``ts_ms``, if it holds; a frame decides MIG as
-    samples do, by the GPU instance, so a device described otherwise reads afresh."""
-    if frames is None or not view.sig or (facts.mig_instance_id is None and facts.mig_profile):
-        return None
-    return _frame_at(t, view, key, ts_ms, frames)
-
-
 def _joined(
     t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int, frames: Frames | None
 ) -> Frame | None:
     """The device's frame for a description at ``ts_ms``: the one kept if it holds, else the
     join made afresh and kept, when a frame may be kept (not through a DRA claim, holders
     known, a time the answer no longer depends on) — so the node's next records and the
-    device's next sample read it instead of joining again. ``None``: join without a frame."""
-    frame = _frame(t, view, key, facts, ts_ms, frames)
-    if frame is not None or frames is None or not view.sig:
+    device's next sample read it instead of joining again. ``None``: join without a frame —
+    also for a device described as MIG by its profile alone: a frame decides MIG as samples do,
+    by the GPU instance."""
+    if frames is None or not view.sig or (facts.mig_instance_id is None and facts.mig_profile):
+        return None
+    frame = _frame_at(t, view, key, ts_ms, frames)
+    if frame is not None:
         return frame
-    if facts.mig_instance_id is None and facts.mig_profile:
-        return None  # described otherwise than its samples would be (see _frame)
     rows = holder_rows(t, view, key, ts_ms)
     if not rows or any(a.resource.startswith(DRA_PREFIX) for a in rows):
         # unknown or DRA: no frame for these (frame_of); nobody: the plain path is cheaper
