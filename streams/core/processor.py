@@ -13,6 +13,7 @@ time in the node's state, so a record processed again after a crash re-emits wha
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -357,7 +358,7 @@ class Processor:
         changed = changed or again is not None  # emitted again: then checked against the holders
         # the node's time (a partition's clock may lag it): its holders now, its readings' age
         at = max(old.stamp(ts_ms) if old is not None else ts_ms, state.last_ms)
-        measured = self._measured(state, at)
+        measured = telemetry.measured(state, at, self.life)
         moved = node in self._idle_moved or (
             old is not None and bool(old.current) and old.measured != measured
         )
@@ -370,22 +371,17 @@ class Processor:
                 held.device_uuid,
                 held.holders,
                 held.measured,
-                _idle(t.alert_state.get(alert_key(node, held.device_uuid))),
+                _idle_of(t.alert_state.get(alert_key(node, held.device_uuid))),
                 held.mig_profile,
             )
             for held in self.spine.holding(node, at)
         ]
         supplies = supply.node_supply(product, devices)
-        new, emit = supply.step(old, node, supplies, ts_ms, by or fingerprint(record), measured)
+        taken = by if by is not None else functools.partial(fingerprint, record)
+        new, emit = supply.step(old, node, supplies, ts_ms, taken, measured)
         if new is not None:
             t.node_supply[node] = new
         return list(emit)
-
-    def _measured(self, state: NodeState, ts_ms: int) -> tuple[str, ...]:
-        """The devices a fresh accepted reading speaks for at ``ts_ms`` (from the node's state)."""
-        return tuple(
-            k for k in state.scraped if telemetry.unknown(state, k, ts_ms, self.life) is None
-        )
 
     def _supply_tick(self, tick: ClockTick) -> list[Output]:
         """The partition's clock: a node whose readings stopped (stale, silent) no longer calls
@@ -596,12 +592,13 @@ class Processor:
 
 
 def _idle_of(alerts: DeviceAlerts | None) -> Episode | None:
-    """A device's idle episode as its alert state holds it (equal ones: no move to look for)."""
+    """A device's idle episode as its alert state holds it (equal ones: no move to look for; the
+    supply reads only when it began, and whose: :func:`streams.core.supply.idle_since`)."""
     return alerts.idle if alerts is not None else None
 
 
 def _idle(alerts: DeviceAlerts | None) -> Episode | None:
-    """A device's idle episode, firing or not (the supply reads when it began, and whose)."""
+    """A device's idle episode, firing or not: whether the supply's word on it moved."""
     idle = alerts.idle if alerts is not None else None
     return replace(idle, firing=False) if idle is not None and idle.firing else idle
 

@@ -31,7 +31,7 @@ node's records never go back in time.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from contract.inputs import NodeSupply, SupplyDevice, SupplyHolder
@@ -208,20 +208,30 @@ def emitted_at(old: NodeSupplyState | None, ts_ms: int) -> bool:
     return old is not None and any(e.ts_ms == ts_ms for e in old.emitted)
 
 
+#: a record's fingerprint, or how to take it: taken only when the record emits, or may have
+By = str | Callable[[], str]
+
+
+def _taken(by: By) -> str:
+    return by if isinstance(by, str) else by()
+
+
 def step(
     old: NodeSupplyState | None,
     node: str,
     supplies: Supplies,
     ts_ms: int,
-    by: str,
+    by: By,
     measured: tuple[str, ...] = (),
 ) -> tuple[NodeSupplyState | None, tuple[NodeSupply, ...]]:
     """The node's new supply memory (``None``: unchanged, no write) and the records to emit:
     one per resource whose devices changed, empty for a resource no longer held. A record that
     emitted before emits the same again (:func:`again`), then — as any record — whatever the
     holders say now that its last word does not: memory says what was emitted, never what is
-    held (an old record delivered again out of order may have reset the holders it names)."""
-    repeated = again(old, ts_ms, by) or ()
+    held (an old record delivered again out of order may have reset the holders it names).
+    ``by`` (the record's fingerprint) is taken only when a record of its time emitted before or
+    this one emits."""
+    repeated = (again(old, ts_ms, _taken(by)) if emitted_at(old, ts_ms) else None) or ()
     state = old or NodeSupplyState()
     # never before the node's last emission, nor before an idle episode it reports (a record
     # of the node processed out of event-time order can reveal one that began after it)
@@ -238,7 +248,7 @@ def step(
             return None, repeated
         return replace(old, measured=measured), repeated
     changed = {r.resource: r for r in out}
-    emission = Emission(ts_ms, by, tuple(out))
+    emission = Emission(ts_ms, _taken(by), tuple(out))
     new = NodeSupplyState(
         current=tuple(changed.get(r) or before[r] for r in sorted(supplies)),
         emitted=replays.remember(emission, state.emitted, REMEMBERED),

@@ -104,6 +104,30 @@ def when(ms: int | None) -> str:
 def unknown(state: NodeState, key: str, now_ms: int, life: Lifetimes) -> Telemetry | None:
     """Why the node's telemetry does not speak for device ``key`` at ``now_ms``; ``None`` when a
     fresh accepted sample does (its own event carries the reading)."""
+    why = _node_unknown(state, now_ms, life)
+    if why is not None:
+        return why
+    if key not in state.scraped:
+        return Telemetry(
+            "unknown",
+            "no-row",
+            "dcgm-exporter answers, but has no row for this device",
+            None,
+            state.scrape_ms,
+        )
+    return None
+
+
+def measured(state: NodeState, now_ms: int, life: Lifetimes) -> tuple[str, ...]:
+    """The devices a fresh accepted sample speaks for at ``now_ms`` (:func:`unknown` is
+    ``None`` for exactly these): the last accepted answer's rows, while the node's telemetry as
+    a whole answers."""
+    return state.scraped if _node_unknown(state, now_ms, life) is None else ()
+
+
+def _node_unknown(state: NodeState, now_ms: int, life: Lifetimes) -> Telemetry | None:
+    """Why the node's telemetry speaks for none of its devices at ``now_ms`` (``None``: it
+    answers, fresh, for the devices its last accepted answer had rows for)."""
     refusal = state.refused
     if refusal is not None:
         return Telemetry(
@@ -145,14 +169,6 @@ def unknown(state: NodeState, key: str, now_ms: int, life: Lifetimes) -> Telemet
             "samples-stopped",
             f"no sample from dcgm-exporter since {when(state.scrape_ms)}",
             state.scrape_ms,
-            state.scrape_ms,
-        )
-    if key not in state.scraped:
-        return Telemetry(
-            "unknown",
-            "no-row",
-            "dcgm-exporter answers, but has no row for this device",
-            None,
             state.scrape_ms,
         )
     return None

@@ -234,6 +234,32 @@ def test_a_record_never_reports_an_idle_episode_that_began_after_it() -> None:
     assert [(r.ts_ms, [d.idle_since_ms for d in r.devices]) for r in out] == [(2_000, [2_000])]
 
 
+def test_step_takes_the_records_fingerprint_only_when_it_emits_or_emitted_at_its_time() -> None:
+    """The fingerprint (a hash of the whole record) is asked for only where it names an
+    emission: a record that changes nothing, at a time nothing was emitted, never takes it."""
+    taken: list[str] = []
+
+    def by(name: str) -> supply.By:
+        def take() -> str:
+            taken.append(name)
+            return name
+
+        return take
+
+    s1, out = supply.step(None, NODE, {GPU: devices_of(G0)}, 10, by("r1"))
+    assert out
+    assert taken == ["r1"]  # it emits: its emission is named
+    assert s1 is not None
+    assert supply.step(s1, NODE, {GPU: devices_of(G0)}, 20, by("r2")) == (None, ())
+    assert taken == ["r1"]  # unchanged, nothing emitted at 20: not taken
+    # the same record again (a crash before its outputs): taken, to find what it emitted
+    assert supply.step(s1, NODE, {GPU: devices_of(G0)}, 10, by("r1")) == (None, out)
+    assert taken == ["r1", "r1"]
+    # another record of that millisecond: taken, and told from the first
+    assert supply.step(s1, NODE, {GPU: devices_of(G0)}, 10, by("r1b")) == (None, ())
+    assert taken == ["r1", "r1", "r1b"]
+
+
 def test_step_emits_per_changed_resource_withdraws_what_is_no_longer_held_and_replays() -> None:
     s1, out = supply.step(None, NODE, {GPU: devices_of(G0), SHARED: devices_of(G1)}, 10, "r1")
     assert out == (
