@@ -336,6 +336,18 @@ def _exporter_view(
     return ExporterView(claims, trusted, reason, mode, verdict), strangers
 
 
+#: the exporter's word on a sample's pods (:func:`exporter_view`): its view, and the pods it
+#: credits that hold no slot here
+ExporterWord = tuple[ExporterView, tuple[ClaimedPod, ...]]
+
+
+def exporter_view(sample: DcgmSample, shape: Shape) -> ExporterWord:
+    """What the exporter's pod labels on ``sample`` say, checked against the holders its
+    device's events are shaped by: it reads only the sample's claims and split fields, so a
+    caller may keep it for the next sample of the device that carries the same."""
+    return _exporter_view(sample, shape.pods_held, shape.held_through, shape.state)
+
+
 def _mode(sample: DcgmSample, claims: Sequence[ClaimedPod]) -> ExporterMode:
     if sample.exporter_split_fields:
         return "per-process"
@@ -409,12 +421,14 @@ def attribute(
     thresholds: AlertSettings = DEFAULT_THRESHOLDS,
     held: Holding | None = None,
     shape: Shape | None = None,
+    exporter: ExporterWord | None = None,
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
     """Join one sample with the holders of its device at the sample's time; its activity
     (:mod:`streams.core.efficiency`) and health (:mod:`streams.core.health`, marks judged by
     ``thresholds``) ride along, device-wide. ``held``: the device's accounted
-    :func:`sample_holding` at the sample's time, and ``shape`` its :func:`shape_of`, when the
-    caller has them already."""
+    :func:`sample_holding` at the sample's time, ``shape`` its :func:`shape_of` and
+    ``exporter`` the :func:`exporter_view` of this sample against that shape, when the caller
+    has them already."""
     facts = DeviceFacts(
         node=sample.node,
         gpu_uuid=sample.uuid,
@@ -427,7 +441,9 @@ def attribute(
     )
     usage = _usage(sample)
     reading = Reading(sample, usage, activity(sample, usage), health(sample, thresholds))
-    return _attribute(facts, sample.ts_ms, reading, rows, ctx, "sample", MEASURED, held, shape)
+    return _attribute(
+        facts, sample.ts_ms, reading, rows, ctx, "sample", MEASURED, held, shape, exporter
+    )
 
 
 def sample_holding(
@@ -669,19 +685,21 @@ def _attribute(
     telemetry: Telemetry,
     held: Holding | None = None,
     shape: Shape | None = None,
+    exporter: ExporterWord | None = None,
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
     is_mig = describes_mig(facts)
     if held is None:
         held = _holding(rows, ts_ms, ctx, is_mig, accounted=True)
     if shape is None or shape.is_mig != is_mig:
-        shape = shape_of(rows, ctx, held, is_mig)
+        shape, exporter = shape_of(rows, ctx, held, is_mig), None
     decision, holders, state = held.decision, held.holders, shape.state
     sample, usage = reading.sample, reading.usage
     key = device_name(facts)
-    if sample is not None:
-        exporter, strangers = _exporter_view(sample, shape.pods_held, shape.held_through, state)
+    strangers: tuple[ClaimedPod, ...] = ()
+    if sample is None:
+        said = NOT_SAMPLED
     else:
-        exporter, strangers = NOT_SAMPLED, ()
+        said, strangers = exporter if exporter is not None else exporter_view(sample, shape)
     event = AttributionEvent(
         node=facts.node,
         ts_ms=ts_ms,
@@ -697,7 +715,7 @@ def _attribute(
         holders=holders,
         usage=usage,
         credit=shape.credit,
-        exporter=exporter,
+        exporter=said,
         notes=shape.notes,
         summary=_summary(state, decision.sharing, held.names, usage, key, telemetry),
         allocation=shape.allocation,

@@ -23,13 +23,15 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TypeVar
 
-from contract.inputs import DRA_PREFIX, DeviceAssignment
+from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment
 from contract.outputs import Holder
 from streams.core.attribution import (
     DeviceContext,
     DeviceFacts,
+    ExporterWord,
     Holding,
     Shape,
+    exporter_view,
     shape_of,
     without_shares,
 )
@@ -61,6 +63,9 @@ class Frame:
     shareless: tuple[Holder, ...] | None = None
     #: what its events say of the holding whatever the sample, made on first use
     shape: Shape | None = None
+    #: the exporter's word on its last sample (the sample's claims and split fields it was
+    #: read from), against :attr:`shape`: kept while samples carry the same labels
+    exporter: tuple[tuple[object, ...], ExporterWord] | None = None
 
 
 def settled_from(holders: tuple[object, ...], pods: tuple[object, ...]) -> int | None:
@@ -184,12 +189,13 @@ class Frames:
             return None
         holders = tuple(map(holders_get, frame.holder_keys))
         pods = tuple(map(pods_get, frame.pod_keys))
+        if _same(holders, frame.holder_recs) and _same(pods, frame.pod_recs):
+            self.hits += 1
+            return frame
         if holders != frame.holder_recs or pods != frame.pod_recs:
             self.misses += 1
             return None
-        if not (_same(holders, frame.holder_recs) and _same(pods, frame.pod_recs)):
-            frame = replace(frame, holder_recs=holders, pod_recs=pods)
-            self._frames[node, key] = frame
+        self._frames[node, key] = frame = replace(frame, holder_recs=holders, pod_recs=pods)
         self.hits += 1
         return frame
 
@@ -205,10 +211,26 @@ class Frames:
         """The frame's :class:`~streams.core.attribution.Shape` for events whose device is
         (``is_mig``) a MIG instance or not, made once per frame."""
         if frame.shape is None or frame.shape.is_mig != is_mig:
-            frame = replace(frame, shape=shape_of(frame.rows, frame.ctx, frame.held, is_mig))
+            shape = shape_of(frame.rows, frame.ctx, frame.held, is_mig)
+            frame = replace(frame, shape=shape, exporter=None)
             self._frames[node, key] = frame
         assert frame.shape is not None
         return frame.shape
+
+    def sampled(
+        self, node: str, key: str, frame: Frame, sample: DcgmSample
+    ) -> tuple[Shape, ExporterWord]:
+        """The frame's :meth:`shape` for ``sample``'s events, and the exporter's word on the
+        sample against it, made again only when the sample's pod labels differ from those of
+        the last sample it was made for."""
+        shape = self.shape(node, key, frame, sample.mig_instance_id is not None)
+        frame = self._frames.get((node, key), frame)  # with its shape
+        labels = (sample.exporter_claims, sample.exporter_split_fields)
+        if frame.exporter is not None and frame.exporter[0] == labels:
+            return shape, frame.exporter[1]
+        word = exporter_view(sample, shape)
+        self._frames[node, key] = replace(frame, exporter=(labels, word))
+        return shape, word
 
     def roster(
         self, node: str, token: object, scraped: tuple[str, ...]

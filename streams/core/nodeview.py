@@ -236,8 +236,8 @@ def sample_event(
     frame = _frame_at(t, view, key, sample.ts_ms, frames)
     if frame is not None:
         assert frames is not None  # a frame came from it
-        shape = frames.shape(view.node, key, frame, sample.mig_instance_id is not None)
-        event, flags = attribute(sample, frame.rows, frame.ctx, thresholds, frame.held, shape)
+        shape, said = frames.sampled(view.node, key, frame, sample)
+        event, flags = attribute(sample, frame.rows, frame.ctx, thresholds, frame.held, shape, said)
         return event, flags, frame.annotations
     rows = holder_rows(t, view, key, sample.ts_ms)
     ctx = _context(view, key, sample.uuid, sample.mig_instance_id, rows)

@@ -18,10 +18,12 @@ from contract.inputs import (
     DcgmScrape,
     DeviceAssignment,
     DeviceInventory,
+    ExporterClaim,
     NodeRecord,
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
+from contract.outputs import AttributionEvent
 from sim.scenario import builtin_names, load
 from streams.core.attribution import DeviceContext, Holding
 from streams.core.deviceframe import Frame, Frames, projection, settled_from
@@ -132,6 +134,57 @@ def test_the_join_a_node_record_made_is_the_one_its_next_sample_reads() -> None:
         framed.frames.misses - misses
         <= sum(len(r.samples) for r in records[first:] if isinstance(r, DcgmScrape)) - samples
     )
+
+
+def test_the_exporters_word_is_remade_when_a_samples_pod_labels_change() -> None:
+    """A device's frame keeps the exporter's word on its last sample's pod labels: samples that
+    credit nobody, the holder, a stranger, or carry per-process rows, in turn and back, each
+    read what the processor without the memo reads."""
+    records = [
+        codec.decode(codec.encode(r))
+        for r in bench_fleet.stream(1, 8, start_ms=START_MS, churn_every=0)
+    ]
+    snapshot = next(r for r in records if isinstance(r, PodResourcesSnapshot))
+    holder = snapshot.assignments[0]
+    labels: list[tuple[tuple[ExporterClaim, ...], tuple[str, ...]]] = [
+        ((), ()),
+        ((ExporterClaim(holder.namespace, holder.pod, holder.container),), ()),
+        ((ExporterClaim("other", "stranger", "main"),), ()),
+        ((ExporterClaim(holder.namespace, holder.pod, holder.container),), ("util_pct",)),
+        ((ExporterClaim(holder.namespace, holder.pod, holder.container),), ()),
+        ((), ()),
+    ]
+    scrapes = [i for i, r in enumerate(records) if isinstance(r, DcgmScrape)]
+    said = []
+    for i, (claims, split) in zip(scrapes, labels, strict=False):
+        scrape = records[i]
+        assert isinstance(scrape, DcgmScrape)
+        first = next(s for s in scrape.samples if s.uuid == holder.device_id)
+        relabelled = dataclasses.replace(first, exporter_claims=claims, exporter_split_fields=split)
+        records[i] = dataclasses.replace(
+            scrape, samples=tuple(relabelled if s is first else s for s in scrape.samples)
+        )
+    framed, plain = Processor(Tables.in_memory()), Processor(Tables.in_memory(), frames=False)
+    for record in records:
+        out = _outputs(framed, record)
+        assert out == _outputs(plain, record)
+        if isinstance(record, DcgmScrape) and not isinstance(out, str):
+            said += [
+                o.exporter.verdict
+                for o in out
+                if isinstance(o, AttributionEvent) and o.device_uuid == holder.device_id
+            ]
+    assert framed.frames is not None
+    assert framed.frames.hits > 0
+    # every verdict the labels call for was read, in turn, with frames
+    assert said[:6] == [
+        "uncredited",
+        "trusted",
+        "stranger",
+        "per-process",
+        "trusted",
+        "uncredited",
+    ]
 
 
 # --- the memo
