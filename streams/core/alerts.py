@@ -266,14 +266,14 @@ def step(
     s, xid = _step_xid(s, ev, policy, who)
     low_eff_was = s.low_eff or _NO_LOW_EFFICIENCY
     low_eff, low = step_low_efficiency(low_eff_was, ev, policy)
-    if low_eff != low_eff_was:
+    if low_eff is not low_eff_was and low_eff != low_eff_was:
         s = replace(s, low_eff=low_eff)
     health_was = s.health or _NO_HEALTH_ALERTS
     health, sick = step_health(health_was, ev, policy)
-    if health != health_was:
+    if health is not health_was and health != health_was:
         s = replace(s, health=health)
     alerts = [*idle, *orphan, *xid, *low, *sick]
-    if s == before:
+    if s is before or s == before:
         return before, alerts  # nothing changed (and so nothing fired): no table write
     if alerts:
         emission = Emission(ev.ts_ms, tuple(alerts), gone)

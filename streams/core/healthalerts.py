@@ -241,5 +241,9 @@ def step(
     failed = s.remap_failed
     if h is not None and h.row_remap_failure is not None:
         failed = h.row_remap_failure
+    out = [*out, *memory_out, *pcie_out]
+    moved = not (thermal is s.thermal and memory is s.memory_fault and pcie is s.pcie)
+    if not moved and failed == s.remap_failed:
+        return s, out  # nothing moved (the usual sample): the same state, no compare
     new = HealthAlerts(thermal, memory, pcie, failed)
-    return (s if new == s else new), [*out, *memory_out, *pcie_out]
+    return (s if new == s else new), out
