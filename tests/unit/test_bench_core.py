@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from bench import core
+from bench import bytecodes, core
 from bench.kafka_io import outputs_of
 from bench.run import CpuClock
 from contract import codec
@@ -61,3 +61,21 @@ def test_cpu_of_a_span_shorter_than_the_sampling_step_is_its_share_not_zero() ->
     assert clock.between(10.05, 10.15) == pytest.approx(0.05)
     assert clock.between(10.1, 10.3) == pytest.approx(0.05 + 0.1)
     assert clock.between(9.0, 11.0) == pytest.approx(0.3)  # outside: the ends
+
+
+def test_the_cores_bytecode_count_is_the_same_on_every_run() -> None:
+    """``bench.bytecodes`` counts rather than times: two runs of the same input agree exactly,
+    every counted bytecode is some function's, and only the samples after the warm-up count."""
+    first, second = bytecodes.count(3, 3), bytecodes.count(3, 3)
+    assert first.bytecodes > 0
+    assert first.calls > 0
+    assert (first.bytecodes, first.calls, first.samples) == (
+        second.bytecodes,
+        second.calls,
+        second.samples,
+    )
+    assert sum(first.by_function.values()) == first.bytecodes
+    records = list(core.stream(3, 3, start_ms=core.START_MS))
+    after_warm_up = records[len(records) // 3 :]
+    assert first.samples == sum(len(r.samples) for r in after_warm_up if isinstance(r, DcgmScrape))
+    assert ("processor.py", "handle") in {(f, fn) for f, fn, _ in first.by_function}
