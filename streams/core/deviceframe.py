@@ -4,7 +4,8 @@ Every event of a device joins the same holder rows, pod identities, context and 
 sharing decision, the holders and their allocation shares) until one of the records they were
 read from changes. A :class:`Frame` keeps that join with the records it was read from, made by
 whichever needs the join first — a sample, or the node's supply or allocation events describing
-the device (:func:`streams.core.nodeview._joined`) — and, on first use, the events' shape. A
+the device (:func:`streams.core.nodeview._joined`) — and, on first use, the events' shape and
+the exporter's word on the last sample's pod labels (made again when a sample's labels differ). A
 later sample or description reuses it when every one of those records is still the one in the
 tables (compared by identity first, then by value: an equal record gives the same join) and its
 time is past every instant at which the answer could depend on time (a holder change, a pod's
