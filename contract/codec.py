@@ -30,6 +30,7 @@ import msgspec
 import orjson
 
 from contract import delivery, inputs, outputs
+from contract.records import fast_init
 
 #: what every payload this codec writes begins with: its kind and version, read without parsing
 #: the rest (a payload written otherwise is read through its parsed envelope)
@@ -40,6 +41,7 @@ class DecodeError(ValueError):
     """A payload that is not a record we know: bad JSON, unknown kind or version, wrong fields."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RecordType:
     kind: str

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contract.records import fast_init
 
+
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DeliveryFailure:
     """An alert one destination would not take after every retry: kept, with the last error."""

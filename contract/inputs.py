@@ -9,11 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from contract.records import fast_init
+
 #: ``DeviceAssignment.resource`` of a device allocated through DRA: ``dra:<driver>``, with
 #: ``device_id`` ``<pool>/<device>``
 DRA_PREFIX = "dra:"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, order=True)
 class DeviceAssignment:
     """One device ID handed by the kubelet to one container (a row of PodResources ``List``).
@@ -31,6 +34,7 @@ class DeviceAssignment:
     share_id: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, order=True)
 class AllocatableDevice:
     """One device the kubelet can hand out (``GetAllocatableResources``)."""
@@ -40,6 +44,7 @@ class AllocatableDevice:
     numa_nodes: tuple[int, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PodResourcesSnapshot:
     """Every device assignment on a node at ``ts_ms``: enough to rebuild state from scratch."""
@@ -50,6 +55,7 @@ class PodResourcesSnapshot:
     allocatable: tuple[AllocatableDevice, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PodResourcesDiff:
     """Assignments that appeared or disappeared between two consecutive ``List`` polls."""
@@ -60,6 +66,7 @@ class PodResourcesDiff:
     removed: tuple[DeviceAssignment, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ExporterClaim:
     """Pod labels dcgm-exporter stamped on a row: its claim, not our attribution. With
@@ -88,6 +95,7 @@ CounterName = Literal[
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SinceLast:
     """What each cumulative counter of a device did since the agent's previous scrape of it,
@@ -106,6 +114,7 @@ class SinceLast:
     resets: tuple[CounterName, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DcgmSample:
     """One GPU (or MIG instance) as one dcgm-exporter scrape saw it.
@@ -161,6 +170,7 @@ class DcgmSample:
     since_last: SinceLast | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DcgmScrape:
     """One scrape of a node's dcgm-exporter: every GPU and MIG instance it showed, at one time.
@@ -178,6 +188,7 @@ class DcgmScrape:
     exporter_pod: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OwnerRef:
     """A controller: the pod's direct owner, or the workload it resolves to."""
@@ -187,6 +198,7 @@ class OwnerRef:
     inferred: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PodRecord:
     """A pod as the API server sees it (one watch event), compact.
@@ -211,6 +223,7 @@ class PodRecord:
     resource_version: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PodListSnapshot:
     """Every pod UID on the node after a (re)list: pods missing from it are gone."""
@@ -221,6 +234,7 @@ class PodListSnapshot:
     resource_version: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
     """A node's GPU-related labels (``nvidia.com/*``) and allocatable ``nvidia.com/*`` capacity."""
@@ -233,6 +247,7 @@ class NodeRecord:
     resource_version: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class GpuInfo:
     index: int
@@ -240,6 +255,7 @@ class GpuInfo:
     model: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MigInfo:
     """One MIG device: new-style MIG UUIDs do not encode their parent, NVML does."""
@@ -250,6 +266,7 @@ class MigInfo:
     profile: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DeviceInventory:
     """A node's GPUs and MIG devices, read through NVML (or a static file where NVML is absent)."""
@@ -261,6 +278,7 @@ class DeviceInventory:
     migs: tuple[MigInfo, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DraDevice:
     """One device a DRA driver publishes in a ResourceSlice, with the attributes we join on.
@@ -279,6 +297,7 @@ class DraDevice:
     capacity: tuple[tuple[str, str], ...] = ()  # name → quantity, e.g. ("memory", "80Gi")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ResourceSliceRecord:
     """A ``resource.k8s.io/v1`` ResourceSlice of this node (watched with ``spec.nodeName``)."""
@@ -294,6 +313,7 @@ class ResourceSliceRecord:
     resource_version: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
     """One device allocated to a ResourceClaim (``status.allocation.devices.results[]``)."""
@@ -307,6 +327,7 @@ class ClaimResult:
     consumed: tuple[tuple[str, str], ...] = ()  # consumable capacity: name → quantity
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClaimConsumer:
     """One consumer reserving a claim (``status.reservedFor[]``): a pod, with its UID."""
@@ -316,6 +337,7 @@ class ClaimConsumer:
     uid: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClaimConfig:
     """Driver configuration applied to some requests of a claim (all when ``requests`` is
@@ -328,6 +350,7 @@ class ClaimConfig:
     sharing: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ResourceClaimRecord:
     """A ``resource.k8s.io/v1`` ResourceClaim allocated on this node (or its deletion)."""
@@ -347,6 +370,7 @@ class ResourceClaimRecord:
 SourceState = Literal["ok", "failing", "disabled", "starting"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SourceStatus:
     """How one of the agent's sources is doing: ``ok``; ``failing`` (since when, why);
@@ -361,6 +385,7 @@ class SourceStatus:
     target: str = ""  # the URL, socket or pod it reads
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AgentStatus:
     """The agent's own view of each boundary it reads, published every status interval and on
@@ -371,6 +396,7 @@ class AgentStatus:
     sources: tuple[SourceStatus, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClockTick:
     """Event time for one partition of the input topic, published by the cluster role to every
@@ -387,6 +413,7 @@ PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
 ContainerState = Literal["waiting", "running", "terminated", "unknown"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ContainerProgress:
     """One container of an operand pod as its status says: init containers in the pod's order
@@ -401,6 +428,7 @@ class ContainerProgress:
     exit_code: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OperandPod:
     """One GPU Operator operand pod on the node: which operand (its ``app`` label), how it runs."""
@@ -420,6 +448,7 @@ class OperandPod:
     deleting: bool = False  # ``deletionTimestamp`` set
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OperandPods:
     """Every GPU Operator operand pod on one node (those of the operator's namespace with an
@@ -433,6 +462,7 @@ class OperandPods:
     resource_version: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OperandSpec:
     """``spec.<operand>.enabled`` of a ClusterPolicy as written: ``None`` when not set (the
@@ -442,6 +472,7 @@ class OperandSpec:
     enabled: bool | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PolicyCondition:
     """One ``status.conditions[]`` entry (``metav1.Condition``): the operator writes ``Ready`` and
@@ -458,6 +489,7 @@ class PolicyCondition:
 PolicyState = Literal["ignored", "ready", "notReady", ""]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClusterPolicyRecord:
     """The GPU Operator's ``ClusterPolicy`` (``nvidia.com/v1``, cluster-scoped): what it intends
@@ -487,6 +519,7 @@ class ClusterPolicyRecord:
 PendingState = Literal["pending", "bound", "deleted"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class GpuRequest:
     """One kind of GPU a pending pod asks for, and how many.
@@ -506,6 +539,7 @@ class GpuRequest:
     claim: str = ""  # DRA: the ResourceClaim (namespace/name) the request is made through
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PendingPod:
     """A pod that asks for GPUs and that the scheduler has not bound to a node (the cluster
@@ -534,6 +568,7 @@ class PendingPod:
     resource_version: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PendingPodList:
     """Every pod pending for a GPU after a (re)list of the cluster role's watch (a new leader
@@ -545,6 +580,7 @@ class PendingPodList:
     resource_version: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SupplyHolder:
     """A pod holding an allocated device, as the demand stage names it."""
@@ -555,6 +591,7 @@ class SupplyHolder:
     workload: str | None = None  # "Kind/name"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SupplyDevice:
     """One allocated device of a node, in the terms a pending pod asks for: its ``product``
@@ -573,6 +610,7 @@ class SupplyDevice:
     measured: bool = True
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeSupply:
     """A node's allocated devices of one resource (the node's worker, on change): what the

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from contract.records import fast_init
+
 State = Literal["unallocated", "exclusive", "shared", "mig-parent", "unknown"]
 Sharing = Literal["none", "time-slicing", "mps", "mig", "mig+time-slicing", "unknown"]
 UidStatus = Literal["resolved", "pending", "no-pod-watch"]
@@ -54,12 +56,14 @@ TelemetryCause = Literal[
 ShareBasis = Literal["whole", "replicas", "capacity", "equal-split"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Workload:
     kind: str
     name: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Holder:
     """A container holding one or more slots of one device."""
@@ -77,6 +81,7 @@ class Holder:
     claim: str | None = None  # DRA: the ResourceClaim (namespace/name) the pod holds it through
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """What the hardware measured, for the whole device (or the whole MIG instance)."""
@@ -100,6 +105,7 @@ EffectiveSource = Literal["DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTI
 WorkKind = Literal["tensor", "memory-bound", "compute", "light", "unknown"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Activity:
     """Busy versus effective, for the whole device or MIG instance — never split per pod.
@@ -128,6 +134,7 @@ class Activity:
 HealthMark = Literal["hot", "throttled", "memory-fault", "pcie-replays"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Health:
     """What the hardware says of its own condition at this sample (device-wide). Counter figures
@@ -156,12 +163,14 @@ class Health:
     watched: tuple[HealthMark, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MigInstance:
     instance_id: int | None
     profile: str | None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClaimedPod:
     namespace: str
@@ -170,6 +179,7 @@ class ClaimedPod:
     claim: str | None = None  # the DRA claim the exporter matched the row to
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ExporterView:
     """Which pods dcgm-exporter's own labels credited, and whether that claim can be trusted."""
@@ -181,6 +191,7 @@ class ExporterView:
     verdict: ExporterVerdict = "unchecked"  # additive: payloads before it read as unchecked
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Telemetry:
     """Whether the event carries what the hardware measured, and if not, why."""
@@ -192,6 +203,7 @@ class Telemetry:
     last_sample_ms: int | None = None  # the device's last trusted sample, where known
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PodShare:
     """One pod's share of one device: the accounting figure every output uses (GPU-hours,
@@ -208,6 +220,7 @@ class PodShare:
     claims: tuple[str, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AttributionEvent:
     """One device at one sample time: who held it and what the hardware did."""
@@ -245,6 +258,7 @@ class AttributionEvent:
         return (self.node, self.device_uuid, self.ts_ms, self.origin)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     """An input the worker could not use, kept with where it came from and why."""
@@ -258,6 +272,7 @@ class DeadLetter:
     ts_ms: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ExporterMisattribution:
     """dcgm-exporter credited a pod that holds no slot on that device at that time. ``holders``
@@ -275,6 +290,7 @@ class ExporterMisattribution:
 RefusalCause = Literal["hostname", "foreign-devices", "unverifiable"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TelemetryRefused:
     """A dcgm-exporter answer the worker refused as not provably this node's: its rows never
@@ -306,6 +322,7 @@ AlertKind = Literal[
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AlertFigures:
     util_pct: float | None = None
@@ -335,6 +352,7 @@ class AlertFigures:
     idle_for_s: float | None = None  # the shortest idle time among the idle GPUs named
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Alert:
     """An alert on one device. ``id`` is the idempotency key: stable across retries, restarts
@@ -398,6 +416,7 @@ PlaneState = Literal[
 StackState = Literal["ready", "broken", "reconciling", "disabled", "unknown"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PlaneIntent:
     kind: IntentKind
@@ -405,6 +424,7 @@ class PlaneIntent:
     detail: str  # what decided, as written: "nvidia.com/gpu.deploy.dcgm-exporter=false"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PlanePod:
     """The operand pod of a plane on this node, as its status says."""
@@ -417,6 +437,7 @@ class PlanePod:
     init_at: str = ""  # the init container it has not passed yet (toolkit-validation, …)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PlaneReach:
     """What our agent can reach of a plane: its source's word (``agent.status``)."""
@@ -427,6 +448,7 @@ class PlaneReach:
     since_ms: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Plane:
     name: PlaneName
@@ -438,6 +460,7 @@ class Plane:
     waits_on: PlaneName | None = None  # the lower plane it waits on (state waiting)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MigReconcile:
     """MIG on this node: desired (``nvidia.com/mig.config``) versus reconciled
@@ -450,6 +473,7 @@ class MigReconcile:
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PolicyStanding:
     """The ClusterPolicy as it says of itself (``status.state`` and its ``Ready`` condition)."""
@@ -460,6 +484,7 @@ class PolicyStanding:
     message: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeStatus:
     """One node's GPU stack: per plane what was intended, what runs and what our agent reaches,
@@ -481,6 +506,7 @@ class NodeStatus:
     telemetry_disabled: bool = False  # the exporter is off on purpose (no alert for it)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StackBreak:
     """What a ``stack-broken`` alert is about: the node's first broken plane (one the operator
@@ -494,6 +520,7 @@ class StackBreak:
     unmeasured: tuple[str, ...]  # of those, the ones without a trusted reading
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Pool:
     """GPUs a pending pod could be given: a resource, and the product and MIG profile where the
@@ -513,6 +540,7 @@ class Pool:
         return "|".join(parts)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class WaitingPod:
     """A pod waiting for GPUs of a pool, with the scheduler's word."""
@@ -528,6 +556,7 @@ class WaitingPod:
     message: str = ""  # PodScheduled message
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class IdleGpu:
     """An allocated device of the pool that has been measured idle since ``since_ms``."""
@@ -538,6 +567,7 @@ class IdleGpu:
     holders: tuple[Holder, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PoolDemand:
     """A pool's demand and supply at ``ts_ms``: the pods waiting for its GPUs (oldest first, at
@@ -581,6 +611,7 @@ WAITING_LISTED = 50
 IDLE_LISTED = 50
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DemandBrief:
     """What a ``demand-while-idle`` alert is about."""
@@ -593,6 +624,7 @@ class DemandBrief:
     idle: tuple[IdleGpu, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PoolDemandRetired:
     """A pool with nobody waiting and nothing allocated: its key on the demand topic is removed
@@ -601,6 +633,7 @@ class PoolDemandRetired:
     pool: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeStatusRetired:
     """The node left (deleted in the API, or silent past its TTL): its key on the compacted

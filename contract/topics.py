@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from contract.records import fast_init
+
 TopicRole = Literal[
     "node-events",
     "attribution",
@@ -23,6 +25,7 @@ TopicRole = Literal[
 DAY_MS = 24 * 3600 * 1000
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TopicDoc:
     role: TopicRole

@@ -30,11 +30,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from contract.outputs import PodShare, ShareBasis, UidStatus, Workload
+from contract.records import fast_init
 
 #: a unit's share basis before any pod split (``equal-split`` only arises from splitting)
 UnitBasis = ShareBasis
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Unit:
     """One allocation of the device: what identifies it, and its share of the device."""
@@ -44,6 +46,7 @@ class Unit:
     basis: UnitBasis
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Held:
     """One container's hold of one unit, with its pod's identity."""
@@ -73,6 +76,7 @@ def claim_unit(claim: str, allocation: str, capacity_share: float | None) -> Uni
     return Unit(("claim", claim, allocation), 1.0, "whole")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Accounting:
     """Each container's share (``None``: unknown, or split between pods) and each pod's."""

@@ -28,7 +28,7 @@ caused, with the same ids (receivers dedupe on ``<id>:<status>``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 from contract.annotations import (
@@ -39,6 +39,7 @@ from contract.annotations import (
     override,
 )
 from contract.outputs import Alert, AlertFigures, AttributionEvent
+from contract.records import fast_init, replace
 from infra.settings import AlertSettings
 from streams.core.episodes import (
     Episode,
@@ -66,6 +67,7 @@ __all__ = ["DeviceAlerts", "Episode", "HolderId", "alert_id", "holder_ids", "pol
 EMITTED_MAX = 4
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Emission:
     """The alerts one event caused, kept so that processing that event again re-emits them."""
@@ -75,6 +77,7 @@ class Emission:
     gone: bool = False  # caused by the device's last event
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DeviceAlerts:
     idle: Episode | None = None

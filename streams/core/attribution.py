@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
@@ -37,6 +37,7 @@ from contract.outputs import (
     Usage,
     Workload,
 )
+from contract.records import fast_init, replace
 from infra.settings import AlertSettings
 from streams.core.accounting import Accounting, Held, account, claim_unit, device_id_unit
 from streams.core.dra import ClaimView, DeviceRef, claim_view, split_row
@@ -46,6 +47,7 @@ from streams.core.identity import parse_device_id
 from streams.core.sharing import Advertised, NodeSharing, SharingDecision, decide
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PodIdentity:
     """What our own join (PodResources x pod watch) knows of a holder at a time."""
@@ -383,6 +385,7 @@ def _summary(
     )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DeviceFacts:
     """What identifies a device in an event when no sample describes it (the allocation
@@ -497,6 +500,7 @@ def describes_mig(facts: DeviceFacts) -> bool:
     return facts.mig_instance_id is not None or facts.mig_profile is not None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Holding:
     """What a device's holder rows decide: the rows that hold it (DRA observers set apart), its
@@ -604,6 +608,7 @@ def holding(
     return _holding(rows, ts_ms, ctx, describes_mig(facts), accounted=False).holders
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Shape:
     """What a device's events say of its holding whatever the sample — allocation kind, state,
@@ -664,6 +669,7 @@ def shape_of(
     )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Reading:
     """What an event says of the hardware: the sample (``None``: no sample describes the device),

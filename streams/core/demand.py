@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import islice
 from typing import Protocol
 
@@ -52,8 +52,10 @@ from contract.outputs import (
     WaitingPod,
     Workload,
 )
+from contract.records import fast_init, replace
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Waiter:
     """A pending pod as the demand stage keeps it, for one resource (the partition's key): its
@@ -192,6 +194,7 @@ class Group(Protocol):
     def latest(self) -> int | None: ...  # when the most recent of the idle ones began idling
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SupplyGroup:
     """A node's allocated devices of one resource, product and MIG profile, counted and described

@@ -22,8 +22,6 @@ its idle start and holders.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from contract.outputs import (
     Alert,
     AlertFigures,
@@ -33,6 +31,7 @@ from contract.outputs import (
     IdleGpu,
     PoolDemand,
 )
+from contract.records import replace
 from streams.core.alerts import alert_id
 
 KIND: AlertKind = "demand-while-idle"

@@ -50,10 +50,11 @@ is committed.
 from __future__ import annotations
 
 from collections.abc import MutableMapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 
 from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList, pool_resource
 from contract.outputs import Alert, PoolDemand, PoolDemandRetired
+from contract.records import fast_init, replace
 from streams.core import demand, demandalerts, replays
 from streams.core.demand import Waiter
 from streams.core.spine import fingerprint
@@ -74,6 +75,7 @@ class UnusableDemandRecord(ValueError):
     """A well-formed record that has no place on the demand-events topic under its key."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Departure:
     """A pod (``namespace/name``) or node (``node:<name>``) removed at ``ts_ms``."""
@@ -82,6 +84,7 @@ class Departure:
     ts_ms: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Emission:
     """What the record with fingerprint ``by`` at ``ts_ms`` emitted: the pools whose records it
@@ -101,6 +104,7 @@ class Emission:
         return tuple(sorted({*self.pools, *self.retired, *(d.pool for d in self.demands)}))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ResourceDemand:
     """A resource's index and memory (module docstring)."""
@@ -117,6 +121,7 @@ class ResourceDemand:
         return next((d.ts_ms for d in self.departed if d.key == key), None)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PartitionResources:
     resources: tuple[str, ...] = ()

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeVar
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment
 from contract.outputs import Holder
+from contract.records import fast_init, replace
 from streams.core.attribution import (
     DeviceContext,
     DeviceFacts,
@@ -48,6 +49,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Frame:
     view: object  # the token of the node's records its context was read from (Frames.token)

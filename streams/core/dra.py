@@ -26,11 +26,13 @@ from decimal import Decimal
 
 from contract.inputs import ClaimConsumer, DraDevice, ResourceClaimRecord, ResourceSliceRecord
 from contract.quantity import parse as parse_quantity
+from contract.records import fast_init
 from streams.core.identity import Inventory, device_key
 
 DeviceRef = tuple[str, str, str]  # driver, pool, device name
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeSlices:
     """The live ResourceSlices of one node (a table value, keyed by node)."""
@@ -70,6 +72,7 @@ def split_row(resource: str, device_id: str, prefix: str) -> DeviceRef | None:
     return resource.removeprefix(prefix), pool, name
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Placed:
     """The device key DCGM reports on (a GPU UUID, or ``<parent>/gi<N>``), and the MIG UUID."""
@@ -78,6 +81,7 @@ class Placed:
     mig_uuid: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class UnplacedMig:
     """A MIG device whose instance we cannot name: no UUID in the slice (dynamic MIG), or a
@@ -94,6 +98,7 @@ class UnplacedMig:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Unplaced:
     """A device we cannot relate to any GPU (no slice lists it, or it lists no UUID)."""
@@ -128,6 +133,7 @@ def placed_keys(devices: Mapping[DeviceRef, DraDevice], inventory: Inventory) ->
     return frozenset(p.key for p in placements if isinstance(p, Placed))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClaimView:
     """What one claim says about one of its devices."""

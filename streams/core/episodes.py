@@ -11,11 +11,13 @@ import hashlib
 from dataclasses import dataclass
 
 from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Holder
+from contract.records import fast_init
 
 #: a pod holding the device, as episodes remember it: (namespace, pod, uid or "")
 HolderId = tuple[str, str, str]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Episode:
     """One pending-or-firing condition: when it began, whether it has fired, and under whom."""

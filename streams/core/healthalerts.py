@@ -24,10 +24,11 @@ a healthy device in steady state writes nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Health
+from contract.records import fast_init, replace
 from infra.settings import AlertSettings
 from streams.core.episodes import (
     Episode,
@@ -41,6 +42,7 @@ from streams.core.episodes import (
 )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HealthAlerts:
     """One device's health episodes, and the row-remap-failure flag as last seen (the baseline

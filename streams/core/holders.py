@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from contract.inputs import (
     DRA_PREFIX,
@@ -20,6 +20,7 @@ from contract.inputs import (
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
+from contract.records import fast_init, replace
 from streams.core.dra import DeviceRef, Placed, UnplacedMig, place
 from streams.core.identity import EMPTY_INVENTORY, Inventory, parse_device_id, resolve
 from streams.core.lifetimes import HISTORY_MAX, epoch_kept, holders_expired
@@ -29,6 +30,7 @@ DraDevices = Mapping[DeviceRef, DraDevice]
 NO_DRA: DraDevices = {}
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Epoch:
     """Holders that were in place over ``[from_ms, until_ms)``."""
@@ -38,6 +40,7 @@ class Epoch:
     assignments: tuple[DeviceAssignment, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SlotHolders:
     """Current holders of one base device (all its replicas), since ``since_ms``, and history."""
@@ -129,6 +132,7 @@ def dra_ref(base: str) -> DeviceRef | None:
     return (driver, pool, device) if driver and pool and device else None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class IndexKeys:
     """Where a node's held base devices sit: device key → bases, the bases we cannot place, the

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from contract.records import fast_init
+
 Family = Literal["gpu", "mig", "mig-legacy", "gke", "other"]
 
 # Indexes are ASCII digits, at most 9 of them: anything else is not an index we can trust
@@ -34,6 +36,7 @@ def small_index(text: str) -> int | None:
     return int(text) if re.fullmatch(_N, text) else None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DeviceId:
     """A kubelet device ID taken apart: its base device and the replica it names, if any."""
@@ -47,6 +50,7 @@ class DeviceId:
     mig_gi: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MigDevice:
     """One MIG device from the node's inventory (NVML or a static file)."""

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from contract.records import fast_init
+
 MINUTE_MS = 60_000
 #: how long the holders of a base device and a gone pod life are remembered (event time)
 HISTORY_MS = 10 * MINUTE_MS
@@ -37,6 +39,7 @@ QUANTUM_MS = 15_000
 Phase = Literal["live", "stale", "gone"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Lifetimes:
     """The spine's clock settings (``GPUATTR_SPINE_*``), in event-time milliseconds."""
@@ -97,6 +100,7 @@ def heartbeat_due(last_heartbeat_ms: int, now_ms: int, life: Lifetimes) -> bool:
     return now_ms - last_heartbeat_ms >= life.heartbeat_ms
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeKeys:
     """Every key a node has, table by table: what its tombstones remove."""

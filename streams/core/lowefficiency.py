@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from contract.outputs import Alert, AlertFigures, AttributionEvent
+from contract.records import fast_init
 from infra.settings import AlertSettings
 from streams.core.episodes import (
     Episode,
@@ -37,6 +38,7 @@ from streams.core.episodes import (
 )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class LowEfficiency:
     """One device's low-efficiency state: the episode under way, and when the last fired one

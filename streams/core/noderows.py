@@ -13,12 +13,14 @@ from dataclasses import dataclass
 import pydantic
 
 from contract.outputs import NodeStatus
+from contract.records import fast_init
 from streams.core.nodestack import NodeStack
 
 #: the order rows are listed in: what needs a person first
 STATE_ORDER = ("broken", "unknown", "reconciling", "disabled", "ready")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PlaneRow:
     name: str
@@ -27,6 +29,7 @@ class PlaneRow:
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeRow:
     node: str

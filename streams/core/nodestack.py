@@ -26,10 +26,11 @@ opens pending or ends before it fired sends nothing and is kept without an emiss
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from contract.inputs import ClusterPolicyRecord
 from contract.outputs import Alert, NodeStatus
+from contract.records import fast_init, replace
 from streams.core import replays
 from streams.core.stackalerts import StackEpisode
 
@@ -37,6 +38,7 @@ from streams.core.stackalerts import StackEpisode
 REMEMBERED = 4
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PartitionPolicies:
     """The live ClusterPolicies, by name (a cluster normally has one)."""
@@ -57,6 +59,7 @@ class PartitionPolicies:
         return next(iter(live or self.policies), None)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Emission:
     """A status emitted at ``ts_ms`` by the record whose fingerprint is ``by``."""
@@ -66,6 +69,7 @@ class Emission:
     status: NodeStatus
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AlertEmission:
     """The ``stack-broken`` alerts the record whose fingerprint is ``by`` caused at ``ts_ms``."""
@@ -75,6 +79,7 @@ class AlertEmission:
     alerts: tuple[Alert, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeStack:
     """What the node's stack last said (newest first), and its ``stack-broken`` alert

@@ -18,10 +18,11 @@ than can happen between two commits of a partition (seconds apart).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from contract.inputs import NodeSupply, SourceStatus
 from contract.outputs import Alert, RefusalCause
+from contract.records import fast_init, replace
 from streams.core.lifetimes import quantized
 
 #: transitions remembered per node (beats, departures) and gone nodes per partition
@@ -31,6 +32,7 @@ GONE_REMEMBERED = 16
 Emitted = tuple[Alert, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """The node's exporter answers are refused as not provably its own, since ``since_ms``."""
@@ -40,6 +42,7 @@ class Refusal:
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Beat:
     """A heartbeat: when, and the fingerprint of the record that made it."""
@@ -48,6 +51,7 @@ class Beat:
     by: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Departure:
     """Devices that left a live node at ``ts_ms`` (no source lists them), and the alerts their
@@ -58,6 +62,7 @@ class Departure:
     alerts: Emitted = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeState:
     first_ms: int  # the first record of this life of the node
@@ -150,6 +155,7 @@ def with_sources(state: NodeState, sources: tuple[SourceStatus, ...]) -> NodeSta
     return state if sources == state.sources else replace(state, sources=sources)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class GoneNode:
     """A node that left at ``ts_ms`` (deleted, or silent past its TTL): its keys are gone, so
@@ -165,6 +171,7 @@ class GoneNode:
     supply: tuple[NodeSupply, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PartitionNodes:
     """The nodes whose records arrive on one input partition (what its clock ticks age), and

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, ResourceClaimRecord
 from contract.outputs import AttributionEvent, ExporterMisattribution, Holder, Origin, Telemetry
+from contract.records import fast_init
 from infra.settings import AlertSettings
 from streams.core.attribution import (
     DeviceContext,
@@ -39,6 +40,7 @@ from streams.core.tables import Tables, claim_key, holder_key
 from streams.core.telemetry import LABEL_HOSTNAME
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeView:
     node: str

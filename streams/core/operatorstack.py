@@ -59,6 +59,7 @@ from contract.outputs import (
     PolicyStanding,
     StackState,
 )
+from contract.records import fast_init
 from streams.core.telemetry import when
 
 DEPLOY = "nvidia.com/gpu.deploy."
@@ -99,6 +100,7 @@ FAILING = frozenset(
 )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PlaneSpec:
     name: PlaneName
@@ -362,6 +364,7 @@ def pods_of(spec: PlaneSpec, pods: Sequence[OperandPod]) -> list[OperandPod]:
 WitnessVerdict = Literal["passed", "failing", "running", "not-reached", "absent"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Witness:
     """What an init container that checks a boundary says of it, and where it ran."""

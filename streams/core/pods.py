@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from contract.inputs import OwnerRef, PodListSnapshot, PodRecord
 from contract.outputs import Holder, Workload
+from contract.records import fast_init, replace
 from streams.core.attribution import PodIdentity
 from streams.core.lifetimes import HISTORY_MS, life_forgotten
 
@@ -28,6 +29,7 @@ LIVES_MAX = 8
 FORGET_AFTER_MS = HISTORY_MS
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PodLife:
     """One incarnation of a pod name on a node."""
@@ -40,6 +42,7 @@ class PodLife:
     annotations: tuple[tuple[str, str], ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PodNames:
     """Every remembered life of one ``namespace/name`` on one node, oldest first."""
@@ -47,6 +50,7 @@ class PodNames:
     lives: tuple[PodLife, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodePods:
     """Index of one node's pod names (``namespace/name``, sorted) that have a remembered life.

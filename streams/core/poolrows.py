@@ -19,8 +19,10 @@ from dataclasses import dataclass
 import pydantic
 
 from contract.outputs import PoolDemand
+from contract.records import fast_init
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class WaitingRow:
     namespace: str
@@ -35,6 +37,7 @@ class WaitingRow:
     message: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class IdleRow:
     node: str
@@ -44,6 +47,7 @@ class IdleRow:
     holders: tuple[str, ...]  # namespace/pod
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PoolRow:
     pool: str

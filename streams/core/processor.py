@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from contract.inputs import (
     AgentStatus,
@@ -43,6 +42,7 @@ from contract.outputs import (
     TelemetryRefused,
 )
 from contract.quantity import valid as valid_quantity
+from contract.records import replace
 from infra.settings import AlertSettings
 from streams.core import nodestack, nodestate, stackalerts, supply, telemetry
 from streams.core.alerts import DeviceAlerts, policy_for, step

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from contract.inputs import AllocatableDevice, DeviceAssignment
 from contract.outputs import Sharing
+from contract.records import fast_init
 from streams.core.identity import Inventory, parse_device_id, resolve, small_index
 
 LABEL_STRATEGY = "nvidia.com/gpu.sharing-strategy"
@@ -31,6 +32,7 @@ LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
 SHARING_STRATEGIES: Mapping[str, Sharing] = {"mps": "mps", "time-slicing": "time-slicing"}
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeSharing:
     """What a node's GPU feature discovery labels say about sharing (node-wide hints)."""
@@ -63,6 +65,7 @@ def sharing_from_labels(labels: Mapping[str, str]) -> NodeSharing:
     )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Advertised:
     """How the kubelet advertises one device (a GPU or MIG instance) as allocatable."""
@@ -92,6 +95,7 @@ def advertised_by_key(
     }
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SharingDecision:
     sharing: Sharing

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from contract.inputs import NodeSupply
 from contract.outputs import (
@@ -24,6 +24,7 @@ from contract.outputs import (
     Origin,
     Telemetry,
 )
+from contract.records import fast_init, replace
 from streams.core import lifetimes, nodestate, telemetry
 from streams.core.attribution import DeviceFacts, device_name
 from streams.core.deviceframe import Frames
@@ -55,6 +56,7 @@ def _nothing(node: str, ts_ms: int, why: str) -> list[Alert | NodeSupply]:
     return []
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HeldNow:
     """A device pods hold now (:meth:`Spine.holding`), named as its events name it."""

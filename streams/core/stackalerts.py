@@ -40,7 +40,7 @@ it on the partition's ``clock.tick`` too, so it can run out without a new record
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from contract.outputs import (
     Alert,
@@ -52,12 +52,14 @@ from contract.outputs import (
     PlaneName,
     StackBreak,
 )
+from contract.records import fast_init, replace
 from streams.core.alerts import alert_id
 from streams.core.operatorstack import TITLES
 
 KIND: AlertKind = "stack-broken"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HeldDevice:
     """A device a pod holds on the node, its holders, and whether a fresh trusted reading
@@ -68,6 +70,7 @@ class HeldDevice:
     measured: bool
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StackEpisode:
     """A ``stack-broken`` episode: since when the plane has been broken with a GPU held, which

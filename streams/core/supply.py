@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from contract.inputs import NodeSupply, SupplyDevice, SupplyHolder
 from contract.outputs import Holder
+from contract.records import fast_init, replace
 from streams.core import replays
 from streams.core.episodes import Episode, HolderId, same_holders
 
@@ -48,6 +49,7 @@ REMEMBERED = 4
 Supplies = dict[str, tuple[SupplyDevice, ...]]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AllocatedDevice:
     """One held device as the allocation spine describes it now: its holders (every container,
@@ -141,6 +143,7 @@ def _device_supply(
 # --- what the node emitted: table node-supply
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Emission:
     """The records the node's record of event time ``ts_ms`` and fingerprint ``by`` emitted."""
@@ -150,6 +153,7 @@ class Emission:
     records: tuple[NodeSupply, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeSupplyState:
     """The node's last record per held resource (its event time: the emission's), its last emissions

@@ -29,12 +29,14 @@ from datetime import UTC, datetime
 
 from contract.inputs import DcgmSample, DcgmScrape
 from contract.outputs import RefusalCause, Telemetry
+from contract.records import fast_init
 from streams.core.lifetimes import Lifetimes
 from streams.core.nodestate import NodeState
 
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Verdict:
     accepted: tuple[DcgmSample, ...]

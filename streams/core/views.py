@@ -20,11 +20,13 @@ from typing import Any
 import pydantic
 
 from contract.outputs import AttributionEvent, Holder, PodShare
+from contract.records import fast_init
 from streams.core.alerts import DeviceAlerts
 
 SORT_KEYS = ("node", "util", "idle", "tenants", "namespace", "model")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HolderRow:
     namespace: str
@@ -38,6 +40,7 @@ class HolderRow:
     claim: str | None = None  # DRA: the ResourceClaim it holds the device through
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PodShareRow:
     """One pod's share of the device: the one accounting figure (an allocation, not usage)."""
@@ -50,6 +53,7 @@ class PodShareRow:
     basis: str  # whole, replicas, capacity, equal-split
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DeviceRow:
     node: str
@@ -95,6 +99,7 @@ class DeviceRow:
         return self.origin == "stale"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Filter:
     node: str | None = None

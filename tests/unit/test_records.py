@@ -1,0 +1,164 @@
+"""contract.records: the fast ``__init__`` and ``replace`` build what the dataclass's own do, for
+every record they are given to, and refuse what they do not reproduce."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import pkgutil
+from typing import Any
+
+import pytest
+
+import contract
+import streams.core
+from contract.records import GENERATED, fast_init, replace
+
+
+def _records() -> list[type[Any]]:
+    for package in (contract, streams.core):
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{module.name}")
+    return sorted(GENERATED, key=lambda cls: f"{cls.__module__}.{cls.__qualname__}")
+
+
+RECORDS = _records()
+
+
+def _frozen_slotted(module: Any) -> list[type[Any]]:
+    return [
+        cls
+        for cls in vars(module).values()
+        if isinstance(cls, type)
+        and cls.__module__ == module.__name__
+        and dataclasses.is_dataclass(cls)
+        and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+        and "__slots__" in cls.__dict__
+    ]
+
+
+def test_every_frozen_record_of_the_contract_and_core_has_it_unless_it_uses_a_factory() -> None:
+    assert len(RECORDS) > 100
+    missing = []
+    for package in (contract, streams.core):
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            for cls in _frozen_slotted(module):
+                factory = any(
+                    f.default_factory is not dataclasses.MISSING for f in dataclasses.fields(cls)
+                )
+                if cls not in GENERATED and not factory:
+                    missing.append(cls.__qualname__)
+    assert missing == []
+
+
+def _original(cls: type[Any], /, *args: Any, **kwargs: Any) -> Any:
+    obj = object.__new__(cls)
+    GENERATED[cls](obj, *args, **kwargs)
+    return obj
+
+
+def _fields(obj: Any) -> list[tuple[str, Any]]:
+    return [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)]
+
+
+@pytest.mark.parametrize("cls", RECORDS, ids=lambda cls: cls.__qualname__)
+def test_the_fast_init_builds_what_the_dataclass_init_builds(cls: type[Any]) -> None:
+    assert inspect.signature(cls.__init__) == inspect.signature(GENERATED[cls])
+    assert cls.__init__ is not GENERATED[cls]
+    fields = dataclasses.fields(cls)
+    # every field given, by position where it may be, by name otherwise
+    values = {f.name: object() for f in fields}
+    positional = [values[f.name] for f in fields if not f.kw_only]
+    named = {f.name: values[f.name] for f in fields if f.kw_only}
+    fast, slow = cls(*positional, **named), _original(cls, *positional, **named)
+    assert [(n, id(v)) for n, v in _fields(fast)] == [(n, id(v)) for n, v in _fields(slow)]
+    assert [id(v) for _, v in _fields(fast)] == [id(values[f.name]) for f in fields]
+    # only the required fields: the defaults are the dataclass's own, the same objects
+    required = {f.name: values[f.name] for f in fields if f.default is dataclasses.MISSING}
+    fast, slow = cls(**required), _original(cls, **required)
+    assert [(n, id(v)) for n, v in _fields(fast)] == [(n, id(v)) for n, v in _fields(slow)]
+    assert fast == slow
+    assert repr(fast) == repr(slow)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(fast, fields[0].name, None)
+    with pytest.raises(TypeError):
+        cls(**required, not_a_field=1)
+
+
+@pytest.mark.parametrize("cls", RECORDS, ids=lambda cls: cls.__qualname__)
+def test_replace_copies_what_dataclasses_replace_copies(cls: type[Any]) -> None:
+    fields = dataclasses.fields(cls)
+    obj = cls(**{f.name: object() for f in fields})
+    assert replace(obj) == dataclasses.replace(obj)
+    assert replace(obj) is not obj
+    for f in fields:
+        new = object()
+        ours, theirs = replace(obj, **{f.name: new}), dataclasses.replace(obj, **{f.name: new})
+        assert type(ours) is cls
+        assert [(n, id(v)) for n, v in _fields(ours)] == [(n, id(v)) for n, v in _fields(theirs)]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'not_a_field'") as ours_err:
+        replace(obj, not_a_field=1)
+    with pytest.raises(TypeError) as theirs_err:
+        dataclasses.replace(obj, not_a_field=1)
+    assert str(ours_err.value) == str(theirs_err.value)
+
+
+def test_replace_leaves_any_other_dataclass_to_dataclasses_replace() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        a: int
+        b: list[int] = dataclasses.field(default_factory=list)
+
+    assert replace(Plain(1), a=2) == Plain(2)
+
+
+def test_it_refuses_what_its_init_does_not_reproduce() -> None:
+    @dataclasses.dataclass(slots=True)
+    class Mutable:
+        a: int
+
+    @dataclasses.dataclass(frozen=True)
+    class NoSlots:
+        a: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Factory:
+        a: tuple[int, ...] = dataclasses.field(default_factory=tuple)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class PostInit:
+        a: int
+
+        def __post_init__(self) -> None:
+            pass
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class NotInInit:
+        a: int
+        b: int = dataclasses.field(default=0, init=False)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class WithInitVar:
+        a: int
+        b: dataclasses.InitVar[int] = 0
+
+    for cls in (Mutable, NoSlots, Factory, PostInit, NotInInit, WithInitVar):
+        with pytest.raises(TypeError, match="fast_init"):
+            fast_init(cls)
+        assert cls not in GENERATED
+
+
+def test_keyword_only_fields_stay_keyword_only() -> None:
+    @fast_init
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Named:
+        a: int
+        b: int = 2
+
+    assert Named(a=1) == Named(a=1, b=2)
+    assert replace(Named(a=1), b=3) == Named(a=1, b=3)
+    with pytest.raises(TypeError):
+        Named(1)  # type: ignore[call-arg]
+    del GENERATED[Named]
