@@ -351,6 +351,10 @@ class WorkerSettings(BaseSettings):
     #: its partitions then move to the others
     session_timeout_s: float = Field(default=10.0, ge=6.0)  # the broker's minimum is 6 s
     heartbeat_interval_s: float = Field(default=3.0, gt=0)
+    #: how often the worker commits what it has processed (Faust's default); it also commits
+    #: a partition's progress as the partition is handed over (streams/worker/transport.py), so
+    #: its next owner starts where this one stopped, not up to this long before
+    commit_interval_s: float = Field(default=2.8, gt=0)
     #: the producer's batches per partition (outputs and changelogs) and how long it waits to
     #: fill them: with Faust's 5 ms and 16 KiB, every few milliseconds a produce request went
     #: out per partition with a record or two in it (a worker at saturation spent a fifth of its

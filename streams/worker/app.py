@@ -139,6 +139,7 @@ def build_app(
         canonical_url=f"http://{worker.advertised_host or worker.web_host}:{worker.web_port}",
         broker_session_timeout=worker.session_timeout_s,
         broker_heartbeat_interval=worker.heartbeat_interval_s,
+        broker_commit_interval=worker.commit_interval_s,
         producer_acks=-1,
         processing_guarantee="at_least_once",
         producer_linger=worker.producer_linger_s,

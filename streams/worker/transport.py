@@ -37,6 +37,16 @@ hand-over fault test on CI). :class:`ConsumerThread` hands such a fetch back: wh
 assignment changed while the fetch ran, or the flow is stopped when it returns, every drained
 partition is sought back to its first drained record in the same step on the consumer thread,
 and nothing is returned; the records are fetched again under the assignment that owns them.
+
+A fourth, the cost of every hand-over: Faust's ``on_partitions_revoked`` forgets the revoked
+partitions' acknowledged offsets before anything else, and its commits discard revoked
+partitions, so what a worker processed since its last periodic commit was never committed and
+the partition's next owner processed it again (a commit interval's worth of copies per
+rebalance). :class:`Consumer` commits the revoked stream partitions' progress first, through
+Faust's own commit (the outbox and the producer flushed before it): aiokafka calls the revoke
+listener with the old assignment still in place, so the commit is still this member's. A commit
+the group refuses (it has already moved on) is logged by Faust and leaves the records to be
+processed again, as before.
 """
 
 from __future__ import annotations
@@ -148,6 +158,11 @@ class Consumer(driver.Consumer):  # type: ignore[misc]
     async def on_partitions_revoked(self, revoked: Any) -> None:
         self._held -= set(revoked)
         self._revocations += 1
+        streams = {tp for tp in revoked if not self._is_changelog_tp(tp)}
+        # the module doc: commit what was processed of them while still ours (as Faust's own
+        # revoke handling, nothing once the worker is stopping)
+        if streams and not self.app.should_stop:
+            await self.commit(streams)
         await super().on_partitions_revoked(revoked)
 
     def _release(self, held: set[Any]) -> None:

@@ -1,0 +1,99 @@
+"""A partition handed over is committed where its first owner stopped (streams/worker/transport.py).
+
+faust-streaming forgets a revoked partition's acknowledged offsets before its rebalance callbacks
+run and discards commits for it, so without our commit at revoke the next owner started from the
+last periodic commit and processed everything since again. Here the periodic commit is an hour
+away: only the commit at revoke can move the group's offsets.
+
+One worker processes a preloaded fleet whole; a second joins the group (every partition is
+revoked from the first: Faust's rebalance is eager). Once the group is stable with both, every
+input record is committed and no attribution event was written twice.
+
+Why the first worker has acknowledged its last record once its last output is on the topic:
+Faust acknowledges an event when the stream is asked for the next one, which the record loop
+does right after handing the record's outputs to the outbox without yielding to the event loop
+(``Outbox.room`` returns at once below its bound, far off on this fleet); the outbox's linger
+timer, which sends them, needs the event loop, so it runs after the acknowledgement.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench import kafka_io
+from bench.fleet import stream
+from bench.run import expected_events
+from contract import codec
+from contract.outputs import AttributionEvent
+from gpuattr.procs import Child, settings_env
+from infra.admin import create_topics
+from infra.settings import KafkaSettings
+from infra.topics import topic_specs
+from tests.faults.harness import crashes, group_members, lag
+from tests.helpers import wait_for_async
+
+pytestmark = pytest.mark.integration
+
+NODES, INTERVALS = 6, 3
+
+
+async def test_a_partition_handed_over_is_committed_where_its_first_owner_stopped(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    kafka = KafkaSettings(
+        bootstrap=kafka_bootstrap, topic_prefix=f"rv{uuid.uuid4().hex[:8]}.", partitions=4
+    )
+    app_id = kafka.topic_prefix + "worker"
+    await create_topics(kafka_bootstrap, topic_specs(kafka, app_id))
+    wanted = expected_events(NODES, INTERVALS)
+    inputs = await kafka_io.produce(
+        kafka_bootstrap,
+        kafka.topic("node-events"),
+        stream(NODES, INTERVALS, start_ms=1_700_000_000_000),
+    )
+    assert inputs > 0
+    env = settings_env(
+        KAFKA_BOOTSTRAP=kafka_bootstrap,
+        KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
+        KAFKA_PARTITIONS=kafka.partitions,
+        WORKER_APP_ID=app_id,
+        WORKER_WEB_ENABLED="false",
+        WORKER_COMMIT_INTERVAL_S=3600,
+    )
+    workers = [
+        Child(
+            f"worker-{n}",
+            ["worker"],
+            {**env, "GPUATTR_WORKER_DATA_DIR": str(tmp_path / f"worker-{n}")},
+            tmp_path / f"worker-{n}.log",
+        )
+        for n in range(2)
+    ]
+    try:
+        await workers[0].start()
+        await kafka_io.wait_count(
+            kafka_bootstrap, kafka.topic("attribution"), len(wanted), timeout_s=180
+        )
+        # nothing committed yet: the periodic commit is an hour away
+        assert await lag(kafka_bootstrap, app_id, kafka.topic("node-events")) == inputs
+        await workers[1].start()
+
+        async def stable_with_both() -> bool:
+            return await group_members(kafka_bootstrap, app_id) == ("Stable", 2)
+
+        await wait_for_async(stable_with_both, timeout_s=120, every_s=0.2, what="both in group")
+        assert await lag(kafka_bootstrap, app_id, kafka.topic("node-events")) == 0
+        events = [
+            codec.decode(raw)
+            for raw in await kafka_io.read_present(kafka_bootstrap, kafka.topic("attribution"))
+        ]
+        identities = [e.identity() for e in events if isinstance(e, AttributionEvent)]
+        assert set(identities) == wanted
+        assert len(identities) == len(wanted)  # no copy: the second worker redid nothing
+    finally:
+        for w in workers:
+            await w.stop()
+    assert crashes(tmp_path) == {}
