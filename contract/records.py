@@ -12,8 +12,8 @@ descriptor (``Cls.field.__set__``, C code, bound once at import): about half the
 Everything else stays the dataclass's: fields, defaults, ``__eq__``, ``__hash__``, ``__repr__``,
 ``dataclasses.replace`` (which calls ``__init__``), the frozen ``__setattr__``, pickling, and what
 mypy, pydantic and msgspec see. Classes using what this ``__init__`` does not reproduce
-(``default_factory``, ``InitVar``, ``__post_init__``, fields left out of ``__init__``) are refused
-at import, never built differently.
+(``default_factory``, ``InitVar``, ``__post_init__``, fields left out of ``__init__``, a field
+named ``self``) are refused at import, never built differently.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ def fast_init(cls: type[T]) -> type[T]:
     for f in fields:
         if not f.init or f.default_factory is not dataclasses.MISSING:
             raise TypeError(f"{cls.__name__}.{f.name}: fast_init wants init fields without factory")
+    if "self" in cls.__dataclass_fields__:  # type: ignore[attr-defined]
+        raise TypeError(f"{cls.__name__}: fast_init does not handle a field named self")
     original = cls.__init__
     signature = inspect.signature(original)
     names = [f.name for f in fields]

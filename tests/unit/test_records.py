@@ -144,7 +144,11 @@ def test_it_refuses_what_its_init_does_not_reproduce() -> None:
         a: int
         b: dataclasses.InitVar[int] = 0
 
-    for cls in (Mutable, NoSlots, Factory, PostInit, NotInInit, WithInitVar):
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class SelfField:
+        self: int
+
+    for cls in (Mutable, NoSlots, Factory, PostInit, NotInInit, WithInitVar, SelfField):
         with pytest.raises(TypeError, match="fast_init"):
             fast_init(cls)
         assert cls not in GENERATED
