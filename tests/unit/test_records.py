@@ -16,14 +16,17 @@ import streams.core
 from contract.records import GENERATED, fast_init, replace
 
 
-def _records() -> list[type[Any]]:
-    for package in (contract, streams.core):
-        for module in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"{package.__name__}.{module.name}")
-    return sorted(GENERATED, key=lambda cls: f"{cls.__module__}.{cls.__qualname__}")
+def _modules() -> list[Any]:
+    """Every module of the contract and the pure core, imported."""
+    return [
+        importlib.import_module(f"{package.__name__}.{info.name}")
+        for package in (contract, streams.core)
+        for info in pkgutil.iter_modules(package.__path__)
+    ]
 
 
-RECORDS = _records()
+MODULES = _modules()
+RECORDS = sorted(GENERATED, key=lambda cls: f"{cls.__module__}.{cls.__qualname__}")
 
 
 def _frozen_slotted(module: Any) -> list[type[Any]]:
@@ -40,16 +43,13 @@ def _frozen_slotted(module: Any) -> list[type[Any]]:
 
 def test_every_frozen_record_of_the_contract_and_core_has_it_unless_it_uses_a_factory() -> None:
     assert len(RECORDS) > 100
-    missing = []
-    for package in (contract, streams.core):
-        for info in pkgutil.iter_modules(package.__path__):
-            module = importlib.import_module(f"{package.__name__}.{info.name}")
-            for cls in _frozen_slotted(module):
-                factory = any(
-                    f.default_factory is not dataclasses.MISSING for f in dataclasses.fields(cls)
-                )
-                if cls not in GENERATED and not factory:
-                    missing.append(cls.__qualname__)
+    missing = [
+        cls.__qualname__
+        for module in MODULES
+        for cls in _frozen_slotted(module)
+        if cls not in GENERATED
+        and all(f.default_factory is dataclasses.MISSING for f in dataclasses.fields(cls))
+    ]
     assert missing == []
 
 
