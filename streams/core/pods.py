@@ -196,8 +196,8 @@ def resolve(names: PodNames | None, ts_ms: int, watched: bool) -> PodIdentity:
     """
     if names is None or not names.lives:
         return PodIdentity(None, "pending" if watched else "no-pod-watch")
-    alive = [life for life in names.lives if life.gone_ms is None or life.gone_ms > ts_ms]
-    if alive:
-        return _identity(alive[0])
+    for life in names.lives:
+        if life.gone_ms is None or life.gone_ms > ts_ms:
+            return _identity(life)  # the oldest life not gone at ts_ms
     # gone from the API server, but the kubelet still listed it: the last life held the slot
     return _identity(names.lives[-1])

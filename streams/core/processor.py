@@ -71,6 +71,7 @@ from streams.core.pods import (
     apply_pod_list,
     holder_annotations,
     name_key,
+    resolve,
     settle,
 )
 from streams.core.sharing import LABEL_PRODUCT
@@ -335,13 +336,30 @@ class Processor:
     # --- the node's supply: streams.core.supply
 
     def _changes_supply(self, node: str, record: object) -> bool:
-        """The record is one that can change the node's supply (a pod's record only when the
-        pod is among its holders: pod churn elsewhere costs the supply nothing)."""
-        if isinstance(record, PodRecord):
-            return supply.supplied_by(
-                self.tables.node_supply.get(node), record.namespace, record.name
-            )
-        return isinstance(record, SUPPLY_INPUTS)
+        """The record is one that can change the node's supply whatever it says. A pod's record
+        is judged by what it says, at the node's time (:meth:`_identities_moved`)."""
+        return isinstance(record, SUPPLY_INPUTS) and not isinstance(record, PodRecord)
+
+    def _identities_moved(self, node: str, old: supply.NodeSupplyState | None, at: int) -> bool:
+        """Some pod the node's supply lists no longer resolves, at the node's time ``at``, to
+        the UID and workload the supply names it by: all the pod watch tells the supply. A pod
+        record that moves none of them (a deletion the kubelet has not acted on yet, a change
+        of annotations, churn of pods that hold nothing here) costs the supply a lookup per
+        listed pod, not its node's holders joined afresh. Checked for every listed pod, not only
+        the record's: a name's lives resolve by time, so a pod's identity can move with the
+        node's time as well as with its own record. A pod whose UID comes from a DRA claim's
+        ``reservedFor`` rather than the pod watch is judged anew each time (never skipped)."""
+        get = self.tables.pods.get
+        watched = node in self.tables.node_pods
+        seen: set[tuple[str, str]] = set()
+        for h in supply.stated_holders(old):
+            if (h.namespace, h.pod) in seen:
+                continue
+            seen.add((h.namespace, h.pod))
+            who = resolve(get(name_key(node, h.namespace, h.pod)), at, watched)
+            if who.uid != h.uid or supply.workload_of(who.workload) != h.workload:
+                return True
+        return False
 
     def _supply(self, node: str, ts_ms: int, record: object, changed: bool) -> list[Output]:
         """The node's supply after a record, emitted per resource when it changed (``changed``:
@@ -358,6 +376,8 @@ class Processor:
         changed = changed or again is not None  # emitted again: then checked against the holders
         # the node's time (a partition's clock may lag it): its holders now, its readings' age
         at = max(old.stamp(ts_ms) if old is not None else ts_ms, state.last_ms)
+        if not changed and isinstance(record, PodRecord):
+            changed = self._identities_moved(node, old, at)
         measured = telemetry.measured(state, at, self.life)
         moved = node in self._idle_moved or (
             old is not None and bool(old.current) and old.measured != measured

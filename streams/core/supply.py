@@ -31,11 +31,11 @@ node's records never go back in time.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from contract.inputs import NodeSupply, SupplyDevice, SupplyHolder
-from contract.outputs import Holder
+from contract.outputs import Holder, Workload
 from contract.records import fast_init, replace
 from streams.core import replays
 from streams.core.episodes import Episode, HolderId, same_holders
@@ -73,8 +73,13 @@ def idle_since(device: AllocatedDevice) -> int | None:
     return device.idle.since_ms if same_holders(device.idle.holders, holders) else None
 
 
+def workload_of(workload: Workload | None) -> str | None:
+    """A holder's workload as the supply names it (``Kind/name``)."""
+    return f"{workload.kind}/{workload.name}" if workload is not None else None
+
+
 def _workload(h: Holder) -> str | None:
-    return f"{h.workload.kind}/{h.workload.name}" if h.workload is not None else None
+    return workload_of(h.workload)
 
 
 def _supply_holders(holders: Iterable[Holder]) -> tuple[SupplyHolder, ...]:
@@ -195,16 +200,14 @@ def _latest(state: NodeSupplyState, resource: str) -> NodeSupply:
     return next(r for e in state.emitted for r in e.records if r.resource == resource)
 
 
-def supplied_by(old: NodeSupplyState | None, namespace: str, pod: str) -> bool:
-    """The pod holds a device the node's last word supplies: only then can the pod's own record
-    (its identity, its workload) change the node's supply — a pod that holds nothing it
-    supplies enters it through the allocation records (PodResources, DRA claims) instead."""
-    return old is not None and any(
-        (h.namespace, h.pod) == (namespace, pod)
-        for r in old.current
-        for d in r.devices
-        for h in d.holders
-    )
+def stated_holders(old: NodeSupplyState | None) -> Iterator[SupplyHolder]:
+    """Every pod the node's last word lists, as it names them (UID, workload; a pod holding
+    several devices once per device): all a pod's own record can change in the node's supply —
+    a pod it does not list enters it through the allocation records (PodResources, DRA claims)
+    instead."""
+    for r in old.current if old is not None else ():
+        for d in r.devices:
+            yield from d.holders
 
 
 def emitted_at(old: NodeSupplyState | None, ts_ms: int) -> bool:
