@@ -90,21 +90,31 @@ class CpuClock:
         return at(t1) - at(t0)
 
 
-async def _prepared(bootstrap: str, tag: str) -> KafkaSettings:
+async def prepared(bootstrap: str, tag: str, partitions: int = PARTITIONS) -> KafkaSettings:
+    """Fresh topics (a prefix of their own) for one run's workers: their settings."""
     kafka = KafkaSettings(
-        bootstrap=bootstrap, topic_prefix=f"b{tag}{uuid.uuid4().hex[:6]}.", partitions=PARTITIONS
+        bootstrap=bootstrap, topic_prefix=f"b{tag}{uuid.uuid4().hex[:6]}.", partitions=partitions
     )
-    await create_topics(bootstrap, topic_specs(kafka, kafka.topic_prefix + "worker"))
+    await create_topics(bootstrap, topic_specs(kafka, app_id(kafka)))
     return kafka
 
 
-def _workers(kafka: KafkaSettings, n: int, workdir: Path) -> list[Child]:
+def app_id(kafka: KafkaSettings) -> str:
+    """The workers' consumer group on these topics."""
+    return kafka.topic_prefix + "worker"
+
+
+def worker_children(kafka: KafkaSettings, n: int, workdir: Path, **settings: object) -> list[Child]:
+    """``n`` worker processes on ``kafka``'s topics (not started), with the bench's alert
+    windows; ``settings``: more of the worker's settings, as :func:`settings_env` takes them.
+    Each logs to ``worker-<i>.log`` in a folder of ``workdir`` named by the topics' prefix."""
     env = settings_env(
         KAFKA_BOOTSTRAP=kafka.bootstrap,
         KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
         KAFKA_PARTITIONS=kafka.partitions,
-        WORKER_APP_ID=kafka.topic_prefix + "worker",
+        WORKER_APP_ID=app_id(kafka),
         WORKER_WEB_ENABLED="false",
+        **settings,
     )
     env.update(ALERTS)
     return [
@@ -112,7 +122,7 @@ def _workers(kafka: KafkaSettings, n: int, workdir: Path) -> list[Child]:
             f"worker-{i}",
             ["worker"],
             {**env, "GPUATTR_WORKER_DATA_DIR": str(workdir / f"{kafka.topic_prefix}{i}")},
-            workdir / f"{kafka.topic_prefix}worker-{i}.log",
+            workdir / kafka.topic_prefix.rstrip(".") / f"worker-{i}.log",
         )
         for i in range(n)
     ]
@@ -149,14 +159,14 @@ async def throughput(
     timeout_s: float = 600,
 ) -> dict[str, Any]:
     """Load the input first, then start the workers: they run at saturation until done."""
-    kafka = await _prepared(bootstrap, f"w{workers}")
+    kafka = await prepared(bootstrap, f"w{workers}")
     samples = sample_count(nodes, intervals)
     wanted = expected_events(nodes, intervals)
     expected = len(wanted)
     inputs = await kafka_io.produce(
         bootstrap, kafka.topic("node-events"), stream(nodes, intervals, start_ms=1_700_000_000_000)
     )
-    children = _workers(kafka, workers, workdir)
+    children = worker_children(kafka, workers, workdir)
     for c in children:
         await c.start()
     cpu = CpuClock([c.proc.pid for c in children if c.proc])
@@ -194,10 +204,9 @@ async def throughput(
     rate = (expected - 1) / span_s * samples / expected
     measured_samples = (expected - 1) * samples / expected
     alerts = await kafka_io.count(bootstrap, kafka.topic("alerts"))
-    app_id = kafka.topic_prefix + "worker"
     writes = 0
     for name in TABLES.values():  # what the node-keyed stage wrote (its changelogs' records)
-        writes += await kafka_io.count(bootstrap, f"{app_id}-{name}-changelog")
+        writes += await kafka_io.count(bootstrap, f"{app_id(kafka)}-{name}-changelog")
     return {
         "kafka": kafka,
         "inputs": inputs,
@@ -246,13 +255,13 @@ async def latency(
     bootstrap: str, nodes: int, rate: float, seconds: float, workdir: Path
 ) -> dict[str, float]:
     """Paced samples stamped with wall time; latency = arrival on the output topic - ts_ms."""
-    kafka = await _prepared(bootstrap, "lat")
+    kafka = await prepared(bootstrap, "lat")
     members = fleet(nodes)
     now = int(time.time() * 1000)
     await kafka_io.produce(
         bootstrap, kafka.topic("node-events"), [r for n in members for r in setup(n, now)]
     )
-    children = _workers(kafka, 1, workdir)
+    children = worker_children(kafka, 1, workdir)
     await children[0].start()
     consumer = AIOKafkaConsumer(
         kafka.topic("attribution"),
@@ -306,7 +315,7 @@ async def agent_cost(seconds: float, workdir: Path, bootstrap: str) -> dict[str,
     from sim.runner import ScenarioClock, SimulatedCluster
     from sim.scenario import load
 
-    kafka = await _prepared(bootstrap, "agent")
+    kafka = await prepared(bootstrap, "agent")
     async with SimulatedCluster(load("exclusive"), workdir / "agent-sim", ScenarioClock()) as sim:
         ep = sim.endpoints()[0]
         env = {
@@ -414,7 +423,7 @@ def machine() -> dict[str, Any]:
 async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[str, Any]:
     devices = sample_count(args.nodes, 1)
     one = await throughput(bootstrap, args.nodes, args.intervals, 1, workdir)
-    raw_kafka = await _prepared(bootstrap, "raw")
+    raw_kafka = await prepared(bootstrap, "raw")
     await kafka_io.produce(
         bootstrap,
         raw_kafka.topic("node-events"),

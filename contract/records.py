@@ -31,7 +31,8 @@ D = TypeVar("D", bound="DataclassInstance")
 
 #: every class given a fast ``__init__``, with the dataclass's own (for the conformance test)
 GENERATED: dict[type[Any], Any] = {}
-#: per such class, its copy-with-changes (:func:`replace`)
+#: per such class, its copy-with-changes (:func:`replace`). Apart from ``GENERATED`` on purpose:
+#: :func:`replace` runs several times per GPU sample and reads this one value, no pair to unpack
 _REPLACERS: dict[type[Any], Callable[[Any, dict[str, Any]], Any]] = {}
 
 

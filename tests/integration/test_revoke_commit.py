@@ -18,20 +18,15 @@ timer, which sends them, needs the event loop, so it runs after the acknowledgem
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 
 from bench import kafka_io
 from bench.fleet import stream
-from bench.run import expected_events
+from bench.run import app_id, expected_events, prepared, worker_children
 from contract import codec
 from contract.outputs import AttributionEvent
-from gpuattr.procs import Child, settings_env
-from infra.admin import create_topics
-from infra.settings import KafkaSettings
-from infra.topics import topic_specs
 from tests.faults.harness import crashes, group_members, lag
 from tests.helpers import wait_for_async
 
@@ -43,11 +38,8 @@ NODES, INTERVALS = 6, 3
 async def test_a_partition_handed_over_is_committed_where_its_first_owner_stopped(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    kafka = KafkaSettings(
-        bootstrap=kafka_bootstrap, topic_prefix=f"rv{uuid.uuid4().hex[:8]}.", partitions=4
-    )
-    app_id = kafka.topic_prefix + "worker"
-    await create_topics(kafka_bootstrap, topic_specs(kafka, app_id))
+    kafka = await prepared(kafka_bootstrap, "rv", partitions=4)
+    group = app_id(kafka)
     wanted = expected_events(NODES, INTERVALS)
     inputs = await kafka_io.produce(
         kafka_bootstrap,
@@ -55,37 +47,21 @@ async def test_a_partition_handed_over_is_committed_where_its_first_owner_stoppe
         stream(NODES, INTERVALS, start_ms=1_700_000_000_000),
     )
     assert inputs > 0
-    env = settings_env(
-        KAFKA_BOOTSTRAP=kafka_bootstrap,
-        KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
-        KAFKA_PARTITIONS=kafka.partitions,
-        WORKER_APP_ID=app_id,
-        WORKER_WEB_ENABLED="false",
-        WORKER_COMMIT_INTERVAL_S=3600,
-    )
-    workers = [
-        Child(
-            f"worker-{n}",
-            ["worker"],
-            {**env, "GPUATTR_WORKER_DATA_DIR": str(tmp_path / f"worker-{n}")},
-            tmp_path / f"worker-{n}.log",
-        )
-        for n in range(2)
-    ]
+    workers = worker_children(kafka, 2, tmp_path, WORKER_COMMIT_INTERVAL_S=3600)
     try:
         await workers[0].start()
         await kafka_io.wait_count(
             kafka_bootstrap, kafka.topic("attribution"), len(wanted), timeout_s=180
         )
         # nothing committed yet: the periodic commit is an hour away
-        assert await lag(kafka_bootstrap, app_id, kafka.topic("node-events")) == inputs
+        assert await lag(kafka_bootstrap, group, kafka.topic("node-events")) == inputs
         await workers[1].start()
 
         async def stable_with_both() -> bool:
-            return await group_members(kafka_bootstrap, app_id) == ("Stable", 2)
+            return await group_members(kafka_bootstrap, group) == ("Stable", 2)
 
         await wait_for_async(stable_with_both, timeout_s=120, every_s=0.2, what="both in group")
-        assert await lag(kafka_bootstrap, app_id, kafka.topic("node-events")) == 0
+        assert await lag(kafka_bootstrap, group, kafka.topic("node-events")) == 0
         events = [
             codec.decode(raw)
             for raw in await kafka_io.read_present(kafka_bootstrap, kafka.topic("attribution"))
@@ -96,4 +72,6 @@ async def test_a_partition_handed_over_is_committed_where_its_first_owner_stoppe
     finally:
         for w in workers:
             await w.stop()
-    assert crashes(tmp_path) == {}
+    logs = tmp_path / kafka.topic_prefix.rstrip(".")
+    assert sorted(p.name for p in logs.glob("worker-*.log")) == ["worker-0.log", "worker-1.log"]
+    assert crashes(logs) == {}
