@@ -347,8 +347,9 @@ class Processor:
         of annotations, churn of pods that hold nothing here) costs the supply a lookup per
         listed pod, not its node's holders joined afresh. Checked for every listed pod, not only
         the record's: a name's lives resolve by time, so a pod's identity can move with the
-        node's time as well as with its own record. A pod whose UID comes from a DRA claim's
-        ``reservedFor`` rather than the pod watch is judged anew each time (never skipped)."""
+        node's time as well as with its own record. A pod the supply names by a DRA claim's
+        ``reservedFor`` UID where the pod watch knows another always counts as moved: its
+        node's supply is recomputed on every pod record, as before."""
         get = self.tables.pods.get
         watched = node in self.tables.node_pods
         seen: set[tuple[str, str]] = set()
