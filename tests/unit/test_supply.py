@@ -375,9 +375,9 @@ class Counting(MutableMapping[str, object]):
         return len(self.data)
 
 
-def new(tables: Tables | None = None) -> Processor:
+def new(tables: Tables | None = None, cls: type[Processor] = Processor) -> Processor:
     policy = AlertSettings.model_construct(idle_window_s=120.0, cooldown_s=0.0)
-    return Processor(tables or Tables.in_memory(), policy, LIFE)
+    return cls(tables or Tables.in_memory(), policy, LIFE)
 
 
 def with_product(ts: int = T0) -> list[object]:

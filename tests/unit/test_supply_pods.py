@@ -7,7 +7,7 @@ order)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from agents.types import AgentRecord
 from bench import fleet as bench_fleet
 from contract import codec
-from contract.inputs import NodeSupply, OwnerRef, PodRecord, PodResourcesDiff, SupplyHolder
-from infra.settings import AlertSettings
+from contract.inputs import OwnerRef, PodRecord, PodResourcesDiff, SupplyHolder
 from streams.core.processor import SUPPLY_INPUTS, Output, Processor, Tables
 from tests.unit.test_fuzz_processor import record_streams
-from tests.unit.test_spine import LIFE, MIN, NODE, S_, T0, TRAINER, setup, uid
+from tests.unit.test_spine import MIN, NODE, S_, T0, TRAINER, setup, uid
+from tests.unit.test_supply import Counting, new, supplies
 
 START_MS = 1_700_000_000_000
 DEPLOY = OwnerRef("Deployment", "w0")
@@ -32,41 +32,7 @@ class EveryPodRecord(Processor):
         return isinstance(record, SUPPLY_INPUTS)
 
 
-class Counting(MutableMapping[str, object]):
-    """A table that counts its writes."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, object] = {}
-        self.writes = 0
-
-    def __getitem__(self, key: str) -> object:
-        return self.data[key]
-
-    def __setitem__(self, key: str, value: object) -> None:
-        self.writes += 1
-        self.data[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        self.writes += 1
-        del self.data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data)
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-
-def supplies(outputs: Iterable[Output]) -> list[NodeSupply]:
-    return [o for o in outputs if isinstance(o, NodeSupply)]
-
-
 # --- through the processor
-
-
-def new(cls: type[Processor] = Processor, tables: Tables | None = None) -> Processor:
-    policy = AlertSettings.model_construct(idle_window_s=120.0, cooldown_s=0.0)
-    return cls(tables or Tables.in_memory(), policy, LIFE)
 
 
 def test_a_holders_deletion_before_the_kubelet_lets_go_neither_emits_nor_writes() -> None:
@@ -166,7 +132,7 @@ def test_the_rule_holds_on_the_fuzzers_streams(stream: list[AgentRecord]) -> Non
 
 
 def same_as_the_oracle(stream: Sequence[object]) -> None:
-    ruled, oracle = new(), new(EveryPodRecord)
+    ruled, oracle = new(), new(cls=EveryPodRecord)
     for record in stream:
         wire = codec.decode(codec.encode(record))
         assert outcome(ruled, wire) == outcome(oracle, wire), record
@@ -189,7 +155,7 @@ def test_the_check_can_fail_a_rule_that_never_recomputes_misses_a_recreated_hold
         def _identities_moved(self, node: str, old: object, at: int) -> bool:
             return False
 
-    never, oracle = new(Never), new(EveryPodRecord)
+    never, oracle = new(cls=Never), new(cls=EveryPodRecord)
     for r in setup():
         never.handle(r)
         oracle.handle(r)
