@@ -364,10 +364,14 @@ class WorkerSettings(BaseSettings):
     #: the outbox (streams/worker/outbox.py): the worker's outputs and changelog records go to
     #: the producer as whole per-partition batches once this many records or bytes of values are
     #: queued, or this long after the first one (and before every offset commit); it holds at
-    #: most twice either before the worker waits
+    #: most twice either before the worker waits. The linger sets how many records share a
+    #: batch: a drain makes one batch per topic partition it holds records for (up to ~100
+    #: here), and aiokafka's cost is per batch; at 10 ms a saturated worker's batches held a
+    #: record or two, and 100 ms cut its CPU per sample by ~10 % (docs/BENCHMARKS.md, twelfth
+    #: stop). Outputs wait up to this long more before they are sent
     outbox_records: int = Field(default=2048, ge=1)
     outbox_bytes: int = Field(default=1 << 20, ge=1)
-    outbox_linger_s: float = Field(default=0.01, ge=0)
+    outbox_linger_s: float = Field(default=0.1, ge=0)
     #: what the worker reads ahead of its processing. Faust's defaults (4,096 events buffered per
     #: stream, 1 MiB fetched per partition) let a worker catching up on a backlog hold tens of
     #: MiB of input it has not reached, and the allocator keeps that high-water mark as RSS: on
