@@ -367,8 +367,8 @@ class WorkerSettings(BaseSettings):
     #: most twice either before the worker waits. The linger sets how many records share a
     #: batch: a drain makes one batch per topic partition it holds records for (up to ~100
     #: here), and aiokafka's cost is per batch; at 10 ms a saturated worker's batches held a
-    #: record or two, and 100 ms cut its CPU per sample by ~10 % (docs/BENCHMARKS.md, twelfth
-    #: stop). Outputs wait up to this long more before they are sent
+    #: record or two, and 100 ms cut its CPU per sample by ~5 % (five alternating pairs,
+    #: docs/BENCHMARKS.md, twelfth stop). Outputs wait up to this long more before they are sent
     outbox_records: int = Field(default=2048, ge=1)
     outbox_bytes: int = Field(default=1 << 20, ge=1)
     outbox_linger_s: float = Field(default=0.1, ge=0)
