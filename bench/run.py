@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -128,16 +129,22 @@ def worker_children(kafka: KafkaSettings, n: int, workdir: Path, **settings: obj
     ]
 
 
-def expected_events(nodes: int, intervals: int) -> set[tuple[str, str, int, str]]:
-    """The attribution events the worker emits for the fleet's stream: one per GPU sample, and
-    the allocation spine's (allocation changes, heartbeats), computed by the same core."""
+def attribution_events(records: Iterable[object]) -> list[AttributionEvent]:
+    """The attribution events the worker emits for ``records``, computed by the same core."""
     proc = Processor(Tables.in_memory())
-    wanted = [
-        out.identity()
-        for record in stream(nodes, intervals, start_ms=1_700_000_000_000)
+    return [
+        out
+        for record in records
         for out in proc.handle(record)
         if isinstance(out, AttributionEvent)
     ]
+
+
+def expected_events(nodes: int, intervals: int) -> set[tuple[str, str, int, str]]:
+    """The attribution events the worker emits for the fleet's stream: one per GPU sample, and
+    the allocation spine's (allocation changes, heartbeats)."""
+    events = attribution_events(stream(nodes, intervals, start_ms=1_700_000_000_000))
+    wanted = [event.identity() for event in events]
     if len(wanted) != len(set(wanted)):
         raise RuntimeError("two attribution events of one run share an identity")
     return set(wanted)
@@ -260,10 +267,8 @@ async def latency(
     now = int(time.time() * 1000)
     records = [r for n in members for r in setup(n, now)]
     await kafka_io.produce(bootstrap, kafka.topic("node-events"), records)
-    # the worker is up once its events for the set-up are out (allocation, spine): as many as
-    # the same core makes of it
-    proc = Processor(Tables.in_memory())
-    ready = sum(isinstance(o, AttributionEvent) for r in records for o in proc.handle(r))
+    # the worker is up once its events for the set-up are out (allocation, spine)
+    ready = len(attribution_events(records))
     if not ready:
         raise RuntimeError("the latency fleet's set-up makes no attribution event to wait for")
     consumer = AIOKafkaConsumer(
