@@ -17,6 +17,11 @@ submitted with ``send_batch`` — one delivery future per batch. A drain starts
   outbox before Faust flushes the producer and commits. So no input is committed before every
   record it caused is in the producer and flushed — at least once, as with a send per record.
 
+Time: each record carries the time it was queued (milliseconds since the epoch) as its Kafka
+``CreateTime`` — when the worker made it, not when a drain up to ``linger_s`` later handed it over;
+so a consumer reading the timestamps (the benchmark's measured span, a lag reading) sees when the
+output was made.
+
 Order: a partition's records are submitted in the order they were added (one drain at a time;
 records added during a drain go in the next), so a changelog key's writes, and a device's
 events, keep their order. A record whose topic's partitions the producer does not know yet is
@@ -33,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -57,7 +63,7 @@ def partition_of(key: bytes, partitions: tuple[int, ...]) -> int:
 class Batch(Protocol):
     """aiokafka's ``BatchBuilder``, as the outbox fills it."""
 
-    def append(self, *, timestamp: float | None, key: bytes | None, value: bytes | None) -> Any: ...
+    def append(self, *, timestamp: int | None, key: bytes | None, value: bytes | None) -> Any: ...
     def close(self) -> None: ...
 
 
@@ -82,8 +88,8 @@ class BatchProducer(Protocol):
     async def partitions_for(self, topic: str) -> set[int]: ...
 
 
-#: (key, value) of one queued record; a value of ``None`` is a tombstone
-Entry = tuple[bytes | None, bytes | None]
+#: (key, value, CreateTime in ms) of one queued record; a value of ``None`` is a tombstone
+Entry = tuple[bytes | None, bytes | None, int]
 
 
 class Outbox:
@@ -138,7 +144,7 @@ class Outbox:
         queue = self._queues.get((topic, partition))
         if queue is None:
             queue = self._queues[(topic, partition)] = []
-        queue.append((key, value))
+        queue.append((key, value, int(time.time() * 1000)))
         self._size += 1
         if value is not None:
             self._bytes += len(value)
@@ -207,9 +213,10 @@ class Outbox:
             parts = tuple(sorted(await producer.partitions_for(topic)))
             self._known[topic] = parts
             split: dict[int, list[Entry]] = {}
-            for key, value in entries:
+            for entry in entries:
+                key = entry[0]
                 assert key is not None  # add() refuses a record without key or partition
-                split.setdefault(partition_of(key, parts), []).append((key, value))
+                split.setdefault(partition_of(key, parts), []).append(entry)
             for p, part in split.items():
                 await self._send(producer, topic, p, part)
 
@@ -219,11 +226,11 @@ class Outbox:
         """One partition's records in as few batches as fit (a batch's first record always fits:
         aiokafka takes it whatever its size, as a send would)."""
         batch = producer.create_batch()
-        for key, value in entries:
-            if batch.append(timestamp=None, key=key, value=value) is None:  # full
+        for key, value, stamp in entries:
+            if batch.append(timestamp=stamp, key=key, value=value) is None:  # full
                 await self._submit(producer, batch, topic, partition)
                 batch = producer.create_batch()
-                first = batch.append(timestamp=None, key=key, value=value)
+                first = batch.append(timestamp=stamp, key=key, value=value)
                 assert first is not None
         await self._submit(producer, batch, topic, partition)
 

@@ -9,11 +9,14 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.producer.message_accumulator import BatchBuilder
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from streams.worker import outbox as outbox_module
 from streams.worker.outbox import Outbox, partition_of
 from streams.worker.publisher import Publisher
 
@@ -43,13 +46,15 @@ class FakeBatch:
 
     room: int
     records: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
+    stamps: list[int | None] = field(default_factory=list)
     closed: bool = False
 
-    def append(self, *, timestamp: float | None, key: bytes | None, value: bytes | None) -> Any:
+    def append(self, *, timestamp: int | None, key: bytes | None, value: bytes | None) -> Any:
         assert not self.closed
         if len(self.records) >= self.room:
             return None
         self.records.append((key, value))
+        self.stamps.append(timestamp)
         return object()
 
     def close(self) -> None:
@@ -67,6 +72,7 @@ class FakeProducer:
     sent: list[tuple[str, int, list[tuple[bytes | None, bytes | None]]]] = field(
         default_factory=list
     )
+    batches: list[FakeBatch] = field(default_factory=list)
     futures: list[asyncio.Future[Any]] = field(default_factory=list)
     gate: asyncio.Event | None = None  # set: send_batch waits for it (a busy accumulator)
     submitted: asyncio.Event = field(default_factory=asyncio.Event)  # a batch was handed over
@@ -79,6 +85,7 @@ class FakeProducer:
         if self.gate is not None:
             await self.gate.wait()
         self.sent.append((topic, partition, batch.records))
+        self.batches.append(batch)
         self.submitted.set()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.futures.append(fut)
@@ -192,6 +199,46 @@ async def test_the_linger_drains_a_worker_that_is_not_saturated() -> None:
     outbox.add("c", b"k", b"v", partition=0)
     await asyncio.wait_for(prod.submitted.wait(), 5)
     assert prod.sent == [("c", 0, [(b"k", b"v")])]
+
+
+async def test_each_record_is_stamped_with_the_time_it_was_queued_not_the_drains(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A record's CreateTime is when the worker made it: a drain up to the linger later does not
+    move it (the benchmark's span and any consumer reading timestamps see when work was done)."""
+    now = [1_700_000_000.0]
+    monkeypatch.setattr(outbox_module.time, "time", lambda: now[0])
+    prod = producer(out={0, 1})
+    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, linger_s=60)
+    outbox.add("out", b"a", b"1", partition=0)
+    now[0] += 0.25
+    outbox.add("out", b"b", b"2", partition=0)
+    outbox.add("out", b"c", b"3")  # partitioned by key (known topic)
+    now[0] += 5.0  # the drain comes later
+    await outbox.drain()
+    stamps = {r: s for b in prod.batches for r, s in zip(b.records, b.stamps, strict=True)}
+    assert stamps == {
+        (b"a", b"1"): 1_700_000_000_000,
+        (b"b", b"2"): 1_700_000_000_250,
+        (b"c", b"3"): 1_700_000_000_250,
+    }
+
+
+async def test_the_stamp_is_what_aiokafkas_batch_builder_takes() -> None:
+    """Conformance of the double: aiokafka's own BatchBuilder takes the outbox's stamp (an int of
+    milliseconds; its C builder refuses a float) and writes it as the record's timestamp."""
+    now = [1_700_000_000.1234]
+    prod = producer(out={0})
+    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, linger_s=60)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(outbox_module.time, "time", lambda: now[0])
+        outbox.add("out", b"a", b"1", partition=0)
+    await outbox.drain()
+    (batch,) = prod.batches
+    real = BatchBuilder(16384, 0)
+    meta = real.append(timestamp=batch.stamps[0], key=b"a", value=b"1")
+    assert meta is not None
+    assert meta.timestamp == 1_700_000_000_123
 
 
 async def test_outputs_are_counted_by_kind_when_handed_over() -> None:
