@@ -19,7 +19,7 @@ submitted with ``send_batch`` — one delivery future per batch. A drain starts
 
 Time: each record carries the time it was queued (milliseconds since the epoch) as its Kafka
 ``CreateTime`` — when the worker made it, not when a drain up to ``linger_s`` later handed it over;
-so a consumer reading the timestamps (the benchmark's measured span, a lag reading) sees when the
+so a consumer that reads the timestamps (as the benchmark's measured span does) sees when the
 output was made.
 
 Order: a partition's records are submitted in the order they were added (one drain at a time;
