@@ -97,7 +97,8 @@ class Outbox:
     once started) as whole batches. ``max_records``: a drain starts at that many queued records;
     ``linger_s``: at most that long after the first record queued; ``crash``: a batch the producer
     gave up on, or a drain that failed, stops the worker. ``max_bytes``: a drain starts at that
-    many bytes of queued values, too."""
+    many bytes of queued values, too. ``clock``: wall time in seconds, read once per queued record
+    for its ``CreateTime``."""
 
     def __init__(
         self,
@@ -107,6 +108,7 @@ class Outbox:
         max_records: int = 2048,
         max_bytes: int = 1 << 20,
         linger_s: float = 0.01,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if max_records < 1 or max_bytes < 1:
             raise ValueError("max_records and max_bytes must be at least 1")
@@ -115,6 +117,7 @@ class Outbox:
         self.max_records = max_records
         self.max_bytes = max_bytes
         self.linger_s = linger_s
+        self.clock = clock
         self._queues: dict[tuple[str, int | None], list[Entry]] = {}
         self._kinds: Counter[str] = Counter()
         self._size = 0
@@ -144,7 +147,7 @@ class Outbox:
         queue = self._queues.get((topic, partition))
         if queue is None:
             queue = self._queues[(topic, partition)] = []
-        queue.append((key, value, int(time.time() * 1000)))
+        queue.append((key, value, int(self.clock() * 1000)))
         self._size += 1
         if value is not None:
             self._bytes += len(value)

@@ -9,14 +9,12 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.producer.message_accumulator import BatchBuilder
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-from streams.worker import outbox as outbox_module
 from streams.worker.outbox import Outbox, partition_of
 from streams.worker.publisher import Publisher
 
@@ -201,15 +199,14 @@ async def test_the_linger_drains_a_worker_that_is_not_saturated() -> None:
     assert prod.sent == [("c", 0, [(b"k", b"v")])]
 
 
-async def test_each_record_is_stamped_with_the_time_it_was_queued_not_the_drains(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_each_record_is_stamped_with_the_time_it_was_queued_not_the_drains() -> None:
     """A record's CreateTime is when the worker made it: a drain up to the linger later does not
-    move it (the benchmark's span and any consumer reading timestamps see when work was done)."""
+    move it (the benchmark's span, and any consumer reading timestamps, see when work was done)."""
     now = [1_700_000_000.0]
-    monkeypatch.setattr(outbox_module.time, "time", lambda: now[0])
     prod = producer(out={0, 1})
-    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, linger_s=60)
+    outbox = Outbox(
+        lambda: prod, lambda e: None, max_records=100, linger_s=60, clock=lambda: now[0]
+    )
     outbox.add("out", b"a", b"1", partition=0)
     now[0] += 0.25
     outbox.add("out", b"b", b"2", partition=0)
@@ -226,15 +223,16 @@ async def test_each_record_is_stamped_with_the_time_it_was_queued_not_the_drains
 
 async def test_the_stamp_is_what_aiokafkas_batch_builder_takes() -> None:
     """Conformance of the double: aiokafka's own BatchBuilder takes the outbox's stamp (an int of
-    milliseconds; its C builder refuses a float) and writes it as the record's timestamp."""
-    now = [1_700_000_000.1234]
+    milliseconds, the type its pure-Python builder insists on) and writes it as the record's
+    timestamp."""
     prod = producer(out={0})
-    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, linger_s=60)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(outbox_module.time, "time", lambda: now[0])
-        outbox.add("out", b"a", b"1", partition=0)
+    outbox = Outbox(
+        lambda: prod, lambda e: None, max_records=100, linger_s=60, clock=lambda: 1_700_000_000.1234
+    )
+    outbox.add("out", b"a", b"1", partition=0)
     await outbox.drain()
     (batch,) = prod.batches
+    assert isinstance(batch.stamps[0], int)
     real = BatchBuilder(16384, 0)
     meta = real.append(timestamp=batch.stamps[0], key=b"a", value=b"1")
     assert meta is not None
