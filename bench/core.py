@@ -25,6 +25,7 @@ from contract.inputs import DcgmScrape, NodeSupply, pool_resource
 from contract.topics import DEMAND_TABLES, TABLES
 from infra.settings import AlertSettings, WorkerSettings
 from streams.core.demandstage import DemandStage, DemandTables
+from streams.core.memo import LiveMemo
 from streams.core.processor import Processor, Tables
 from streams.core.state import TABLE_CODEC
 from streams.worker.app import Published, output_value
@@ -47,15 +48,20 @@ class _WrittenTable(dict[str, object]):
 
 
 def clear_memos() -> int:
-    """Empty every module-level memo of the core and the contract (``functools`` caches): each
-    run then starts as a fresh worker does. Without it, a repeat meets the entries the runs
-    before it made for the very same input, and reads faster than any worker would. Returns how
-    many memos were emptied."""
+    """Empty every module-level memo of the core and the contract (``functools`` caches and
+    live memos): each run then starts as a fresh worker does. Without it, a repeat meets the
+    entries the runs before it made for the very same input, and reads faster than any worker
+    would. Returns how many memos were emptied."""
     cleared = 0
     for name, module in list(sys.modules.items()):
         if not name.startswith(("streams.core", "contract")):
             continue
         for value in list(vars(module).values()):
+            if isinstance(value, LiveMemo):
+                if value.__wrapped__.__module__ == name:  # where it is defined, not re-exported
+                    value.clear()
+                    cleared += 1
+                continue
             clear = getattr(value, "cache_clear", None)
             if callable(clear) and getattr(value, "__module__", None) == name:
                 clear()

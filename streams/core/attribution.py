@@ -7,7 +7,6 @@ devices of their own and their utilization comes from the profiling field, never
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from streams.core.dra import ClaimView, DeviceRef, claim_view, split_row
 from streams.core.efficiency import activity
 from streams.core.health import health
 from streams.core.identity import parse_device_id
+from streams.core.memo import live_memo
 from streams.core.sharing import Advertised, NodeSharing, SharingDecision, decide
 
 
@@ -551,11 +551,11 @@ def _holding(
     return _held(tuple(kept), tuple(observers), decision, held, accounted)
 
 
-#: pure in its (hashable) arguments: bounded, never stale. A device's holding while its inputs
-#: stay the same is kept in its frame (streams.core.deviceframe), per live device; this memo only
-#: serves the joins a frame does not hold yet (a node's supply and spine events between a change
-#: and the device's next sample), so it is sized for those, not for every device
-@functools.lru_cache(maxsize=4_096)
+#: pure in its (hashable) arguments, never stale. A device's holding while its inputs stay the
+#: same is kept in its frame (streams.core.deviceframe), per live device; this memo only serves
+#: the joins a frame does not hold yet (a node's supply and spine events between a change and
+#: the device's next sample), and keeps an entry only while it is asked for (streams.core.memo)
+@live_memo()
 def _plugin_holding(
     rows: tuple[DeviceAssignment, ...],
     who: tuple[PodIdentity, ...],

@@ -14,13 +14,13 @@ A *device key* names what the hardware reports on: ``GPU-<uuid>`` for a whole GP
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from contract.records import fast_init
+from streams.core.memo import live_memo
 
 Family = Literal["gpu", "mig", "mig-legacy", "gke", "other"]
 
@@ -73,7 +73,7 @@ class Inventory:
 EMPTY_INVENTORY = Inventory(gpus={}, migs={})
 
 
-@functools.lru_cache(maxsize=65_536)  # pure; a node's IDs repeat every sample (bounded cache)
+@live_memo()  # pure; a node's IDs repeat every sample (kept while asked for: streams.core.memo)
 def parse_device_id(raw: str) -> DeviceId:
     """Split a kubelet device ID into base device and replica (split on the first ``::``)."""
     base, sep, rest = raw.partition("::")

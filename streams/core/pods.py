@@ -13,7 +13,6 @@ that node's pod records or pod list arrive, for the names that changed or fell d
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from contract.outputs import Holder, Workload
 from contract.records import fast_init, replace
 from streams.core.attribution import PodIdentity
 from streams.core.lifetimes import HISTORY_MS, life_forgotten
+from streams.core.memo import live_memo
 
 LIVES_MAX = 8
 #: How long a gone life is remembered: as long as the slot holders keep their as-of history, so
@@ -176,9 +176,10 @@ def _identity(life: PodLife) -> PodIdentity:
     return _resolved(life.uid, wl.kind, wl.name) if wl else _resolved(life.uid, None, None)
 
 
-#: pure in its (hashable) arguments: bounded, never stale. A holder is resolved on every sample
-#: of its device; the identity is made once per pod (sized for a worker's pods at saturation)
-@functools.lru_cache(maxsize=65_536)
+#: pure in its (hashable) arguments, never stale. A holder is resolved on every sample of its
+#: device; the identity is made once per pod and kept while the pod is asked for (streams.core.memo:
+#: by what is live, not by every pod the node has run)
+@live_memo()
 def _resolved(uid: str, kind: str | None, name: str | None) -> PodIdentity:
     workload = Workload(kind, name) if kind is not None and name is not None else None
     return PodIdentity(uid, "resolved", workload)

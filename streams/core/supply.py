@@ -30,7 +30,6 @@ node's records never go back in time.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -39,6 +38,7 @@ from contract.outputs import Holder, Workload
 from contract.records import fast_init, replace
 from streams.core import replays
 from streams.core.episodes import Episode, HolderId, same_holders
+from streams.core.memo import live_memo
 
 #: emissions remembered per node (more than happen between two commits of a partition, as a
 #: rule; under a storm of rebalances a partition can go uncommitted for much longer, and then
@@ -113,11 +113,10 @@ def node_supply(product: str | None, devices: Iterable[AllocatedDevice]) -> Supp
     return {r: tuple(sorted(ds, key=lambda d: d.device_uuid)) for r, ds in sorted(grouped.items())}
 
 
-#: pure in its (hashable) arguments: bounded, never stale. Sized for one entry per device of a
-#: worker at saturation (~13k devices, docs/BENCHMARKS.md) and a little churn: a device's past
-#: states (holders, idle episodes) are never asked for again, and kept they were most of the
-#: memo (24k entries for 10k devices at twice this size; 294 more misses of 102k at 12k)
-@functools.lru_cache(maxsize=16_384)
+#: pure in its (hashable) arguments, never stale. A device's past states (holders, idle
+#: episodes) are never asked for again: kept only while asked for (streams.core.memo), so the
+#: memo holds about one entry per live device, whatever the worker's size
+@live_memo()
 def _device_supply(
     product: str | None, device: AllocatedDevice
 ) -> tuple[tuple[str, SupplyDevice], ...]:

@@ -45,16 +45,15 @@ from typing import Any, Protocol
 
 from aiokafka.partitioner import DefaultPartitioner
 
+from streams.core.memo import live_memo
 from streams.worker import selfmetrics
 
 log = logging.getLogger(__name__)
 
-#: keys remembered with their partition (devices, nodes, pools: bounded by what is live; alert
-#: ids come and go and fall out)
-PARTITION_MEMO = 1 << 16
 
-
-@functools.lru_cache(maxsize=PARTITION_MEMO)
+#: keys remembered with their partition while they are produced (devices, nodes, pools); alert
+#: ids come and go and fall out (streams.core.memo: by what is live, not by every key seen)
+@live_memo()
 def partition_of(key: bytes, partitions: tuple[int, ...]) -> int:
     """The partition the producer's partitioner picks for ``key`` (pure: murmur2 of the key)."""
     return int(DefaultPartitioner()(key, list(partitions), list(partitions)))
@@ -105,9 +104,9 @@ class Outbox:
         producer: Callable[[], BatchProducer],
         crash: Callable[[BaseException], None],
         *,
-        max_records: int = 2048,
-        max_bytes: int = 1 << 20,
-        linger_s: float = 0.01,
+        max_records: int,
+        max_bytes: int,
+        linger_s: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if max_records < 1 or max_bytes < 1:

@@ -1,0 +1,90 @@
+"""The live memo: the same results as the function, and held keys bounded by what is asked for
+(the live set plus recent churn), never by every key ever seen."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.core.memo import LiveMemo, live_memo
+
+
+def _counting() -> tuple[LiveMemo[[int], int], list[int]]:
+    calls: list[int] = []
+
+    def square(x: int) -> int:
+        calls.append(x)
+        return x * x
+
+    return LiveMemo(square, 4, 8), calls
+
+
+def test_results_are_the_functions_and_a_repeat_is_not_recomputed() -> None:
+    memo, calls = _counting()
+    assert [memo(x) for x in (3, 4, 3, 3, 4)] == [9, 16, 9, 9, 16]
+    assert calls == [3, 4]
+
+
+def test_a_live_set_asked_for_every_round_is_computed_once_however_long_it_runs() -> None:
+    memo, calls = _counting()
+    live = range(50)
+    for _ in range(200):  # 10,000 calls: many generations
+        for x in live:
+            memo(x)
+    assert sorted(calls) == list(live)
+    assert memo.size() == 50
+
+
+def test_churn_is_dropped_keys_held_stay_bounded_by_the_live_set_and_recent_churn() -> None:
+    """A live set of 50 asked every round, plus 5 new keys per round that are never asked for
+    again (pods that come and go): after 2,000 rounds (10,000 keys seen) the memo holds the live
+    set and a few generations of churn, not the history."""
+    memo, calls = _counting()
+    live = list(range(50))
+    fresh = 1_000
+    peak = 0
+    for _ in range(2_000):
+        for x in live:
+            memo(x)
+        for _ in range(5):
+            memo(fresh)
+            fresh += 1
+        peak = max(peak, memo.size())
+    # a generation lasts 4x the previous one's entries in calls: at most ~4 rounds of 55 calls
+    # per generation here, so at most about two generations' churn (2 x 4 x 5) besides the 50
+    assert peak <= 50 + 2 * 4 * 5 * 2
+    assert fresh - 1_000 == 10_000
+    assert sorted(c for c in calls if c < 1_000) == live  # the live set never recomputed
+
+
+def test_an_entry_survives_one_full_generation_after_its_last_use() -> None:
+    memo, calls = _counting()  # factor 4, floor 8: the first generation is 32 calls
+    memo(-1)
+    for x in range(31):  # the rest of the first generation, all new keys
+        memo(x)
+    memo(-1)  # now in the previous generation: found, carried over, not recomputed
+    assert calls.count(-1) == 1
+
+
+def test_keyword_arguments_are_refused_not_silently_keyed_apart() -> None:
+    @live_memo()
+    def add(a: int, b: int = 0) -> int:
+        return a + b
+
+    assert add(1, 2) == 3
+    with pytest.raises(TypeError):
+        add(1, b=2)
+
+
+def test_clear_empties_both_generations() -> None:
+    memo, calls = _counting()
+    memo(2)
+    memo.clear()
+    assert memo.size() == 0
+    memo(2)
+    assert calls == [2, 2]
+
+
+@pytest.mark.parametrize(("factor", "floor"), [(0, 8), (4, 0)])
+def test_a_memo_that_could_not_hold_anything_is_refused(factor: int, floor: int) -> None:
+    with pytest.raises(ValueError):
+        LiveMemo(abs, factor, floor)
