@@ -555,7 +555,7 @@ def _holding(
 #: same is kept in its frame (streams.core.deviceframe), per live device; this memo only serves
 #: the joins a frame does not hold yet (a node's supply and spine events between a change and
 #: the device's next sample), and keeps an entry only while it is asked for (streams.core.memo)
-@live_memo()
+@live_memo(4_096)
 def _plugin_holding(
     rows: tuple[DeviceAssignment, ...],
     who: tuple[PodIdentity, ...],

@@ -73,7 +73,7 @@ class Inventory:
 EMPTY_INVENTORY = Inventory(gpus={}, migs={})
 
 
-@live_memo()  # pure; a node's IDs repeat every sample (kept while asked for: streams.core.memo)
+@live_memo(65_536)  # pure; a node's IDs repeat every sample (kept while asked for)
 def parse_device_id(raw: str) -> DeviceId:
     """Split a kubelet device ID into base device and replica (split on the first ``::``)."""
     base, sep, rest = raw.partition("::")

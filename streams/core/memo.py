@@ -14,6 +14,12 @@ generation after its last use, a live key asked for about once per round is kept
 ``factor`` exceeds the calls per live key per round, and what is held is the keys asked for in
 the last two generations: the live set plus the churn of a few rounds, never the history.
 
+Calls alone cannot tell a large live set still in its first round from keys never asked for
+again (both are all misses), and a memo whose calls are mostly such keys would lengthen its
+generations without end. ``maxsize`` is the hard bound, as an LRU's cap was: when the two
+generations hold that many entries, the generation turns at once (the previous one dropped). So
+a memo never holds more than an LRU of the same cap, and on a churning cluster much less.
+
 Only for pure functions of hashable, positional arguments: a result is never stale, a dropped one
 is recomputed the same.
 """
@@ -32,14 +38,15 @@ _MISSING: object = object()
 class LiveMemo(Generic[P, R]):
     """A pure function, memoised over the keys asked for in its last two generations."""
 
-    __slots__ = ("__wrapped__", "_current", "_left", "_previous", "factor", "floor")
+    __slots__ = ("__wrapped__", "_current", "_left", "_previous", "factor", "floor", "maxsize")
 
-    def __init__(self, fn: Callable[P, R], factor: int, floor: int) -> None:
-        if factor < 1 or floor < 1:
-            raise ValueError("a live memo wants factor >= 1 and floor >= 1")
+    def __init__(self, fn: Callable[P, R], factor: int, floor: int, maxsize: int) -> None:
+        if factor < 1 or floor < 1 or maxsize < 1:
+            raise ValueError("a live memo wants factor, floor and maxsize of at least 1")
         self.__wrapped__ = fn
         self.factor = factor
         self.floor = floor
+        self.maxsize = maxsize
         self._current: dict[object, R] = {}
         self._previous: dict[object, R] = {}
         self._left = factor * floor
@@ -56,6 +63,9 @@ class LiveMemo(Generic[P, R]):
             return found  # type: ignore[return-value]
         found = self._previous.get(args, _MISSING)
         result: R = self.__wrapped__(*args, **kwargs) if found is _MISSING else found  # type: ignore[assignment]
+        if len(current) + len(self._previous) >= self.maxsize:
+            self._rotate()
+            current = self._current
         current[args] = result
         return result
 
@@ -74,10 +84,12 @@ class LiveMemo(Generic[P, R]):
         self._left = self.factor * self.floor
 
 
-def live_memo(*, factor: int = 4, floor: int = 1024) -> Callable[[Callable[P, R]], LiveMemo[P, R]]:
-    """Decorate a pure function with a :class:`LiveMemo`."""
+def live_memo(
+    maxsize: int, *, factor: int = 4, floor: int = 1024
+) -> Callable[[Callable[P, R]], LiveMemo[P, R]]:
+    """Decorate a pure function with a :class:`LiveMemo` of at most ``maxsize`` entries."""
 
     def wrap(fn: Callable[P, R]) -> LiveMemo[P, R]:
-        return LiveMemo(fn, factor, floor)
+        return LiveMemo(fn, factor, floor, maxsize)
 
     return wrap

@@ -179,7 +179,7 @@ def _identity(life: PodLife) -> PodIdentity:
 #: pure in its (hashable) arguments, never stale. A holder is resolved on every sample of its
 #: device; the identity is made once per pod and kept while the pod is asked for (streams.core.memo:
 #: by what is live, not by every pod the node has run)
-@live_memo()
+@live_memo(65_536)
 def _resolved(uid: str, kind: str | None, name: str | None) -> PodIdentity:
     workload = Workload(kind, name) if kind is not None and name is not None else None
     return PodIdentity(uid, "resolved", workload)

@@ -116,7 +116,7 @@ def node_supply(product: str | None, devices: Iterable[AllocatedDevice]) -> Supp
 #: pure in its (hashable) arguments, never stale. A device's past states (holders, idle
 #: episodes) are never asked for again: kept only while asked for (streams.core.memo), so the
 #: memo holds about one entry per live device, whatever the worker's size
-@live_memo()
+@live_memo(16_384)
 def _device_supply(
     product: str | None, device: AllocatedDevice
 ) -> tuple[tuple[str, SupplyDevice], ...]:

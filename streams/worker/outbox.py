@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 #: keys remembered with their partition while they are produced (devices, nodes, pools); alert
 #: ids come and go and fall out (streams.core.memo: by what is live, not by every key seen)
-@live_memo()
+@live_memo(1 << 16)
 def partition_of(key: bytes, partitions: tuple[int, ...]) -> int:
     """The partition the producer's partitioner picks for ``key`` (pure: murmur2 of the key)."""
     return int(DefaultPartitioner()(key, list(partitions), list(partitions)))

@@ -15,7 +15,7 @@ def _counting() -> tuple[LiveMemo[[int], int], list[int]]:
         calls.append(x)
         return x * x
 
-    return LiveMemo(square, 4, 8), calls
+    return LiveMemo(square, 4, 8, 10_000), calls
 
 
 def test_results_are_the_functions_and_a_repeat_is_not_recomputed() -> None:
@@ -66,7 +66,7 @@ def test_an_entry_survives_one_full_generation_after_its_last_use() -> None:
 
 
 def test_keyword_arguments_are_refused_not_silently_keyed_apart() -> None:
-    @live_memo()
+    @live_memo(16)
     def add(a: int, b: int = 0) -> int:
         return a + b
 
@@ -84,7 +84,36 @@ def test_clear_empties_both_generations() -> None:
     assert calls == [2, 2]
 
 
-@pytest.mark.parametrize(("factor", "floor"), [(0, 8), (4, 0)])
-def test_a_memo_that_could_not_hold_anything_is_refused(factor: int, floor: int) -> None:
-    with pytest.raises(ValueError):
-        LiveMemo(abs, factor, floor)
+def test_keys_never_asked_again_stay_within_maxsize_however_many() -> None:
+    """Keys asked once each (all misses) would lengthen the generations without end: the hard
+    bound turns the generation at ``maxsize`` entries, so the memo never holds more."""
+    memo = LiveMemo(lambda x: x, 4, 8, 100)
+    peak = 0
+    for x in range(100_000):
+        memo(x)
+        peak = max(peak, memo.size())
+    assert peak <= 100
+    assert memo(99_999) == 99_999
+
+
+def test_a_live_set_within_maxsize_keeps_its_hits_beside_unbounded_churn() -> None:
+    memo, calls = _counting()
+    memo.maxsize = 200
+    fresh = 1_000
+    for _ in range(1_000):
+        for x in range(30):
+            memo(x)
+        for _ in range(40):  # more new keys than live ones each round
+            memo(fresh)
+            fresh += 1
+        assert memo.size() <= 200
+    recomputed = [c for c in calls if c < 1_000]
+    assert len(recomputed) < 30 * 50  # mostly hits, though the churn turns generations often
+
+
+@pytest.mark.parametrize(("factor", "floor", "maxsize"), [(0, 8, 9), (4, 0, 9), (4, 8, 0)])
+def test_a_memo_that_could_not_hold_anything_is_refused(
+    factor: int, floor: int, maxsize: int
+) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        LiveMemo(abs, factor, floor, maxsize)
