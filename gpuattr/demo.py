@@ -17,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
+import aiohttp
 import orjson
 from aiokafka import AIOKafkaConsumer
 from rich.console import Console
@@ -57,6 +58,10 @@ DEMO_SPINE = {
     "GPUATTR_SPINE_NODE_TTL_S": "60",
 }
 DEMO_TICK_S = 2.0
+#: how long the scenario waits for its roles to start (a busy 2-core box: ~10-30 s), and how often
+#: it looks
+READY_TIMEOUT_S = 120.0
+READY_POLL_S = 0.2
 
 
 async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, title: str) -> int:
@@ -120,6 +125,42 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
     return count
 
 
+async def _roles_ready(sim: SimulatedCluster, api: str, children: list[Child]) -> str | None:
+    """Wait until every node's agent has read its kubelet and the worker owns its partitions
+    (``/readyz``); ``None`` then, else what is missing after :data:`READY_TIMEOUT_S` or once a
+    role has exited."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    worker = False
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+        while True:
+            if not worker:
+                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                    async with session.get(f"{api}/readyz") as resp:
+                        worker = resp.status == 200
+            polled = sim.polled()
+            if worker and polled:
+                return None
+            gone = [c.name for c in children if not c.running]
+            if gone or time.monotonic() > deadline:
+                missing = [] if worker else ["the worker owns no partition yet"]
+                missing += [] if polled else ["an agent has not read its kubelet yet"]
+                missing += [f"{name} exited" for name in gone]
+                return "; ".join(missing)
+            await asyncio.sleep(READY_POLL_S)
+
+
+async def _start_when_ready(sim: SimulatedCluster, api: str, children: list[Child]) -> None:
+    """The scenario's clock starts once every role is up, so a role that starts slowly (a busy
+    machine) does not miss the scenario's opening seconds: its story — who waits from 5 s, which
+    GPUs idle from the start — is told as written. A role still not up after the bound starts it
+    anyway, said on stderr."""
+    print("demo: waiting for the worker and every agent to start", file=sys.stderr)
+    missing = await _roles_ready(sim, api, children)
+    if missing:
+        print(f"demo: starting the scenario anyway: {missing}", file=sys.stderr)
+    sim.clock.start()
+
+
 async def run_demo(
     kafka: KafkaSettings,
     scenario_name: str,
@@ -178,7 +219,7 @@ async def run_demo(
                 await create_acls(kafka.bootstrap, every, **client_options(kafka))
                 print(f"demo: one Kafka user per role, {len(every)} ACLs", file=sys.stderr)
             sim = await stack.enter_async_context(
-                SimulatedCluster(scenario, root / "sim", ScenarioClock(speed))
+                SimulatedCluster(scenario, root / "sim", ScenarioClock(speed), hold_clock=True)
             )
             children = [
                 Child(
@@ -226,6 +267,7 @@ async def run_demo(
             for child in children:
                 await child.start()
                 stack.push_async_callback(child.stop)
+            await _start_when_ready(sim, api, children)
             deadline = None if duration_s is None else time.monotonic() + duration_s
             title = f"gpuattr demo · scenario {scenario.name} · API {api} · logs in {root}"
             try:

@@ -105,7 +105,12 @@ class SimulatedCluster:
         api_port: int = 0,
         exporter_port_base: int = 0,
         advertise: str | None = None,
+        hold_clock: bool = False,
     ) -> None:
+        """``hold_clock``: the scenario stays at its first instant once the doubles serve, until
+        the caller starts ``clock`` (the demo does once every role is up: a role that starts
+        slowly must not miss the scenario's opening seconds)."""
+        self.hold_clock = hold_clock
         self.host = host
         self.api_port = api_port
         self.exporter_port_base = exporter_port_base
@@ -188,11 +193,16 @@ class SimulatedCluster:
             # the port its exporter pod names: a port nobody listens on for an exporter "down"
             self.exporter_ports[node] = exporter.port if spec.exporter != "down" else closed_port()
             self.inventory_file(node).write_bytes(orjson.dumps(self.cluster.inventory(node)))
-        self.clock.start()
+        if not self.hold_clock:
+            self.clock.start()
         if any(n.operator is not None or n.exporter_restarts for n in self.scenario.nodes):
             await self._sync_exporters()
             follow = asyncio.create_task(self._exporters_follow_scenario(), name="sim-exporters")
             self._stack.push_async_callback(_cancel, follow)
+
+    def polled(self) -> bool:
+        """Every node's kubelet double has been listed at least once: an agent reads each node."""
+        return all(k.list_calls > 0 for k in self.kubelets.values())
 
     async def stop(self) -> None:
         await self._stack.aclose()
