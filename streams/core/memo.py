@@ -7,18 +7,20 @@ devices and pods, each asked for at least once per scrape round; what matters is
 no longer asked for, however many keys were ever seen.
 
 :class:`LiveMemo` keeps two generations. A call finds its result in the current generation, or in
-the previous one (and carries it over), or computes it. After ``factor`` times as many calls as
-the previous generation had entries (at least ``factor * floor``), the current generation becomes
-the previous one and the old previous one is dropped. So an entry survives at least one full
-generation after its last use, a live key asked for about once per round is kept as long as
-``factor`` exceeds the calls per live key per round, and what is held is the keys asked for in
-the last two generations: the live set plus the churn of a few rounds, never the history.
+the previous one (and moves it over: a key is in one generation only), or computes it. After
+``factor`` times as many calls as the previous generation had entries (at least
+``factor * floor``), the current generation becomes the previous one and the old previous one
+is dropped. So an entry survives at least one full generation after its last use, a live key
+asked for about once per round is kept as long as ``factor`` exceeds the calls per live key per
+round, and what is held is the keys asked for in the last two generations: the live set plus the
+churn of a few rounds, never the history.
 
 Calls alone cannot tell a large live set still in its first round from keys never asked for
 again (both are all misses), and a memo whose calls are mostly such keys would lengthen its
 generations without end. ``maxsize`` is the hard bound, as an LRU's cap was: when the two
-generations hold that many entries, the generation turns at once (the previous one dropped). So
-a memo never holds more than an LRU of the same cap, and on a churning cluster much less.
+generations hold that many keys, the generation turns at once (the previous one dropped). So a
+memo never holds more than an LRU of the same cap (a live set up to the cap fits), and on a
+churning cluster much less.
 
 Only for pure functions of hashable, positional arguments: a result is never stale, a dropped one
 is recomputed the same.
@@ -61,7 +63,7 @@ class LiveMemo(Generic[P, R]):
         found = current.get(args, _MISSING)
         if found is not _MISSING:
             return found  # type: ignore[return-value]
-        found = self._previous.get(args, _MISSING)
+        found = self._previous.pop(args, _MISSING)
         result: R = self.__wrapped__(*args, **kwargs) if found is _MISSING else found  # type: ignore[assignment]
         if len(current) + len(self._previous) >= self.maxsize:
             self._rotate()
@@ -75,8 +77,8 @@ class LiveMemo(Generic[P, R]):
         self._left = self.factor * max(len(self._previous), self.floor)
 
     def size(self) -> int:
-        """Distinct keys held (both generations): what the memo costs in memory."""
-        return len(self._current.keys() | self._previous.keys())
+        """Keys held (both generations, apart): what the memo costs in memory."""
+        return len(self._current) + len(self._previous)
 
     def clear(self) -> None:
         self._current = {}

@@ -111,6 +111,23 @@ def test_a_live_set_within_maxsize_keeps_its_hits_beside_unbounded_churn() -> No
     assert len(recomputed) < 30 * 50  # mostly hits, though the churn turns generations often
 
 
+def test_a_live_set_as_large_as_maxsize_fits_and_is_not_recomputed() -> None:
+    """A key carried over to the current generation leaves the previous one, so a live set of
+    up to ``maxsize`` keys fits (counted twice, one half the size would turn the generation
+    early and drop live keys, round after round)."""
+    memo, calls = _counting()
+    memo.maxsize = 1_000
+    for _ in range(3):  # the first rounds: generations still growing to the live set's size
+        for x in range(900):
+            memo(x)
+    calls.clear()
+    for _ in range(20):
+        for x in range(900):
+            memo(x)
+        assert memo.size() <= 1_000
+    assert calls == []
+
+
 @pytest.mark.parametrize(("factor", "floor", "maxsize"), [(0, 8, 9), (4, 0, 9), (4, 8, 0)])
 def test_a_memo_that_could_not_hold_anything_is_refused(
     factor: int, floor: int, maxsize: int
