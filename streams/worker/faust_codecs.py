@@ -73,12 +73,17 @@ class RecordTable(faust.Table):  # type: ignore[misc]
     # call per read cost more than the lookup (about 19 reads per GPU sample). Writes still send
     # their changelog record first (on_key_set / on_key_del). Another store: Faust's own path.
 
+    # The first access finds the dict; from then on ``get`` (most reads) is the dict's own bound
+    # method, set on the instance: no Python frame per read.
+
     def _dict(self) -> Any:
         fast = self.__dict__.get("_fast_dict")
         if fast is None:
             store = self.data
             fast = store.data if isinstance(store, MemoryStore) else False
             self.__dict__["_fast_dict"] = fast
+            if fast is not False:
+                self.__dict__["get"] = fast.get
         return fast
 
     def get(self, key: Any, default: Any = None) -> Any:
