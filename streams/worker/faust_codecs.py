@@ -80,10 +80,12 @@ class RecordTable(faust.Table):  # type: ignore[misc]
         fast = self.__dict__.get("_fast_dict")
         if fast is None:
             store = self.data
-            fast = store.data if isinstance(store, MemoryStore) else False
+            if isinstance(store, MemoryStore):
+                fast = store.data
+                self.__dict__["get"] = store.data.get
+            else:
+                fast = False
             self.__dict__["_fast_dict"] = fast
-            if fast is not False:
-                self.__dict__["get"] = fast.get
         return fast
 
     def get(self, key: Any, default: Any = None) -> Any:

@@ -137,6 +137,11 @@ class Consumer(driver.Consumer):  # type: ignore[misc]
             raise
         if started.done:
             _close(coros[1:])
+            # one turn of the loop, as Faust's tasks gave: the stream's agent takes the event
+            # before the fetcher hands over the next. Without it the fetcher filled the stream's
+            # buffer up to its high-water mark, Faust paused the partition, and a fetch already
+            # under way without it waited out its timeout (1 s stalls, several a minute)
+            await asyncio.sleep(0)
             if self._stopped.is_set() or self._crashed.is_set():
                 return WaitResults([], [], True)
             return WaitResults([first], [started.result], False)
