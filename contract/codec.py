@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from contract import delivery, inputs, outputs
+from contract import delivery, inputs, interning, outputs
 from contract.records import fast_init
 
 #: what every payload this codec writes begins with: its kind and version, read without parsing
@@ -92,6 +92,7 @@ class Codec:
         self,
         *tables: KindTable,
         shared: Mapping[type[Any], tuple[type[Any], ...]] | None = None,
+        interned: tuple[type[Any], ...] = (),
     ) -> None:
         self.registry: Mapping[str, RecordType] = _registry(tables)
         self._by_class: Mapping[type[Any], RecordType] = {
@@ -103,6 +104,11 @@ class Codec:
             rt.cls: msgspec.json.Decoder(rt.cls, strict=False) for rt in self.registry.values()
         }
         self._encoder = msgspec.json.Encoder()
+        # the record types whose strings are interned once decoded (contract.interning); the
+        # plans, like the decoders, are made here: a type they cannot follow fails at import
+        self._interners = {
+            cls: plan for cls in interned if (plan := interning.interner(cls)) is not None
+        }
         self._shared = {cls: frozenset(types) for cls, types in (shared or {}).items()}
         # per record type that shares: the objects' JSON, by identity
         self._fragments: dict[type[Any], dict[int, tuple[object, orjson.Fragment]]] = {
@@ -183,15 +189,17 @@ class Codec:
             readable = ", ".join(f"v{v}" for v in sorted(rt.reads))
             raise DecodeError(f"{kind} v{version!r} is not supported (this build reads {readable})")
         try:
-            return self._decoders[rt.cls].decode(data)
+            record = self._decoders[rt.cls].decode(data)
         except msgspec.ValidationError as exc:
             raise DecodeError(f"{kind} v{version}: {exc}") from None
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # invalid UTF-8 in a string
             raise DecodeError(f"not JSON: {exc}") from None
+        intern = self._interners.get(rt.cls)
+        return record if intern is None else intern(record)
 
 
 #: every record on every topic: agents' inputs, the worker's outputs, the sink's failures
-WIRE = Codec(inputs.KINDS, outputs.KINDS, delivery.KINDS)
+WIRE = Codec(inputs.KINDS, outputs.KINDS, delivery.KINDS, interned=inputs.KEPT)
 REGISTRY = WIRE.registry
 kind_of = WIRE.kind_of
 encode = WIRE.encode

@@ -7,6 +7,7 @@ devices of their own and their utilization comes from the profiling field, never
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -312,8 +313,9 @@ def _exporter_view(
         )
         verdict = "wrong-claim"
     elif not claims:
-        reason = "exporter credited no pod" + (
-            f" although {len(holding)} pod(s) hold slots" if holding else ""
+        reason = sys.intern(  # one object per wording, not one per device
+            "exporter credited no pod"
+            + (f" although {len(holding)} pod(s) hold slots" if holding else "")
         )
         trusted, verdict = not holding, "uncredited" if holding else "trusted"
     elif state == "shared" and len(holding) > 1:
@@ -582,7 +584,7 @@ def _held(
     shares = account(held) if accounted else _NOT_ACCOUNTED
     holders = _holders(rows, held, shares)
     tenants = len({(a.namespace, a.pod) for a in rows})
-    names = tuple(sorted({f"{h.namespace}/{h.pod}" for h in holders}))
+    names = tuple(sorted({sys.intern(f"{h.namespace}/{h.pod}") for h in holders}))
     return Holding(rows, observers, decision, holders, shares.pods, tenants, names)
 
 

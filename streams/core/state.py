@@ -46,4 +46,6 @@ TABLE_CODEC = Codec(
     # states that keep what they emitted and are written on every change: the emitted records'
     # JSON is made once per record, not again in every value that still holds it
     shared={ResourceDemand: (PoolDemand, Alert), NodeSupplyState: (inputs.NodeSupply,)},
+    # what a worker recovers from its changelogs is its whole state: one copy of each string
+    interned=(*inputs.KEPT, *(kind[0] for kind in KINDS.values())),
 )
