@@ -73,18 +73,11 @@ class RecordTable(faust.Table):  # type: ignore[misc]
     # call per read cost more than the lookup (about 19 reads per GPU sample). Writes still send
     # their changelog record first (on_key_set / on_key_del). Another store: Faust's own path.
 
-    # The first access finds the dict; from then on ``get`` (most reads) is the dict's own bound
-    # method, set on the instance: no Python frame per read.
-
     def _dict(self) -> Any:
         fast = self.__dict__.get("_fast_dict")
         if fast is None:
             store = self.data
-            if isinstance(store, MemoryStore):
-                fast = store.data
-                self.__dict__["get"] = store.data.get
-            else:
-                fast = False
+            fast = store.data if isinstance(store, MemoryStore) else False
             self.__dict__["_fast_dict"] = fast
         return fast
 

@@ -62,12 +62,3 @@ def test_the_fast_path_is_the_memory_stores_own_dict(table: Any) -> None:
     assert table.data.data == {"n2": NodeRecord("n2", 1, ())}
     table.data.data.clear()  # what recovery's clear does: the same dict, emptied
     assert table.get("n2") is None
-
-
-def test_reads_after_the_first_are_the_store_dicts_own_get(table: Any) -> None:
-    assert table.get("n3") is None  # the first access finds the store's dict
-    assert table.get.__self__ is table.data.data  # a bound dict method: no Python frame
-    table["n3"] = NodeRecord("n3", 1, ())
-    assert table.get("n3") == NodeRecord("n3", 1, ())
-    table.data.data.clear()  # recovery empties the same dict: reads see it
-    assert table.get("n3", "none") == "none"
