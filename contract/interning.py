@@ -51,8 +51,11 @@ def interner(cls: type[Any]) -> Intern | None:
 def _record_plan(cls: type[Any]) -> Intern | None:
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"interning: {cls.__name__} is not a dataclass")
+    fields = dataclasses.fields(cls)
+    if any(f.kw_only or not f.init for f in fields):  # the rebuild passes every field in order
+        raise TypeError(f"interning: {cls.__name__} has keyword-only or non-init fields")
     hints = typing.get_type_hints(cls)
-    steps = [(f.name, _plan(hints[f.name])) for f in dataclasses.fields(cls)]
+    steps = [(f.name, _plan(hints[f.name])) for f in fields]
     if all(step is None for _, step in steps):
         return None
     # generated once per type (as contract.records.fast_init does): each field read by name and

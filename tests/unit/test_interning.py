@@ -114,3 +114,13 @@ class _Unplanned:
 def test_a_type_it_cannot_follow_is_refused_when_planned() -> None:
     with pytest.raises(TypeError, match="no plan"):
         interner(_Unplanned)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _KeywordOnly:
+    name: str
+
+
+def test_a_type_it_could_not_rebuild_in_order_is_refused() -> None:
+    with pytest.raises(TypeError, match="keyword-only"):
+        interner(_KeywordOnly)
