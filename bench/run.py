@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from aiokafka import AIOKafkaConsumer
 from bench import kafka_io
 from bench.fleet import UtilTrace, fleet, sample_count, scrape, setup, stream
 from contract import codec
+from contract.inputs import InputRecord, PodRecord
 from contract.outputs import AttributionEvent
 from contract.topics import TABLES
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
@@ -40,6 +41,7 @@ from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
 from infra.settings import KafkaSettings
 from infra.topics import topic_specs
+from streams.core.lifetimes import HISTORY_MS
 from streams.core.processor import Processor, Tables
 
 PARTITIONS = 8
@@ -258,6 +260,57 @@ async def rss_at_scale(
     }
 
 
+#: the churn row's scrape interval (DCGM's default): event time passes 6x faster per record
+CHURN_INTERVAL_MS = 30_000
+
+
+def churn_stream(nodes: int, intervals: int) -> Iterator[InputRecord]:
+    """The churn row's stream: the bench fleet with its first device's pods replaced on every
+    node at every scrape, scraped every 30 s of event time."""
+    return stream(
+        nodes, intervals, start_ms=1_700_000_000_000, interval_ms=CHURN_INTERVAL_MS, churn_every=1
+    )
+
+
+async def rss_with_churn(
+    bootstrap: str, nodes: int, intervals: int, workdir: Path, timeout_s: float = 900
+) -> dict[str, float]:
+    """Is the worker's memory bounded by what is live on a churning cluster? One worker reads a
+    fleet whose first device changes hands at every scrape (pods deleted, new pods, a
+    PodResources diff), for event time several times the pods' remembered history
+    (:data:`streams.core.lifetimes.HISTORY_MS`): its RSS is read when half its attribution events
+    are out and again at the end. The live set is the same at both reads, the lifecycles behind it
+    twice as many: the growth per 1,000 pod lifecycles between them is what history costs."""
+    kafka = await prepared(bootstrap, "c")
+    events = attribution_events(churn_stream(nodes, intervals))
+    lifecycles = sum(
+        1 for r in churn_stream(nodes, intervals) if isinstance(r, PodRecord) and r.deleted
+    )
+    await kafka_io.produce(bootstrap, kafka.topic("node-events"), churn_stream(nodes, intervals))
+    [child] = worker_children(kafka, 1, workdir)
+    await child.start()
+    assert child.proc is not None
+    proc = psutil.Process(child.proc.pid)
+    try:
+        topic = kafka.topic("attribution")
+        await kafka_io.wait_count(bootstrap, topic, len(events) // 2, timeout_s=timeout_s)
+        half = proc.memory_info().rss
+        await kafka_io.wait_count(bootstrap, topic, len(events), timeout_s=timeout_s)
+        end = proc.memory_info().rss
+    finally:
+        await child.stop()
+    return {
+        "nodes": nodes,
+        "devices": sample_count(nodes, 1),
+        "pod_lifecycles": lifecycles,
+        "event_minutes": round(intervals * CHURN_INTERVAL_MS / 60_000, 1),
+        "history_minutes": round(HISTORY_MS / 60_000, 1),
+        "rss_half_mib": round(half / 2**20, 1),
+        "rss_end_mib": round(end / 2**20, 1),
+        "mib_per_1k_lifecycles": round((end - half) / 2**20 / (lifecycles / 2) * 1000, 2),
+    }
+
+
 async def latency(
     bootstrap: str, nodes: int, rate: float, seconds: float, workdir: Path
 ) -> dict[str, float]:
@@ -400,6 +453,9 @@ FIGURES = (
     "worker_rss_at_10k.mib_per_1k_devices",
     "worker_rss_at_10k.samples_per_s",
     "worker_rss_at_10k.cpu_us_per_sample",
+    "worker_rss_with_churn.rss_half_mib",
+    "worker_rss_with_churn.rss_end_mib",
+    "worker_rss_with_churn.mib_per_1k_lifecycles",
     "agent_per_node.cpu_cores",
     "agent_per_node.rss_mib",
 )
@@ -475,6 +531,7 @@ async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> di
     big = await rss_at_scale(
         bootstrap, args.rss_devices, args.intervals, one["rss_bytes"], devices, workdir
     )
+    churned = await rss_with_churn(bootstrap, args.churn_nodes, args.churn_intervals, workdir)
     input_rate = sat * one["inputs"] / one["samples"]  # all input records, setup and churn too
     return {
         "fleet": {
@@ -504,6 +561,7 @@ async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> di
         "latency_80pct": lat80,
         "worker_rss_mib": round(one["rss_bytes"] / 2**20, 1),
         "worker_rss_at_10k": big,
+        "worker_rss_with_churn": churned,
         "agent_per_node": agent,
     }
 
@@ -555,6 +613,16 @@ def table(r: dict[str, Any]) -> str:
             f"{r['worker_rss_at_10k']['cpu_us_per_sample']} µs CPU per sample there",
         ),
         (
+            "worker RSS with churn",
+            f"{r['worker_rss_with_churn']['rss_half_mib']} MiB half-way, "
+            f"{r['worker_rss_with_churn']['rss_end_mib']} MiB at the end "
+            f"({r['worker_rss_with_churn']['pod_lifecycles']} pod lifecycles on "
+            f"{r['worker_rss_with_churn']['devices']} devices over "
+            f"{r['worker_rss_with_churn']['event_minutes']} min of event time, history "
+            f"{r['worker_rss_with_churn']['history_minutes']} min): "
+            f"{r['worker_rss_with_churn']['mib_per_1k_lifecycles']} MiB per 1,000 lifecycles",
+        ),
+        (
             "agent per node",
             f"{r['agent_per_node']['cpu_cores']:.3f} cores, "
             f"{r['agent_per_node']['rss_mib']:.0f} MiB RSS",
@@ -573,6 +641,8 @@ if __name__ == "__main__":
     parser.add_argument("--latency-s", type=float, default=20.0)
     parser.add_argument("--agent-s", type=float, default=30.0)
     parser.add_argument("--rss-devices", type=int, default=10_000)
+    parser.add_argument("--churn-nodes", type=int, default=50)
+    parser.add_argument("--churn-intervals", type=int, default=80)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("bench/results.json"))
     args = parser.parse_args()

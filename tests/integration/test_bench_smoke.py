@@ -10,9 +10,10 @@ import orjson
 import pytest
 
 from bench.fleet import fleet, sample_count, stream
-from bench.run import rss_at_scale, throughput
+from bench.run import CHURN_INTERVAL_MS, churn_stream, rss_at_scale, rss_with_churn, throughput
 from contract import codec
-from contract.inputs import DcgmScrape, PodResourcesDiff, PodResourcesSnapshot
+from contract.inputs import DcgmScrape, PodRecord, PodResourcesDiff, PodResourcesSnapshot
+from streams.core.lifetimes import HISTORY_MS
 
 pytestmark = pytest.mark.integration
 
@@ -91,3 +92,25 @@ async def test_rss_is_measured_on_a_fleet_of_the_size_asked(
     # the same run's rate and cost at that size (what sizing by devices per worker reads)
     assert big["samples_per_s"] > 0
     assert big["cpu_us_per_sample"] > 0
+
+
+def test_churn_stream_outlives_the_remembered_history() -> None:
+    """The churn row's fleet hands its first device to new pods at every scrape, for longer
+    than a gone pod is remembered: what the worker holds at its end is the live set."""
+    records = list(churn_stream(4, 30))
+    diffs = [r for r in records if isinstance(r, PodResourcesDiff)]
+    assert len(diffs) == 4 * 30  # every node, every scrape
+    deleted = [r for r in records if isinstance(r, PodRecord) and r.deleted]
+    assert len(deleted) == sum(len(d.removed) for d in diffs) > 0
+    stamps = [r.ts_ms for r in records if isinstance(r, DcgmScrape)]
+    assert max(stamps) - min(stamps) == 29 * CHURN_INTERVAL_MS > HISTORY_MS
+
+
+async def test_rss_with_churn_reads_one_worker_twice(kafka_bootstrap: str, tmp_path: Path) -> None:
+    small = await rss_with_churn(kafka_bootstrap, 2, 24, tmp_path)
+    lifecycles = sum(1 for r in churn_stream(2, 24) if isinstance(r, PodRecord) and r.deleted)
+    assert small["pod_lifecycles"] == lifecycles > 0
+    assert small["devices"] == sample_count(2, 1)
+    assert small["event_minutes"] == 24 * CHURN_INTERVAL_MS / 60_000 > small["history_minutes"]
+    assert small["rss_half_mib"] > 0
+    assert small["rss_end_mib"] > 0
