@@ -260,7 +260,8 @@ async def rss_at_scale(
     }
 
 
-#: the churn row's scrape interval (DCGM's default): event time passes 6x faster per record
+#: the churn row's scrape interval (dcgm-exporter's default; the throughput fleet's is 5 s), so
+#: that its stream covers several times the remembered history in a minute of the worker's time
 CHURN_INTERVAL_MS = 30_000
 
 
