@@ -283,11 +283,10 @@ async def rss_with_churn(
     are out and again at the end. The live set is the same at both reads, the lifecycles behind it
     twice as many: the growth per 1,000 pod lifecycles between them is what history costs."""
     kafka = await prepared(bootstrap, "c")
-    events = attribution_events(churn_stream(nodes, intervals))
-    lifecycles = sum(
-        1 for r in churn_stream(nodes, intervals) if isinstance(r, PodRecord) and r.deleted
-    )
-    await kafka_io.produce(bootstrap, kafka.topic("node-events"), churn_stream(nodes, intervals))
+    records = list(churn_stream(nodes, intervals))  # made once: counted, joined, produced
+    events = attribution_events(records)
+    lifecycles = sum(1 for r in records if isinstance(r, PodRecord) and r.deleted)
+    await kafka_io.produce(bootstrap, kafka.topic("node-events"), records)
     [child] = worker_children(kafka, 1, workdir)
     await child.start()
     assert child.proc is not None
