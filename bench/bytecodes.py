@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,12 +76,19 @@ def count(nodes: int, intervals: int) -> Count:
             ops[code.co_filename.rsplit("/", 1)[-1], code.co_name, code.co_firstlineno] += 1
         return trace
 
+    # the collector off while counting: when it runs depends on what the process allocated
+    # before, and a callback it calls (hypothesis registers one) would be counted as the core's
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
     sys.settrace(trace)
     try:
         for record in measured:
             processor.handle(record)
     finally:
         sys.settrace(None)
+        if enabled:
+            gc.enable()
     return Count(samples, sum(ops.values()), calls[0], dict(ops))
 
 

@@ -37,14 +37,13 @@ from contract.outputs import (
     Usage,
     Workload,
 )
-from contract.records import fast_init, replace
+from contract.records import fast_init
 from infra.settings import AlertSettings
 from streams.core.accounting import Accounting, Held, account, claim_unit, device_id_unit
 from streams.core.dra import ClaimView, DeviceRef, claim_view, split_row
 from streams.core.efficiency import activity
 from streams.core.health import health
 from streams.core.identity import parse_device_id
-from streams.core.memo import live_memo
 from streams.core.sharing import Advertised, NodeSharing, SharingDecision, decide
 
 
@@ -553,11 +552,9 @@ def _holding(
     return _held(tuple(kept), tuple(observers), decision, held, accounted)
 
 
-#: pure in its (hashable) arguments, never stale. A device's holding while its inputs stay the
-#: same is kept in its frame (streams.core.deviceframe), per live device; this memo only serves
-#: the joins a frame does not hold yet (a node's supply and spine events between a change and
-#: the device's next sample), and keeps an entry only while it is asked for (streams.core.memo)
-@live_memo(4_096)
+#: not memoised: a device's holding while its inputs stay the same is kept in its frame
+#: (streams.core.deviceframe), per live device, and a join made again is one whose inputs moved
+#: (a memo of it missed on every call in bench.run's fleet and held ~2 MiB at 10,000 devices)
 def _plugin_holding(
     rows: tuple[DeviceAssignment, ...],
     who: tuple[PodIdentity, ...],
@@ -590,12 +587,6 @@ def _held(
 
 #: no accounting asked for: holders listed without their allocation share
 _NOT_ACCOUNTED = Accounting({}, ())
-
-
-def without_shares(holders: Sequence[Holder]) -> tuple[Holder, ...]:
-    """Holders as :func:`holding` lists them, from an accounted holding's (the same holders,
-    ``allocation_share`` left out)."""
-    return tuple(replace(h, allocation_share=None) for h in holders)
 
 
 def holding(

@@ -25,7 +25,6 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment
-from contract.outputs import Holder
 from contract.records import fast_init, replace
 from streams.core.attribution import (
     DeviceContext,
@@ -35,7 +34,6 @@ from streams.core.attribution import (
     Shape,
     exporter_view,
     shape_of,
-    without_shares,
 )
 from streams.core.holders import NodeDevices, SlotHolders
 from streams.core.pods import PodNames, name_key
@@ -62,8 +60,6 @@ class Frame:
     ctx: DeviceContext
     held: Holding
     annotations: tuple[dict[str, str], ...]  # its holders' pod annotations (alert overrides)
-    #: its holders without the accounting (what a node's supply reads), made on first use
-    shareless: tuple[Holder, ...] | None = None
     #: what its events say of the holding whatever the sample, made on first use
     shape: Shape | None = None
     #: the exporter's word on its last sample (the sample's claims and split fields it was
@@ -201,14 +197,6 @@ class Frames:
         self._frames[node, key] = frame = replace(frame, holder_recs=holders, pod_recs=pods)
         self.hits += 1
         return frame
-
-    def shareless(self, node: str, key: str, frame: Frame) -> tuple[Holder, ...]:
-        """The frame's holders without the accounting, made once per frame."""
-        if frame.shareless is None:
-            frame = replace(frame, shareless=without_shares(frame.held.holders))
-            self._frames[node, key] = frame
-        assert frame.shareless is not None
-        return frame.shareless
 
     def shape(self, node: str, key: str, frame: Frame, is_mig: bool) -> Shape:
         """The frame's :class:`~streams.core.attribution.Shape` for events whose device is

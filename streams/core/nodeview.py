@@ -340,12 +340,14 @@ def device_holders(
     frames: Frames | None = None,
 ) -> tuple[Holder, ...]:
     """The device's holders at ``ts_ms`` as its spine event would list them, without the
-    event (:func:`streams.core.attribution.holding`); from the device's frame when it holds
-    (``frames``: a frame decides MIG as samples do, by the GPU instance)."""
+    event: what a node's supply reads (identities, resources, device IDs, claims). From the
+    device's frame when it holds — its events' holders, allocation shares included, the same
+    tuple while the frame lasts (``frames``: a frame decides MIG as samples do, by the GPU
+    instance); else joined without the accounting (:func:`streams.core.attribution.holding`,
+    ``allocation_share`` ``None``). The supply never reads the share."""
     frame = _joined(t, view, key, facts, ts_ms, frames)
     if frame is not None:
-        assert frames is not None  # a frame came from it
-        return frames.shareless(view.node, key, frame) if frame.rows else ()
+        return frame.held.holders if frame.rows else ()
     rows = holder_rows(t, view, key, ts_ms)
     if not rows:
         return ()  # nobody holds it, or its holders are unknown: no holder to list either way

@@ -152,6 +152,8 @@ class Processor:
         self.life = life or Lifetimes()
         #: what a device's sample events share (a memo, not state; ``None``: joined afresh)
         self.frames: Frames | None = Frames() if frames else None
+        #: what each device of a node supplied at its last supply (a memo, as the frames)
+        self.supplied: supply.Supplied | None = supply.Supplied() if frames else None
         self.spine = Spine(tables, self.life, self._alerts, self._node_gone, self.frames)
         self._idle_moved: set[str] = set()  # nodes whose idle episodes moved in this record
 
@@ -329,6 +331,8 @@ class Processor:
         supplied is withdrawn (its keys go after)."""
         if self.frames is not None:
             self.frames.forget(node)
+        if self.supplied is not None:
+            self.supplied.forget(node)
         old = self.tables.node_stack.get(node)
         alerts = stackalerts.gone(old.broken if old is not None else None, ts_ms, why)
         return [*alerts, *supply.gone(self.tables.node_supply.get(node), node, ts_ms)]
@@ -397,7 +401,11 @@ class Processor:
             )
             for held in self.spine.holding(node, at)
         ]
-        supplies = supply.node_supply(product, devices)
+        supplies = (
+            supply.node_supply(product, devices)
+            if self.supplied is None
+            else self.supplied.node_supply(node, product, devices)
+        )
         taken = by if by is not None else functools.partial(fingerprint, record)
         new, emit = supply.step(old, node, supplies, ts_ms, taken, measured)
         if new is not None:

@@ -39,7 +39,6 @@ from contract.outputs import Holder, Workload
 from contract.records import fast_init, replace
 from streams.core import replays
 from streams.core.episodes import Episode, HolderId, same_holders
-from streams.core.memo import live_memo
 
 #: emissions remembered per node (more than happen between two commits of a partition, as a
 #: rule; under a storm of rebalances a partition can go uncommitted for much longer, and then
@@ -109,22 +108,21 @@ def _slots(holders: Iterable[Holder]) -> int:
 def node_supply(product: str | None, devices: Iterable[AllocatedDevice]) -> Supplies:
     """The node's allocated devices per resource (module docstring); a device held through two
     resources is listed under each, with that resource's holders and slots."""
+    return _grouped(device_supply(product, device) for device in devices)
+
+
+def _grouped(supplied: Iterable[tuple[tuple[str, SupplyDevice], ...]]) -> Supplies:
     grouped: dict[str, list[SupplyDevice]] = {}
-    for device in devices:
-        for resource, supplied in _device_supply(product, device):
-            grouped.setdefault(resource, []).append(supplied)
+    for pairs in supplied:
+        for resource, device in pairs:
+            grouped.setdefault(resource, []).append(device)
     return {r: tuple(sorted(ds, key=lambda d: d.device_uuid)) for r, ds in sorted(grouped.items())}
 
 
-#: pure in its (hashable) arguments, never stale. A device's past states (holders, idle
-#: episodes) are never asked for again: kept only while asked for (streams.core.memo), so the
-#: memo holds about one entry per live device, whatever the worker's size
-@live_memo(16_384)
-def _device_supply(
+def device_supply(
     product: str | None, device: AllocatedDevice
 ) -> tuple[tuple[str, SupplyDevice], ...]:
-    """What one held device supplies, per resource its holders hold it through: decided once
-    per distinct device (holders, reading, idle episode), not on every change of its node."""
+    """What one held device supplies, per resource its holders hold it through."""
     since = idle_since(device)
     by_resource: dict[str, list[Holder]] = {}
     for h in device.holders:
@@ -145,6 +143,58 @@ def _device_supply(
         )
         for resource, holders in by_resource.items()
     )
+
+
+#: one device's entry in :class:`Supplied`: the node's product, the device as it was described,
+#: what it supplied then
+_Kept = tuple[str | None, AllocatedDevice, tuple[tuple[str, SupplyDevice], ...]]
+
+
+class Supplied:
+    """What each device of a node supplied at the node's last supply, so that the next one
+    decides again only the devices that changed — their holders, reading, idle episode or
+    profile, or the node's product. A device is compared with its entry by value, holder tuple
+    first by identity: the holders of a device whose frame holds
+    (:mod:`streams.core.deviceframe`) are the same tuple from one supply to the next, so an
+    unchanged device costs a comparison, not a hash of its holders.
+
+    A memo, not state: bounded by what is live (each node keeps the devices of its last supply
+    only, replaced whole every time; a node that leaves is forgotten), recomputable, and no
+    output depends on whether it hit. A restarted worker starts without it."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, dict[str, _Kept]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        """Devices kept, over every node."""
+        return sum(map(len, self._nodes.values()))
+
+    def node_supply(
+        self, node: str, product: str | None, devices: Iterable[AllocatedDevice]
+    ) -> Supplies:
+        """:func:`node_supply` of the node's devices now, each device's part reused when it
+        is the same as at the node's last supply."""
+        before = self._nodes.get(node, {})
+        now: dict[str, _Kept] = {}
+        parts = []
+        for device in devices:
+            kept = before.get(device.device_uuid)
+            if kept is not None and kept[0] == product and kept[1] == device:
+                self.hits += 1
+                part = kept[2]
+            else:
+                self.misses += 1
+                part = device_supply(product, device)
+            now[device.device_uuid] = (product, device, part)
+            parts.append(part)
+        self._nodes[node] = now
+        return _grouped(parts)
+
+    def forget(self, node: str) -> None:
+        """The node left: its devices go."""
+        self._nodes.pop(node, None)
 
 
 # --- what the node emitted: table node-supply

@@ -212,6 +212,58 @@ def test_node_supply(
     assert node_supply(H100, reversed(devices)) == expected  # order never matters
 
 
+@pytest.mark.parametrize(("devices", "expected"), CASES.values(), ids=CASES.keys())
+def test_the_kept_supply_says_what_node_supply_says_on_first_sight_and_again(
+    devices: list[AllocatedDevice], expected: dict[str, tuple[SupplyDevice, ...]]
+) -> None:
+    kept = supply.Supplied()
+    assert kept.node_supply(NODE, H100, devices) == expected
+    assert kept.node_supply(NODE, H100, list(reversed(devices))) == expected
+    assert kept.misses == len(devices)
+    assert kept.hits == len(devices)
+
+
+def test_the_kept_supply_decides_again_exactly_the_devices_that_changed() -> None:
+    """A device equal to its last description (holders, reading, idle episode, profile, the
+    node's product) reuses its part; any one of those moving decides it again."""
+    a0, a1 = (holder("a-0", G0),), (holder("a-1", G1),)
+    base = [AllocatedDevice(G0, a0, True), AllocatedDevice(G1, a1, True)]
+    idle = Episode(T0, holders=(("ml", "a-0", "uid-a-0"),))
+    moves = {
+        "same tuple": (base, H100, 0),
+        "equal, not the same tuple": (
+            [AllocatedDevice(G0, (holder("a-0", G0),), True), base[1]],
+            H100,
+            0,
+        ),
+        "holders": ([AllocatedDevice(G0, (holder("b-0", G0),), True), base[1]], H100, 1),
+        "reading": ([AllocatedDevice(G0, a0, False), base[1]], H100, 1),
+        "idle episode": ([AllocatedDevice(G0, a0, True, idle), base[1]], H100, 1),
+        "profile": ([AllocatedDevice(G0, a0, True, mig_profile="1g.10gb"), base[1]], H100, 1),
+        "product": (base, "A100", 2),
+    }
+    for name, (now, product, decided) in moves.items():
+        kept = supply.Supplied()
+        kept.node_supply(NODE, H100, base)
+        kept.misses = 0
+        assert kept.node_supply(NODE, product, now) == node_supply(product, now), name
+        assert kept.misses == decided, name
+
+
+def test_the_kept_supply_holds_each_nodes_last_devices_only() -> None:
+    """Bounded by what is live: a device no longer held, and a node that left, are not kept."""
+    kept = supply.Supplied()
+    kept.node_supply(NODE, H100, [AllocatedDevice(G0, (holder("a-0", G0),), True)])
+    kept.node_supply("node-b", H100, [AllocatedDevice(G1, (holder("b-0", G1),), True)])
+    assert len(kept) == 2
+    kept.node_supply(NODE, H100, [AllocatedDevice(G2, (holder("a-2", G2),), True)])
+    assert len(kept) == 2
+    kept.node_supply(NODE, H100, [])
+    assert len(kept) == 1
+    kept.forget("node-b")
+    assert len(kept) == 0
+
+
 def test_no_product_label_is_any_product() -> None:
     (device,) = node_supply(None, [AllocatedDevice(G0, (holder("a-0", G0),), True)])[GPU]
     assert device.product == ""
