@@ -145,6 +145,9 @@ def device_supply(
     )
 
 
+#: nodes :class:`Supplied` keeps: a worker at saturation owns ~1,000 (docs/BENCHMARKS.md)
+MAX_SUPPLIED_NODES = 4_096
+
 #: one device's entry in :class:`Supplied`: the node's product, the device as it was described,
 #: what it supplied then
 _Kept = tuple[str | None, AllocatedDevice, tuple[tuple[str, SupplyDevice], ...]]
@@ -159,11 +162,14 @@ class Supplied:
     unchanged device costs a comparison, not a hash of its holders.
 
     A memo, not state: bounded by what is live (each node keeps the devices of its last supply
-    only, replaced whole every time; a node that leaves is forgotten), recomputable, and no
-    output depends on whether it hit. A restarted worker starts without it."""
+    only, replaced whole every time; a node that leaves is forgotten) and by ``max_nodes`` (the
+    node supplied longest ago dropped first: a node whose partition moved to another worker
+    leaves there, not here), recomputable, and no output depends on whether it hit. A restarted
+    worker starts without it."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_nodes: int = MAX_SUPPLIED_NODES) -> None:
         self._nodes: dict[str, dict[str, _Kept]] = {}
+        self._max = max_nodes
         self.hits = 0
         self.misses = 0
 
@@ -189,6 +195,9 @@ class Supplied:
                 part = device_supply(product, device)
             now[device.device_uuid] = (product, device, part)
             parts.append(part)
+        self._nodes.pop(node, None)  # the newest last: the oldest goes first
+        if len(self._nodes) >= self._max:
+            del self._nodes[next(iter(self._nodes))]
         self._nodes[node] = now
         return _grouped(parts)
 

@@ -264,6 +264,19 @@ def test_the_kept_supply_holds_each_nodes_last_devices_only() -> None:
     assert len(kept) == 0
 
 
+def test_the_kept_supply_holds_at_most_its_bound_of_nodes_the_oldest_out_first() -> None:
+    """A node whose partition moved to another worker leaves there: here it ages out."""
+    kept = supply.Supplied(max_nodes=2)
+    for node in ("n-1", "n-2", "n-1", "n-3"):
+        kept.node_supply(node, H100, [AllocatedDevice(G0, (holder("a-0", G0),), True)])
+    assert len(kept) == 2
+    kept.misses = kept.hits = 0
+    kept.node_supply("n-2", H100, [AllocatedDevice(G0, (holder("a-0", G0),), True)])
+    assert kept.misses == 1  # n-2, supplied longest ago, went first
+    kept.node_supply("n-1", H100, [AllocatedDevice(G0, (holder("a-0", G0),), True)])
+    assert kept.hits == 0  # and n-1 (older than n-3) made room for it
+
+
 def test_no_product_label_is_any_product() -> None:
     (device,) = node_supply(None, [AllocatedDevice(G0, (holder("a-0", G0),), True)])[GPU]
     assert device.product == ""
