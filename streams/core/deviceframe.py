@@ -22,7 +22,6 @@ import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TypeVar
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment
 from contract.records import fast_init, replace
@@ -36,6 +35,7 @@ from streams.core.attribution import (
     shape_of,
 )
 from streams.core.holders import NodeDevices, SlotHolders
+from streams.core.memo import keep_newest
 from streams.core.pods import PodNames, name_key
 from streams.core.tables import holder_key
 
@@ -43,8 +43,6 @@ from streams.core.tables import holder_key
 MAX_FRAMES = 32_768
 
 Get = Callable[[str], object]
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 @fast_init
@@ -119,14 +117,6 @@ def frame_of(
     )
 
 
-def _keep(memo: dict[K, V], key: K, value: V, most: int) -> None:
-    """Insert as the newest entry, the oldest dropped past ``most``."""
-    memo.pop(key, None)
-    if len(memo) >= most:
-        del memo[next(iter(memo))]
-    memo[key] = value
-
-
 def projection(sig: tuple[object, ...]) -> tuple[object, ...]:
     """What a frame reads of a node view's records (:attr:`streams.core.nodeview.NodeView.sig`:
     node record, device index, slices, inventory, pod watch): the index without its update time
@@ -167,7 +157,7 @@ class Frames:
             return kept[2]
         seen = projection(sig)
         token = kept[2] if kept is not None and kept[1] == seen else object()
-        _keep(self._views, node, (sig, seen, token), self._max)
+        keep_newest(self._views, node, (sig, seen, token), self._max)
         return token
 
     def get(
@@ -235,10 +225,12 @@ class Frames:
     def keep_roster(
         self, node: str, token: object, scraped: tuple[str, ...], devices: Mapping[str, DeviceFacts]
     ) -> None:
-        _keep(self._rosters, node, (token, scraped, MappingProxyType(dict(devices))), self._max)
+        keep_newest(
+            self._rosters, node, (token, scraped, MappingProxyType(dict(devices))), self._max
+        )
 
     def put(self, node: str, key: str, frame: Frame) -> None:
-        _keep(self._frames, (node, key), frame, self._max)
+        keep_newest(self._frames, (node, key), frame, self._max)
 
     def forget(self, node: str) -> None:
         """The node left: its frames go (they would only age out otherwise)."""

@@ -33,6 +33,8 @@ from typing import Generic, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 R = TypeVar("R")
+K = TypeVar("K")
+V = TypeVar("V")
 
 _MISSING: object = object()
 
@@ -95,3 +97,12 @@ def live_memo(
         return LiveMemo(fn, factor, floor, maxsize)
 
     return wrap
+
+
+def keep_newest(memo: dict[K, V], key: K, value: V, most: int) -> None:
+    """Insert as the newest entry of an insertion-ordered memo, the oldest dropped past
+    ``most`` (the device frames' and a node's kept supply's bound)."""
+    memo.pop(key, None)
+    if len(memo) >= most:
+        del memo[next(iter(memo))]
+    memo[key] = value

@@ -39,6 +39,7 @@ from contract.outputs import Holder, Workload
 from contract.records import fast_init, replace
 from streams.core import replays
 from streams.core.episodes import Episode, HolderId, same_holders
+from streams.core.memo import keep_newest
 
 #: emissions remembered per node (more than happen between two commits of a partition, as a
 #: rule; under a storm of rebalances a partition can go uncommitted for much longer, and then
@@ -195,10 +196,7 @@ class Supplied:
                 part = device_supply(product, device)
             now[device.device_uuid] = (product, device, part)
             parts.append(part)
-        self._nodes.pop(node, None)  # the newest last: the oldest goes first
-        if len(self._nodes) >= self._max:
-            del self._nodes[next(iter(self._nodes))]
-        self._nodes[node] = now
+        keep_newest(self._nodes, node, now, self._max)
         return _grouped(parts)
 
     def forget(self, node: str) -> None:
