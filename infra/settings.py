@@ -392,6 +392,11 @@ class WorkerSettings(BaseSettings):
     #: every 10,000 costs a twentieth of the core's time less (docs/BENCHMARKS.md). Objects
     #: alive when the worker starts (imports, the app) are frozen out of collections altogether
     gc_threshold: int = Field(default=10_000, ge=700)
+    #: how often the worker hands the C allocator's free pages back to the system
+    #: (``malloc_trim``, glibc only: streams/worker/memtrim.py); 0: never. Freed fetch and
+    #: produce buffers otherwise stay resident at their high-water mark: on 10,000 devices one
+    #: trim gave back ~17 MiB of 199 in under a millisecond (docs/BENCHMARKS.md)
+    malloc_trim_every_s: float = Field(default=10.0, ge=0)
 
     @field_validator("peers", mode="before")
     @classmethod

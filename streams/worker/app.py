@@ -47,6 +47,7 @@ from streams.worker.lag import consumer_lags
 from streams.worker.live import LiveDevices
 from streams.worker.livedemand import LiveDemand
 from streams.worker.loop import Event, RecordLoop
+from streams.worker.memtrim import Trimmer, libc_trim
 from streams.worker.outbox import Outbox
 from streams.worker.peers import PeerPolicy
 from streams.worker.publisher import Publisher, topics_by_type
@@ -230,6 +231,7 @@ def build_app(
 
     app.agent(demand_events, name="demand-events")(demand_events_agent)
     _gauges(app, tables, kafka.topic("node-events"), demand_tables)
+    _trims(app, worker.malloc_trim_every_s)
     if worker.web_enabled:
         ready = lambda: bool(assignment(app))  # noqa: E731
         peers = PeerPolicy(worker.peers, worker.peer_service, worker.web_port)
@@ -254,3 +256,18 @@ def _gauges(app: faust.App, tables: Tables, input_topic: str, demand_tables: Dem
             selfmetrics.CONSUMER_LAG.labels(partition).set(lag)
 
     app.timer(interval=5.0, name="refresh-gauges")(refresh)
+
+
+def _trims(app: faust.App, every_s: float) -> None:
+    """The allocator's free pages back to the system every ``every_s`` (0: never; off where the
+    C library cannot)."""
+    if every_s <= 0:
+        return
+    trimmer = Trimmer(libc_trim())
+    if not trimmer.enabled:
+        return
+
+    async def trim() -> None:
+        trimmer()
+
+    app.timer(interval=every_s, name="malloc-trim")(trim)

@@ -32,3 +32,11 @@ SPINE_EVENTS = Counter(
     "Attribution events no sample made, by origin (allocation, heartbeat, stale, gone)",
     ["origin"],
 )
+MALLOC_TRIMS = Counter(
+    "gpuattr_worker_malloc_trims_total",
+    "Times the worker handed the C allocator's free pages back (malloc_trim)",
+)
+MALLOC_RELEASED = Counter(
+    "gpuattr_worker_malloc_released_bytes",
+    "Resident memory given back by malloc_trim (the resident set's fall across each trim)",
+)
