@@ -395,7 +395,7 @@ class WorkerSettings(BaseSettings):
     #: how often the worker hands the C allocator's free pages back to the system
     #: (``malloc_trim``, glibc only: streams/worker/memtrim.py); 0: never. Freed fetch and
     #: produce buffers otherwise stay resident at their high-water mark: on 10,000 devices one
-    #: trim gave back ~17 MiB of 199 in under a millisecond (docs/BENCHMARKS.md)
+    #: trim gave back ~17 MiB of 199, and a worker at rest held ~21 MiB less (docs/BENCHMARKS.md)
     malloc_trim_every_s: float = Field(default=10.0, ge=0)
 
     @field_validator("peers", mode="before")
