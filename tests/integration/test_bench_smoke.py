@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from bench import floor
 from bench.fleet import fleet, sample_count, stream
 from bench.run import CHURN_INTERVAL_MS, churn_stream, rss_at_scale, rss_with_churn, throughput
 from contract import codec
@@ -92,6 +93,23 @@ async def test_rss_is_measured_on_a_fleet_of_the_size_asked(
     # the same run's rate and cost at that size (what sizing by devices per worker reads)
     assert big["samples_per_s"] > 0
     assert big["cpu_us_per_sample"] > 0
+
+
+async def test_floor_reads_every_record_at_each_level(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """bench.floor's figures come from readers that read the whole input: a bare consumer, and
+    a worker cut at each level, which reports only once it has handled every record (and
+    exactly as many: an early or a missing report fails the run)."""
+    fleet = (4, 2)
+    records = sum(1 for _ in stream(*fleet, start_ms=floor.START_MS))
+    source = await floor.load(kafka_bootstrap, "fsmoke", fleet, records)
+    topic = source.topic("node-events")
+    assert await floor.bare(kafka_bootstrap, topic, records, False, "smoke-p") > 0
+    assert await floor.bare(kafka_bootstrap, topic, records, True, "smoke-d") > 0
+    for level in floor.LEVELS:
+        cost = await floor.floor_worker(kafka_bootstrap, fleet, records, tmp_path, level, level)
+        assert cost > 0
+        report = (tmp_path / f"floor-{level}.txt").read_text().split()
+        assert int(report[0]) == records
 
 
 def test_churn_stream_outlives_the_remembered_history() -> None:
