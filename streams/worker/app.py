@@ -48,6 +48,7 @@ from streams.worker.live import LiveDevices
 from streams.worker.livedemand import LiveDemand
 from streams.worker.loop import Event, RecordLoop
 from streams.worker.memtrim import Trimmer, libc_trim
+from streams.worker.monitor import LeanMonitor
 from streams.worker.outbox import Outbox
 from streams.worker.peers import PeerPolicy
 from streams.worker.publisher import Publisher, topics_by_type
@@ -135,6 +136,9 @@ def build_app(
         web_graph_enabled=worker.faust_views,
         web_stats_enabled=worker.faust_views,
         web_metrics_enabled=False,
+        # Faust's own statistics feed only its views: without them, a monitor that keeps only
+        # what Faust's consumer reads back (streams/worker/monitor.py)
+        monitor=None if worker.faust_views else LeanMonitor(),
         web_bind=worker.web_host,
         web_port=worker.web_port,
         canonical_url=f"http://{worker.advertised_host or worker.web_host}:{worker.web_port}",

@@ -51,12 +51,16 @@ processed again, as before.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 import faust
 from faust.transport.drivers import aiokafka as driver
+from mode.services import WaitResults
+
+from streams.worker import eager
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +120,33 @@ def hand_back(consumer: Any, records: Mapping[Any, Sequence[Any]]) -> None:
 
 
 class Consumer(driver.Consumer):  # type: ignore[misc]
+    async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:  # noqa: ASYNC109
+        """``Service.wait_first`` whose first coroutine (Faust's fetcher: the message's handler)
+        first runs one step at once (:mod:`streams.worker.eager`). Ended there, the result is
+        what Faust's own would give (its other waits were not needed: closed unstarted);
+        otherwise the handler continues where it stopped, under Faust's own wait_first with
+        the others, as before. Started in a task of its own, the handler's first step would
+        have run before any of the others all the same (the first task created runs first)."""
+        first = coros[0] if coros else None
+        if timeout is not None or not asyncio.iscoroutine(first):
+            return await super().wait_first(*coros, timeout=timeout)
+        try:
+            started = eager.first_step(first)
+        except BaseException:
+            _close(coros[1:])
+            raise
+        if started.done:
+            _close(coros[1:])
+            # one turn of the loop, as Faust's tasks gave: the stream's agent takes the event
+            # before the fetcher hands over the next. Without it the fetcher filled the stream's
+            # buffer up to its high-water mark, Faust paused the partition, and a fetch already
+            # under way without it waited out its timeout (1 s stalls, several a minute)
+            await asyncio.sleep(0)
+            if self._stopped.is_set() or self._crashed.is_set():
+                return WaitResults([], [], True)
+            return WaitResults([first], [started.result], False)
+        return await super().wait_first(started.rest, *coros[1:])
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # stream partitions Faust has resumed, held inactive until the next seek has returned
@@ -171,6 +202,13 @@ class Consumer(driver.Consumer):  # type: ignore[misc]
         self._held -= held
         if ready:
             super().resume_partitions(ready)
+
+
+def _close(waits: Sequence[Any]) -> None:
+    """Close the coroutines among ``waits`` that were never started (``Event.wait()``)."""
+    for wait in waits:
+        if asyncio.iscoroutine(wait):
+            wait.close()
 
 
 class Producer(driver.Producer):  # type: ignore[misc]
