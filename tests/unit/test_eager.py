@@ -111,9 +111,16 @@ async def test_a_continuation_never_awaited_closes_its_coroutine() -> None:
 
 
 @pytest.fixture
-def consumer() -> Any:
+async def consumer() -> Any:
+    """Faust's consumer on the running loop. Built without one, it would take whatever loop the
+    event-loop policy holds — after a test that ran ``asyncio.run``, a new loop that never runs,
+    so Faust's ``wait_first`` tasks would wait forever (as they did after the integration tests
+    on CI)."""
     app = App("eager-test", broker="kafka://127.0.0.1:1", store="memory://", web_enabled=False)
-    return app.consumer
+    app.loop = asyncio.get_running_loop()
+    consumer = app.consumer
+    consumer.loop = app.loop
+    return consumer
 
 
 async def test_the_fetchers_wait_on_a_handler_done_at_once(consumer: Any) -> None:
