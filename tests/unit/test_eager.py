@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -111,7 +112,7 @@ async def test_a_continuation_never_awaited_closes_its_coroutine() -> None:
 
 
 @pytest.fixture
-async def consumer() -> Any:
+async def consumer() -> AsyncIterator[Any]:
     """Faust's consumer on the running loop. Built without one, it would take whatever loop the
     event-loop policy holds — after a test that ran ``asyncio.run``, a new loop that never runs,
     so Faust's ``wait_first`` tasks would wait forever (as they did after the integration tests
@@ -120,7 +121,8 @@ async def consumer() -> Any:
     app.loop = asyncio.get_running_loop()
     consumer = app.consumer
     consumer.loop = app.loop
-    return consumer
+    yield consumer
+    consumer._thread.thread_loop.close()  # its thread's loop, made with it and never started
 
 
 async def test_the_fetchers_wait_on_a_handler_done_at_once(consumer: Any) -> None:
