@@ -66,6 +66,22 @@ class SlotHolders:
             return ()  # the view covered that time and nobody held the device then
         return None
 
+    def changed_at(self, ts_ms: int) -> bool:
+        """Whether the holders are remembered to have changed at ``ts_ms``."""
+        return self.since_ms == ts_ms or any(e.from_ms == ts_ms for e in self.history)
+
+    def holds(self, ts_ms: int, new: tuple[DeviceAssignment, ...] | None) -> bool:
+        """Whether a PodResources record of time ``ts_ms`` is one these holders already hold,
+        processed again after later changes (a rebalance, a crash: its offset was not committed):
+        older than their last change, and a change at its time is remembered, or (a snapshot,
+        making them ``new``) they remember what it says of its time. Applied again, it would set
+        the holders back to its time, and a diff, applied to the later holders, would mix two
+        generations of them. A record older than their memory, or one saying something they do
+        not remember (a node whose clock stepped back), is applied as it comes."""
+        if ts_ms >= self.since_ms:
+            return False
+        return self.changed_at(ts_ms) or (new is not None and self.at(ts_ms) == new)
+
 
 @dataclass(frozen=True, slots=True)
 class NodeDevices:
@@ -246,9 +262,13 @@ def apply_podresources(
         touched = set(grouped)
         allocatable = index.allocatable
     changed: dict[str, SlotHolders] = {}
+    snapshot = isinstance(record, PodResourcesSnapshot)
     for base in touched:
         new = tuple(sorted(set(grouped.get(base, ()))))
-        nxt = _advance(record.node, base, current.get(base), new, record.ts_ms, index.since_ms)
+        held = current.get(base)
+        if held is not None and held.holds(record.ts_ms, new if snapshot else None):
+            continue  # processed again: its change is in the holders already
+        nxt = _advance(record.node, base, held, new, record.ts_ms, index.since_ms)
         if nxt is not None:
             changed[base] = nxt
     live = {**current, **changed}

@@ -27,6 +27,9 @@ from streams.core.lifetimes import quantized
 
 #: transitions remembered per node (beats, departures) and gone nodes per partition
 REMEMBERED = 4
+#: quanta whose first scrape a node remembers (:attr:`NodeState.scrape_starts`): two minutes at
+#: the 15 s quantum, past the longest a partition went uncommitted in a storm of rebalances (~50 s)
+SCRAPES_REMEMBERED = 8
 GONE_REMEMBERED = 16
 
 Emitted = tuple[Alert, ...]
@@ -83,6 +86,12 @@ class NodeState:
     #: none yet, or a value written before it was kept). Before it, no sample had come, whatever
     #: came since: a record processed again after later scrapes says what it said the first time
     first_scrape_ms: int | None = None
+    #: additive (issue 31): the event time of the first accepted scrape of each of the node's
+    #: last :data:`SCRAPES_REMEMBERED` quanta that had one, newest first (empty: none yet, or a
+    #: value written before it was kept). ``scrape_ms`` is the latest scrape as the records
+    #: came; a record processed again after later scrapes reads the one it read the first time
+    #: (:meth:`scrape_at`)
+    scrape_starts: tuple[int, ...] = ()
 
     def source(self, name: str) -> SourceStatus | None:
         return next((s for s in self.sources if s.source == name), None)
@@ -93,6 +102,20 @@ class NodeState:
         if self.scrape_ms is None:
             return False
         return self.first_scrape_ms is None or ts_ms >= self.first_scrape_ms
+
+    def scrape_at(self, ts_ms: int, quantum_ms: int) -> int | None:
+        """The latest accepted scrape (at quantum resolution, as ``scrape_ms``) a record of
+        event time ``ts_ms`` reads: ``None`` before this life's first. A record processed again
+        after later scrapes (a rebalance, a crash: its partition's offsets were committed before
+        it) reads the scrape it read the first time, from :attr:`scrape_starts`, never one from
+        after its own time. A record from further back than that memory, or a value written
+        before it was kept, reads the latest."""
+        if not self.scraped_by(ts_ms):
+            return None
+        for start in self.scrape_starts:
+            if start <= ts_ms:
+                return start - start % quantum_ms
+        return self.scrape_ms
 
     @property
     def heartbeat_ms(self) -> int:
@@ -131,14 +154,37 @@ def accepted(state: NodeState, ts_ms: int, keys: tuple[str, ...], quantum_ms: in
     first = state.first_scrape_ms  # None after scrapes: a value from before it was kept
     if state.scrape_ms is None or (first is not None and ts_ms < first):
         first = ts_ms  # this life's first accepted scrape, or an older one come late
+    starts = started(state.scrape_starts, ts_ms, quantum_ms)
     if (
         scrape == state.scrape_ms
         and keys == state.scraped
         and state.refused is None
         and first == state.first_scrape_ms
+        and starts == state.scrape_starts
     ):
         return state
-    return replace(state, scrape_ms=scrape, scraped=keys, refused=None, first_scrape_ms=first)
+    return replace(
+        state,
+        scrape_ms=scrape,
+        scraped=keys,
+        refused=None,
+        first_scrape_ms=first,
+        scrape_starts=starts,
+    )
+
+
+def started(starts: tuple[int, ...], ts_ms: int, quantum_ms: int) -> tuple[int, ...]:
+    """The first scrapes of the node's last quanta (newest first) with one at ``ts_ms``: a
+    quantum's first, or an earlier one of a quantum already kept come late; one from before
+    every quantum a full memory keeps is not kept. Changes only when a quantum begins, as
+    ``scrape_ms`` does: no write of its own."""
+    aligned = ts_ms - ts_ms % quantum_ms
+    for i, start in enumerate(starts):
+        if start - start % quantum_ms == aligned:
+            if ts_ms >= start:
+                return starts
+            return (*starts[:i], ts_ms, *starts[i + 1 :])
+    return tuple(sorted((*starts, ts_ms), reverse=True)[:SCRAPES_REMEMBERED])
 
 
 def refused(state: NodeState, ts_ms: int, cause: RefusalCause, reason: str) -> NodeState:

@@ -561,11 +561,7 @@ class Processor:
             t.node_devices[node] = new_index
         # a change at this time, or one already applied (processed again after a crash: the
         # holders changed then, whatever changed since)
-        moved = set(changed) | {
-            b
-            for b, h in current.items()
-            if h.since_ms == record.ts_ms or any(e.from_ms == record.ts_ms for e in h.history)
-        }
+        moved = set(changed) | {b for b, h in current.items() if h.changed_at(record.ts_ms)}
         return list(self.spine.allocation(node, moved, record.ts_ms))
 
     def _dra_devices(self, node: str) -> DraDevices:

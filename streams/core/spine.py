@@ -196,7 +196,8 @@ class Spine:
     def _scraped(self, state: NodeState, ts_ms: int) -> tuple[str, ...]:
         """The devices the exporter's last accepted answer had rows for, while it is fresh: a
         device only an old answer listed is no longer one the node has."""
-        fresh = state.scrape_ms is not None and ts_ms - state.scrape_ms <= self.life.fresh_ms
+        scrape = state.scrape_at(ts_ms, self.life.quantum_ms)
+        fresh = scrape is not None and ts_ms - scrape <= self.life.fresh_ms
         return state.scraped if fresh else ()
 
     def unknown(self, view: NodeView, state: NodeState, key: str, ts_ms: int) -> Telemetry | None:
@@ -275,7 +276,7 @@ class Spine:
                 continue
             why = self.unknown(view, state, key, ts_ms)
             if why is None:
-                why = telemetry.holders_changed(ts_ms, state.scrape_ms)
+                why = telemetry.holders_changed(ts_ms, state.scrape_at(ts_ms, self.life.quantum_ms))
             outputs += self.describe(view, key, facts, ts_ms, "allocation", why, True)
         return outputs
 

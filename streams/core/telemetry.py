@@ -115,7 +115,7 @@ def unknown(state: NodeState, key: str, now_ms: int, life: Lifetimes) -> Telemet
             "no-row",
             "dcgm-exporter answers, but has no row for this device",
             None,
-            state.scrape_ms,
+            state.scrape_at(now_ms, life.quantum_ms),
         )
     return None
 
@@ -130,6 +130,7 @@ def measured(state: NodeState, now_ms: int, life: Lifetimes) -> tuple[str, ...]:
 def _node_unknown(state: NodeState, now_ms: int, life: Lifetimes) -> Telemetry | None:
     """Why the node's telemetry speaks for none of its devices at ``now_ms`` (``None``: it
     answers, fresh, for the devices its last accepted answer had rows for)."""
+    scrape = state.scrape_at(now_ms, life.quantum_ms)  # the one this time read, processed again
     refusal = state.refused
     if refusal is not None:
         return Telemetry(
@@ -137,7 +138,7 @@ def _node_unknown(state: NodeState, now_ms: int, life: Lifetimes) -> Telemetry |
             "scrape-refused",
             f"dcgm-exporter's answers refused since {when(refusal.since_ms)}: {refusal.reason}",
             refusal.since_ms,
-            state.scrape_ms,
+            scrape,
         )
     dcgm = state.source("dcgm")
     if dcgm is not None and dcgm.state == "failing":
@@ -148,7 +149,7 @@ def _node_unknown(state: NodeState, now_ms: int, life: Lifetimes) -> Telemetry |
             f"dcgm-exporter{target} failing since {when(dcgm.since_ms)} "
             f"({dcgm.reason}): {dcgm.detail}".rstrip(": "),
             dcgm.since_ms,
-            state.scrape_ms,
+            scrape,
         )
     if dcgm is not None and dcgm.state == "disabled":
         return Telemetry(
@@ -156,22 +157,22 @@ def _node_unknown(state: NodeState, now_ms: int, life: Lifetimes) -> Telemetry |
             "no-exporter",
             f"no dcgm-exporter for this node: {dcgm.detail or dcgm.reason}",
             dcgm.since_ms,
-            state.scrape_ms,
+            scrape,
         )
-    if state.scrape_ms is None or not state.scraped_by(now_ms):
+    if scrape is None:
         return Telemetry(
             "unknown",
             "no-sample-yet",
             f"no sample from dcgm-exporter since the node's agent started ({when(state.first_ms)})",
             state.first_ms,
         )
-    if now_ms - state.scrape_ms > life.fresh_ms:
+    if now_ms - scrape > life.fresh_ms:
         return Telemetry(
             "unknown",
             "samples-stopped",
-            f"no sample from dcgm-exporter since {when(state.scrape_ms)}",
-            state.scrape_ms,
-            state.scrape_ms,
+            f"no sample from dcgm-exporter since {when(scrape)}",
+            scrape,
+            scrape,
         )
     return None
 

@@ -6,7 +6,7 @@ from contract.inputs import DcgmSample, ExporterClaim, PodResourcesDiff, PodReso
 from contract.inputs import DeviceAssignment as A
 from contract.outputs import AttributionEvent, TelemetryRefused
 from streams.core.identity import Inventory, MigDevice
-from streams.core.nodestate import NodeState, accepted
+from streams.core.nodestate import SCRAPES_REMEMBERED, NodeState, accepted
 from streams.core.processor import Processor, Tables
 
 G0, G1 = "GPU-aaaa", "GPU-bbbb"
@@ -118,3 +118,78 @@ def test_a_node_state_written_before_the_first_scrape_was_kept_reads_as_before()
     assert not fresh.scraped_by(6_999)
     assert fresh.scraped_by(7_000)
     assert accepted(fresh, 6_000, ("k",), 15_000).first_scrape_ms == 6_000  # an older one came
+
+
+def test_an_allocation_processed_again_after_later_scrapes_names_the_sample_it_named_then() -> None:
+    """Regression (bench.run, two workers, issue 31: 3 to 37 redelivered allocation events
+    changed): a diff processed again after a rebalance, against state that already held the
+    node's next scrape, said "not measured since" the sample *after* its own time."""
+    p = proc()
+    a = A("ml", "a", "c", "nvidia.com/gpu", G0)
+    b = A("ml", "b", "c", "nvidia.com/gpu", G0)
+    p.handle(PodResourcesSnapshot("n1", 100, (a,)))
+    p.handle(sample(35_000))  # the quantum of 30 s (15 s quanta)
+    p.handle(sample(40_000))
+    diff = PodResourcesDiff("n1", 44_999, added=(b,), removed=(a,))
+    first = only_event(p.handle(diff))
+    assert (first.telemetry.cause, first.telemetry.last_sample_ms) == ("holders-changed", 30_000)
+    p.handle(sample(45_000))  # a new quantum: the node's latest scrape is after the diff
+    assert only_event(p.handle(diff)) == first
+
+
+def test_a_diff_processed_again_after_two_more_changes_leaves_the_holders_as_they_are() -> None:
+    """Regression (a replay of the bench fleet from 45 s back): a diff processed again against
+    the holders of two changes later removed what was no longer there and added its pods back
+    beside the later ones: six tenants of two generations on a 3-tenant GPU until the next
+    diff. It names the holders of its own time again and changes nothing."""
+    p = proc()
+    g0, g1, g2 = (A("ml", f"p{i}", "c", "nvidia.com/gpu", G0) for i in range(3))
+    p.handle(PodResourcesSnapshot("n1", 100, (g0,)))
+    first = only_event(p.handle(diff := PodResourcesDiff("n1", 20_000, added=(g1,), removed=(g0,))))
+    p.handle(PodResourcesDiff("n1", 40_000, added=(g2,), removed=(g1,)))
+    holders = dict(p.tables.slot_holders)
+    assert only_event(p.handle(diff)) == first
+    assert dict(p.tables.slot_holders) == holders
+    assert [h.pod for h in only_event(p.handle(sample(30_000))).holders] == ["p1"]
+    assert [h.pod for h in only_event(p.handle(sample(45_000))).holders] == ["p2"]
+    # a snapshot processed again after later changes leaves them as they are too
+    p2 = proc()
+    snap = PodResourcesSnapshot("n1", 100, (g0,))
+    p2.handle(snap)
+    p2.handle(PodResourcesDiff("n1", 20_000, added=(g1,), removed=(g0,)))
+    holders = dict(p2.tables.slot_holders)
+    p2.handle(snap)
+    assert dict(p2.tables.slot_holders) == holders
+    assert [h.pod for h in only_event(p2.handle(sample(25_000))).holders] == ["p1"]
+
+
+def test_a_node_remembers_the_first_scrape_of_its_last_quanta_and_reads_each_time_its_own() -> None:
+    q = 15_000
+    state = NodeState(first_ms=0, last_ms=0)
+    for ts in (7_000, 12_000, 16_000, 29_000, 31_000):
+        state = accepted(state, ts, ("k",), q)
+    assert state.scrape_starts == (31_000, 16_000, 7_000)
+    assert state.scrape_ms == 30_000
+    # a record of each time reads the scrape it read when it came in order, never a later one
+    assert [state.scrape_at(t, q) for t in (6_999, 7_000, 15_999, 16_000, 30_999, 31_000)] == [
+        None,
+        0,
+        0,
+        15_000,
+        15_000,
+        30_000,
+    ]
+    # a quantum's first scrape only: later ones of the same quantum change nothing (no write)
+    assert accepted(state, 33_000, ("k",), q) is state
+    # an earlier one of a kept quantum, come late, is its first from now on
+    assert accepted(state, 15_500, ("k",), q).scrape_starts == (31_000, 15_500, 7_000)
+    # the memory keeps the newest quanta; one from before all of a full memory is not kept
+    for ts in range(45_000, 200_000, q):
+        state = accepted(state, ts, ("k",), q)
+    assert len(state.scrape_starts) == SCRAPES_REMEMBERED
+    oldest = state.scrape_starts[-1]
+    assert accepted(state, 5_000, ("k",), q).scrape_starts == state.scrape_starts
+    assert state.scrape_at(oldest - 1, q) == state.scrape_ms  # further back than it remembers
+    # a value written before the memory was kept reads its latest scrape, as before
+    old = NodeState(first_ms=0, last_ms=5_000, scrape_ms=5_000, scraped=("k",))
+    assert old.scrape_at(1, q) == 5_000
