@@ -7,7 +7,10 @@ away: only the commit at revoke can move the group's offsets.
 
 One worker processes a preloaded fleet whole; a second joins the group (every partition is
 revoked from the first: Faust's rebalance is eager). Once the group is stable with both, every
-input record is committed and no attribution event was written twice.
+input record is committed and no attribution event was written twice. The second case hands the
+partitions over while the first worker is saturated: it stops taking records before it commits
+(without that, it processed 61 to 172 more while the commit was under way, and the second worker
+processed each again).
 
 Why the first worker has acknowledged its last record once its last output is on the topic:
 Faust acknowledges an event when the stream is asked for the next one, which the record loop
@@ -33,6 +36,8 @@ from tests.helpers import wait_for_async
 pytestmark = pytest.mark.integration
 
 NODES, INTERVALS = 6, 3
+#: a fleet the first worker is still busy with when the second one has joined (30,300 events)
+BUSY_NODES, BUSY_INTERVALS = 300, 8
 
 
 async def test_a_partition_handed_over_is_committed_where_its_first_owner_stopped(
@@ -75,3 +80,44 @@ async def test_a_partition_handed_over_is_committed_where_its_first_owner_stoppe
     logs = tmp_path / kafka.topic_prefix.rstrip(".")
     assert sorted(p.name for p in logs.glob("worker-*.log")) == ["worker-0.log", "worker-1.log"]
     assert crashes(logs) == {}
+
+
+async def test_a_partition_handed_over_mid_stream_is_committed_where_processing_stopped(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    kafka = await prepared(kafka_bootstrap, "rm", partitions=4)
+    group = app_id(kafka)
+    wanted = expected_events(BUSY_NODES, BUSY_INTERVALS)
+    inputs = await kafka_io.produce(
+        kafka_bootstrap,
+        kafka.topic("node-events"),
+        stream(BUSY_NODES, BUSY_INTERVALS, start_ms=1_700_000_000_000),
+    )
+    workers = worker_children(kafka, 2, tmp_path, WORKER_COMMIT_INTERVAL_S=3600)
+    try:
+        await workers[0].start()
+        await kafka_io.wait_count(kafka_bootstrap, kafka.topic("attribution"), 1, timeout_s=180)
+        await workers[1].start()
+
+        async def stable_with_both() -> bool:
+            return await group_members(kafka_bootstrap, group) == ("Stable", 2)
+
+        await wait_for_async(stable_with_both, timeout_s=120, every_s=0.2, what="both in group")
+        written = await kafka_io.count(kafka_bootstrap, kafka.topic("attribution"))
+        # the hand-over happened mid-stream: the fleet was not done when the group was stable
+        assert written < len(wanted)
+        await kafka_io.wait_count(
+            kafka_bootstrap, kafka.topic("attribution"), len(wanted), timeout_s=300
+        )
+        events = [
+            codec.decode(raw)
+            for raw in await kafka_io.read_present(kafka_bootstrap, kafka.topic("attribution"))
+        ]
+        identities = [e.identity() for e in events if isinstance(e, AttributionEvent)]
+        assert set(identities) == wanted
+        assert len(identities) == len(wanted)  # no copy: nothing processed was processed again
+    finally:
+        for w in workers:
+            await w.stop()
+    assert inputs > 0
+    assert crashes(tmp_path / kafka.topic_prefix.rstrip(".")) == {}
