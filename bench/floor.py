@@ -38,14 +38,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from bench import kafka_io
 from bench.fleet import sample_count, stream
-from bench.run import prepared, worker_children
+from bench.run import START_MS, preloaded, worker_children
 from contract import codec
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
 from infra.settings import KafkaSettings, WorkerSettings
 
-START_MS = 1_700_000_000_000
 #: the floor worker's report: ``<records handled> <CPU s at the first> <CPU s at the last>``
 OUT_ENV = "BENCH_FLOOR_OUT"
 #: how many records it is to handle before it reports its CPU at the last
@@ -130,13 +128,9 @@ async def floor_worker(
 
 
 async def load(bootstrap: str, tag: str, fleet: tuple[int, int], records: int) -> KafkaSettings:
-    """Fresh topics with the input of ``fleet`` (nodes, intervals) on the workers' input topic;
-    their settings."""
-    nodes, intervals = fleet
-    kafka = await prepared(bootstrap, tag)
-    n = await kafka_io.produce(
-        bootstrap, kafka.topic("node-events"), stream(nodes, intervals, start_ms=START_MS)
-    )
+    """Fresh topics with the input of ``fleet`` (nodes, intervals) on the workers' input topic
+    (as ``bench.run`` preloads it); their settings."""
+    kafka, n = await preloaded(bootstrap, tag, *fleet)
     if n != records:
         raise RuntimeError(f"loaded {n} records, expected {records}")
     return kafka

@@ -45,6 +45,8 @@ from streams.core.lifetimes import HISTORY_MS
 from streams.core.processor import Processor, Tables
 
 PARTITIONS = 8
+#: the bench fleet's first event time
+START_MS = 1_700_000_000_000
 #: alert windows short enough for the fleet's idle stretches (event time) to raise alerts
 ALERTS = {"GPUATTR_ALERTS_IDLE_WINDOW_S": "20", "GPUATTR_ALERTS_ORPHAN_WINDOW_S": "20"}
 
@@ -102,6 +104,18 @@ async def prepared(bootstrap: str, tag: str, partitions: int = PARTITIONS) -> Ka
     return kafka
 
 
+async def preloaded(
+    bootstrap: str, tag: str, nodes: int, intervals: int
+) -> tuple[KafkaSettings, int]:
+    """Fresh topics (:func:`prepared`) with the input of the bench fleet (``nodes`` x
+    ``intervals``) on the workers' input topic: their settings, and how many records it is."""
+    kafka = await prepared(bootstrap, tag)
+    n = await kafka_io.produce(
+        bootstrap, kafka.topic("node-events"), stream(nodes, intervals, start_ms=START_MS)
+    )
+    return kafka, n
+
+
 def app_id(kafka: KafkaSettings) -> str:
     """The workers' consumer group on these topics."""
     return kafka.topic_prefix + "worker"
@@ -145,7 +159,7 @@ def attribution_events(records: Iterable[object]) -> list[AttributionEvent]:
 def expected_events(nodes: int, intervals: int) -> set[tuple[str, str, int, str]]:
     """The attribution events the worker emits for the fleet's stream: one per GPU sample, and
     the allocation spine's (allocation changes, heartbeats)."""
-    events = attribution_events(stream(nodes, intervals, start_ms=1_700_000_000_000))
+    events = attribution_events(stream(nodes, intervals, start_ms=START_MS))
     wanted = [event.identity() for event in events]
     if len(wanted) != len(set(wanted)):
         raise RuntimeError("two attribution events of one run share an identity")
@@ -168,13 +182,10 @@ async def throughput(
     timeout_s: float = 600,
 ) -> dict[str, Any]:
     """Load the input first, then start the workers: they run at saturation until done."""
-    kafka = await prepared(bootstrap, f"w{workers}")
     samples = sample_count(nodes, intervals)
     wanted = expected_events(nodes, intervals)
     expected = len(wanted)
-    inputs = await kafka_io.produce(
-        bootstrap, kafka.topic("node-events"), stream(nodes, intervals, start_ms=1_700_000_000_000)
-    )
+    kafka, inputs = await preloaded(bootstrap, f"w{workers}", nodes, intervals)
     children = worker_children(kafka, workers, workdir)
     for c in children:
         await c.start()
@@ -268,9 +279,7 @@ CHURN_INTERVAL_MS = 30_000
 def churn_stream(nodes: int, intervals: int) -> Iterator[InputRecord]:
     """The churn row's stream: the bench fleet with its first device's pods replaced on every
     node at every scrape, scraped every 30 s of event time."""
-    return stream(
-        nodes, intervals, start_ms=1_700_000_000_000, interval_ms=CHURN_INTERVAL_MS, churn_every=1
-    )
+    return stream(nodes, intervals, start_ms=START_MS, interval_ms=CHURN_INTERVAL_MS, churn_every=1)
 
 
 async def rss_with_churn(
@@ -500,7 +509,7 @@ async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> di
     await kafka_io.produce(
         bootstrap,
         raw_kafka.topic("node-events"),
-        stream(args.nodes, args.intervals, start_ms=1_700_000_000_000),
+        stream(args.nodes, args.intervals, start_ms=START_MS),
     )
     raw, _ = await kafka_io.passthrough(
         bootstrap, raw_kafka.topic("node-events"), raw_kafka.topic("attribution"), one["inputs"]
