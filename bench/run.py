@@ -105,11 +105,11 @@ async def prepared(bootstrap: str, tag: str, partitions: int = PARTITIONS) -> Ka
 
 
 async def preloaded(
-    bootstrap: str, tag: str, nodes: int, intervals: int
+    bootstrap: str, tag: str, nodes: int, intervals: int, partitions: int = PARTITIONS
 ) -> tuple[KafkaSettings, int]:
     """Fresh topics (:func:`prepared`) with the input of the bench fleet (``nodes`` x
     ``intervals``) on the workers' input topic: their settings, and how many records it is."""
-    kafka = await prepared(bootstrap, tag)
+    kafka = await prepared(bootstrap, tag, partitions)
     n = await kafka_io.produce(
         bootstrap, kafka.topic("node-events"), stream(nodes, intervals, start_ms=START_MS)
     )

@@ -26,8 +26,7 @@ from pathlib import Path
 import pytest
 
 from bench import kafka_io
-from bench.fleet import stream
-from bench.run import app_id, expected_events, prepared, worker_children
+from bench.run import app_id, expected_events, preloaded, worker_children
 from contract import codec
 from contract.outputs import AttributionEvent
 from tests.faults.harness import crashes, group_members, lag
@@ -40,17 +39,25 @@ NODES, INTERVALS = 6, 3
 BUSY_NODES, BUSY_INTERVALS = 300, 8
 
 
+async def stable_with_both(bootstrap: str, group: str) -> None:
+    async def stable() -> bool:
+        return await group_members(bootstrap, group) == ("Stable", 2)
+
+    await wait_for_async(stable, timeout_s=120, every_s=0.2, what="both in group")
+
+
+async def identities(bootstrap: str, topic: str) -> list[tuple[str, str, int, str]]:
+    """The identity of every attribution event on ``topic``, copies included."""
+    events = [codec.decode(raw) for raw in await kafka_io.read_present(bootstrap, topic)]
+    return [e.identity() for e in events if isinstance(e, AttributionEvent)]
+
+
 async def test_a_partition_handed_over_is_committed_where_its_first_owner_stopped(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    kafka = await prepared(kafka_bootstrap, "rv", partitions=4)
+    kafka, inputs = await preloaded(kafka_bootstrap, "rv", NODES, INTERVALS, partitions=4)
     group = app_id(kafka)
     wanted = expected_events(NODES, INTERVALS)
-    inputs = await kafka_io.produce(
-        kafka_bootstrap,
-        kafka.topic("node-events"),
-        stream(NODES, INTERVALS, start_ms=1_700_000_000_000),
-    )
     assert inputs > 0
     workers = worker_children(kafka, 2, tmp_path, WORKER_COMMIT_INTERVAL_S=3600)
     try:
@@ -61,19 +68,11 @@ async def test_a_partition_handed_over_is_committed_where_its_first_owner_stoppe
         # nothing committed yet: the periodic commit is an hour away
         assert await lag(kafka_bootstrap, group, kafka.topic("node-events")) == inputs
         await workers[1].start()
-
-        async def stable_with_both() -> bool:
-            return await group_members(kafka_bootstrap, group) == ("Stable", 2)
-
-        await wait_for_async(stable_with_both, timeout_s=120, every_s=0.2, what="both in group")
+        await stable_with_both(kafka_bootstrap, group)
         assert await lag(kafka_bootstrap, group, kafka.topic("node-events")) == 0
-        events = [
-            codec.decode(raw)
-            for raw in await kafka_io.read_present(kafka_bootstrap, kafka.topic("attribution"))
-        ]
-        identities = [e.identity() for e in events if isinstance(e, AttributionEvent)]
-        assert set(identities) == wanted
-        assert len(identities) == len(wanted)  # no copy: the second worker redid nothing
+        written = await identities(kafka_bootstrap, kafka.topic("attribution"))
+        assert set(written) == wanted
+        assert len(written) == len(wanted)  # no copy: the second worker redid nothing
     finally:
         for w in workers:
             await w.stop()
@@ -85,37 +84,24 @@ async def test_a_partition_handed_over_is_committed_where_its_first_owner_stoppe
 async def test_a_partition_handed_over_mid_stream_is_committed_where_processing_stopped(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    kafka = await prepared(kafka_bootstrap, "rm", partitions=4)
+    kafka, inputs = await preloaded(kafka_bootstrap, "rm", BUSY_NODES, BUSY_INTERVALS, partitions=4)
     group = app_id(kafka)
     wanted = expected_events(BUSY_NODES, BUSY_INTERVALS)
-    inputs = await kafka_io.produce(
-        kafka_bootstrap,
-        kafka.topic("node-events"),
-        stream(BUSY_NODES, BUSY_INTERVALS, start_ms=1_700_000_000_000),
-    )
     workers = worker_children(kafka, 2, tmp_path, WORKER_COMMIT_INTERVAL_S=3600)
     try:
         await workers[0].start()
         await kafka_io.wait_count(kafka_bootstrap, kafka.topic("attribution"), 1, timeout_s=180)
         await workers[1].start()
-
-        async def stable_with_both() -> bool:
-            return await group_members(kafka_bootstrap, group) == ("Stable", 2)
-
-        await wait_for_async(stable_with_both, timeout_s=120, every_s=0.2, what="both in group")
-        written = await kafka_io.count(kafka_bootstrap, kafka.topic("attribution"))
+        await stable_with_both(kafka_bootstrap, group)
+        so_far = await kafka_io.count(kafka_bootstrap, kafka.topic("attribution"))
         # the hand-over happened mid-stream: the fleet was not done when the group was stable
-        assert written < len(wanted)
+        assert so_far < len(wanted)
         await kafka_io.wait_count(
             kafka_bootstrap, kafka.topic("attribution"), len(wanted), timeout_s=300
         )
-        events = [
-            codec.decode(raw)
-            for raw in await kafka_io.read_present(kafka_bootstrap, kafka.topic("attribution"))
-        ]
-        identities = [e.identity() for e in events if isinstance(e, AttributionEvent)]
-        assert set(identities) == wanted
-        assert len(identities) == len(wanted)  # no copy: nothing processed was processed again
+        written = await identities(kafka_bootstrap, kafka.topic("attribution"))
+        assert set(written) == wanted
+        assert len(written) == len(wanted)  # no copy: nothing processed was processed again
     finally:
         for w in workers:
             await w.stop()
