@@ -11,6 +11,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from sys import intern
 from types import MappingProxyType
 from typing import Literal
 
@@ -433,14 +434,19 @@ def attribute(
     :func:`sample_holding` at the sample's time, ``shape`` its :func:`shape_of` and
     ``exporter`` the :func:`exporter_view` of this sample against that shape, when the caller
     has them already."""
+    profile = sample.mig_profile
     facts = DeviceFacts(
-        node=sample.node,
-        gpu_uuid=sample.uuid,
+        # the strings the event keeps (the worker's live view holds a device's latest), one
+        # copy per value: a decoded scrape's are its own (contract.inputs.READ_AND_LET_GO)
+        node=intern(sample.node),
+        gpu_uuid=intern(sample.uuid),
         gpu_index=sample.gpu_index,
-        model=sample.model,
+        model=intern(sample.model),
         mig_instance_id=sample.mig_instance_id,
         # a profile without an instance is not a MIG row (GPU_I_PROFILE needs GPU_I_ID)
-        mig_profile=sample.mig_profile if sample.mig_instance_id is not None else None,
+        mig_profile=intern(profile)
+        if profile is not None and sample.mig_instance_id is not None
+        else None,
         device_uuid=ctx.mig_uuid,
     )
     usage = _usage(sample)
@@ -490,7 +496,7 @@ def device_name(facts: DeviceFacts) -> str:
     """The device as its events name it (``device_uuid``): a MIG instance by its UUID when the
     inventory knows it."""
     return facts.device_uuid or (
-        f"{facts.gpu_uuid}/gi{facts.mig_instance_id}"
+        intern(f"{facts.gpu_uuid}/gi{facts.mig_instance_id}")
         if facts.mig_instance_id is not None
         else facts.gpu_uuid
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Literal
 
 from contract.records import fast_init
@@ -96,7 +97,8 @@ def parse_device_id(raw: str) -> DeviceId:
 
 def device_key(gpu_uuid: str, mig_gi: int | None) -> str:
     """The key of what the hardware reports on: a whole GPU or one of its GPU instances."""
-    return gpu_uuid if mig_gi is None else f"{gpu_uuid}/gi{mig_gi}"
+    # interned: a decoded scrape's strings are its own, and device keys are kept in state
+    return intern(gpu_uuid if mig_gi is None else f"{gpu_uuid}/gi{mig_gi}")
 
 
 def resolve(dev: DeviceId, inventory: Inventory) -> str | None:

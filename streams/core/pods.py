@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from sys import intern
 
 from contract.inputs import OwnerRef, PodListSnapshot, PodRecord
 from contract.outputs import Holder, Workload
@@ -70,7 +71,7 @@ class NodePods:
 
 
 def name_key(node: str, namespace: str, name: str) -> str:
-    return f"{node}/{namespace}/{name}"
+    return intern(f"{node}/{namespace}/{name}")
 
 
 def holder_annotations(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
+from sys import intern
 
 from contract.inputs import (
     AgentStatus,
@@ -581,7 +582,7 @@ class Processor:
         t = self.tables
         index = t.node_pods.get(rec.node, NodePods())
         changed = self._read(rec.node, index.due(rec.ts_ms))
-        changed[f"{rec.namespace}/{rec.name}"] = apply_pod(
+        changed[intern(f"{rec.namespace}/{rec.name}")] = apply_pod(
             t.pods.get(name_key(rec.node, rec.namespace, rec.name)), rec
         )
         self._settle(rec.node, index, changed, rec.ts_ms)
@@ -606,7 +607,7 @@ class Processor:
         t = self.tables
         kept, new_index = settle(index, changed, now_ms)
         for short, names in kept.items():
-            key = f"{node}/{short}"
+            key = intern(f"{node}/{short}")  # one copy with the index's and the frames'
             if names is None:
                 if key in t.pods:
                     del t.pods[key]

@@ -15,6 +15,7 @@ The same sources are what an exporter's answer is checked against (:func:`known_
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from sys import intern
 
 from streams.core.attribution import DeviceFacts
 from streams.core.dra import Placed, UnplacedMig, place
@@ -32,7 +33,7 @@ def is_gpu_uuid(key: str) -> bool:
 
 def gpu_of(key: str) -> str:
     """The physical GPU a device key is on."""
-    return key.partition("/gi")[0]
+    return intern(key.partition("/gi")[0])
 
 
 def known_gpus(

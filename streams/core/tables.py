@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 from dataclasses import dataclass, fields
+from sys import intern
 
 from contract.inputs import NodeRecord, OperandPods, ResourceClaimRecord
 from streams.core.alerts import DeviceAlerts
@@ -53,12 +54,12 @@ class Tables:
 
 
 def holder_key(node: str, base: str) -> str:
-    return f"{node}/{base}"
+    return intern(f"{node}/{base}")
 
 
 def claim_key(node: str, namespace: str, name: str) -> str:
-    return f"{node}/{namespace}/{name}"
+    return intern(f"{node}/{namespace}/{name}")
 
 
 def alert_key(node: str, device_uuid: str) -> str:
-    return f"{node}/{device_uuid}"
+    return intern(f"{node}/{device_uuid}")

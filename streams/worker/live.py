@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping
 
 from contract.outputs import AttributionEvent
 from streams.core.alerts import DeviceAlerts
+from streams.core.tables import alert_key
 from streams.core.views import DeviceRow, device_row
 
 
@@ -22,7 +23,7 @@ class LiveDevices:
 
     def update(self, partition: int, event: AttributionEvent) -> None:
         """Keep the device's newest event; a device's last event (``gone``) removes it."""
-        key = f"{event.node}/{event.device_uuid}"
+        key = alert_key(event.node, event.device_uuid)  # one copy of it with the alert state's
         if event.origin == "gone":
             self._latest.pop(key, None)
             return
