@@ -189,8 +189,11 @@ def _run_worker(
     from infra.admin import wait_for_coordinator
     from infra.kafka import client_options
     from streams.worker.app import build_app
+    from streams.worker.memtrim import libc_arenas
     from streams.worker.transport import Worker
 
+    if worker.malloc_arenas:  # before any thread (the resolver's, the clients') allocates
+        libc_arenas(worker.malloc_arenas)
     if kafka.bootstrap and not asyncio.run(
         wait_for_coordinator(kafka.bootstrap, worker.app_id, **client_options(kafka))
     ):

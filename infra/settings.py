@@ -396,9 +396,14 @@ class WorkerSettings(BaseSettings):
     gc_threshold: int = Field(default=10_000, ge=700)
     #: how often the worker hands the C allocator's free pages back to the system
     #: (``malloc_trim``, glibc only: streams/worker/memtrim.py); 0: never. Freed fetch and
-    #: produce buffers otherwise stay resident at their high-water mark: on 10,000 devices one
-    #: trim gave back ~17 MiB of 199, and a worker at rest held ~21 MiB less (docs/BENCHMARKS.md)
-    malloc_trim_every_s: float = Field(default=10.0, ge=0)
+    #: produce buffers otherwise stay resident at their high-water mark: on 10,000 devices at
+    #: saturation one trim gave back ~18 MiB of 193 (docs/BENCHMARKS.md, twenty-first stop)
+    malloc_trim_every_s: float = Field(default=1.0, ge=0)
+    #: the most arenas the C allocator may make for the worker's threads (glibc's
+    #: ``M_ARENA_MAX``: streams/worker/memtrim.py); 0: glibc's own (8 per core). Each thread's
+    #: arena keeps its freed blocks apart; one arena held ~15 MiB less at 10,000 devices, with
+    #: the trims every second (docs/BENCHMARKS.md)
+    malloc_arenas: int = Field(default=1, ge=0)
 
     @field_validator("peers", mode="before")
     @classmethod

@@ -9,6 +9,10 @@ whole free page of glibc's heaps back (``madvise``): on the bench's 10,000 devic
 a 199 MiB worker; a trim of the same core's state in one process took 0.27 ms
 (docs/BENCHMARKS.md, eighteenth stop).
 
+Every second by default: at 10,000 devices a worker at saturation held ~18 MiB of freed buffers
+resident between trims 10 s apart (docs/BENCHMARKS.md, twenty-first stop). And one arena for all
+threads (:func:`libc_arenas`), so that one trim reaches every freed block.
+
 glibc only: where the C library has no ``malloc_trim`` (musl, macOS) the trimmer is off and says
 so once. A thin adapter: no state of the join, no output depends on it.
 """
@@ -37,6 +41,29 @@ def libc_trim(library: object | None = None) -> Trim | None:
     fn.argtypes = [ctypes.c_size_t]
     fn.restype = ctypes.c_int
     return lambda: fn(0)
+
+
+#: glibc's ``mallopt`` parameter for the most arenas its ``malloc`` makes (``M_ARENA_MAX``)
+M_ARENA_MAX = -8
+
+
+def libc_arenas(most: int, library: object | None = None) -> bool:
+    """Let the C allocator make at most ``most`` arenas (glibc's ``mallopt(M_ARENA_MAX)``);
+    whether it took it (``False`` where the C library has no ``mallopt``, or refused).
+
+    glibc gives each thread that allocates its own arena (up to 8 per core), and each arena
+    keeps its freed blocks resident apart from the others: the worker's consumer and producer
+    threads fill theirs with fetch and produce buffers, a trim later. One arena is shared by
+    all threads, which hardly contend (the interpreter's own objects are in its small-object
+    arenas, under the GIL). Call it before the threads start: an arena once made stays."""
+    lib = ctypes.CDLL(None) if library is None else library
+    fn = getattr(lib, "mallopt", None)
+    if fn is None:
+        log.info("mallopt: the C library has none (not glibc); its arenas are left as they are")
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return bool(fn(M_ARENA_MAX, most))
 
 
 def resident_bytes() -> int | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from prometheus_client import REGISTRY
 
 from infra.settings import AlertSettings, KafkaSettings, WorkerSettings
 from streams.worker.app import build_app
-from streams.worker.memtrim import Trimmer, libc_trim, resident_bytes
+from streams.worker.memtrim import Trimmer, libc_arenas, libc_trim, resident_bytes
 
 MIB = 2**20
 
@@ -89,10 +91,103 @@ def _timers(tmp_path: Path, **worker: object) -> list[str]:
 def test_the_worker_trims_on_its_setting_and_not_when_it_is_zero(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert WorkerSettings().malloc_trim_every_s == 10.0
+    assert WorkerSettings().malloc_trim_every_s == 1.0
     assert "_trims.<locals>.trim" in _timers(tmp_path)
     assert "_trims.<locals>.trim" not in _timers(tmp_path, malloc_trim_every_s=0)
     monkeypatch.setenv("GPUATTR_WORKER_MALLOC_TRIM_EVERY_S", "0")
     assert WorkerSettings().malloc_trim_every_s == 0.0
     with pytest.raises(ValueError, match="malloc_trim_every_s"):
         WorkerSettings(malloc_trim_every_s=-1)
+
+
+#: a fresh interpreter: ``ARENAS`` (``None``: glibc's own) as the worker sets it, then four
+#: threads that each allocate from glibc's malloc; prints how many arenas (heaps) glibc has
+_ARENAS_PROBE = """
+import ctypes, os, sys, tempfile, threading
+from streams.worker.memtrim import libc_arenas
+most = None if sys.argv[1] == "none" else int(sys.argv[1])
+if most is not None:
+    assert libc_arenas(most)
+kept = []
+def work():
+    kept.append([bytearray(4000) for _ in range(64)])  # over 512 bytes: glibc's malloc
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+path = os.path.join(tempfile.mkdtemp(), "info.xml")
+fp = libc.fopen(path.encode(), b"w")
+assert libc.malloc_info(0, fp) == 0
+libc.fclose(fp)
+print(open(path).read().count("<heap nr="))
+"""
+
+
+def _arenas(most: int | None) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", _ARENAS_PROBE, "none" if most is None else str(most)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return int(done.stdout)
+
+
+def test_one_arena_serves_every_thread_where_glibc_would_make_one_each() -> None:
+    """For real, in fresh interpreters: threads that allocate get arenas of their own unless
+    the worker's setting caps them (glibc's ``malloc_info`` lists the heaps)."""
+    assert _arenas(None) > 1
+    assert _arenas(1) == 1
+
+
+def test_a_c_library_without_mallopt_leaves_its_arenas_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Musl:  # no mallopt symbol
+        pass
+
+    with caplog.at_level(logging.INFO, logger="streams.worker.memtrim"):
+        assert libc_arenas(1, Musl()) is False
+    assert "left as they are" in caplog.text
+
+
+def test_the_worker_caps_its_arenas_by_its_setting() -> None:
+    assert WorkerSettings().malloc_arenas == 1
+    assert WorkerSettings(malloc_arenas=0).malloc_arenas == 0
+    with pytest.raises(ValueError, match="malloc_arenas"):
+        WorkerSettings(malloc_arenas=-1)
+
+
+def test_the_worker_command_caps_the_arenas_before_it_builds_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuattr import cli
+    from infra.settings import SpineSettings
+    from streams.worker import app, memtrim, transport
+
+    calls: list[object] = []
+
+    class Worker:
+        def __init__(self, *_: object, **__: object) -> None:
+            calls.append("worker")
+
+        def execute_from_commandline(self) -> None:
+            calls.append("run")
+
+    monkeypatch.setattr(memtrim, "libc_arenas", lambda most: calls.append(("arenas", most)))
+    monkeypatch.setattr(app, "build_app", lambda *_: calls.append("app"))
+    monkeypatch.setattr(transport, "Worker", Worker)
+    monkeypatch.setattr(cli, "_tune_gc", lambda _: None)
+    kafka, spine = KafkaSettings(bootstrap=None), SpineSettings()
+    cli._run_worker(kafka, WorkerSettings(malloc_arenas=2), AlertSettings(), spine)
+    assert calls == [("arenas", 2), "app", "worker", "run"]
+    calls.clear()
+    cli._run_worker(kafka, WorkerSettings(malloc_arenas=0), AlertSettings(), spine)
+    assert calls == ["app", "worker", "run"]
