@@ -401,8 +401,8 @@ class WorkerSettings(BaseSettings):
     malloc_trim_every_s: float = Field(default=1.0, ge=0)
     #: the most arenas the C allocator may make for the worker's threads (glibc's
     #: ``M_ARENA_MAX``: streams/worker/memtrim.py); 0: glibc's own (8 per core). Each thread's
-    #: arena keeps its freed blocks apart; one arena held ~15 MiB less at 10,000 devices, with
-    #: the trims every second (docs/BENCHMARKS.md)
+    #: arena keeps its freed blocks apart; with the trims every second, a worker at 10,000
+    #: devices held ~12 MiB less than with 10 s and glibc's arenas (docs/BENCHMARKS.md)
     malloc_arenas: int = Field(default=1, ge=0)
 
     @field_validator("peers", mode="before")

@@ -11,7 +11,6 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from sys import intern
 from types import MappingProxyType
 from typing import Literal
 
@@ -438,13 +437,13 @@ def attribute(
     facts = DeviceFacts(
         # the strings the event keeps (the worker's live view holds a device's latest), one
         # copy per value: a decoded scrape's are its own (contract.inputs.READ_AND_LET_GO)
-        node=intern(sample.node),
-        gpu_uuid=intern(sample.uuid),
+        node=sys.intern(sample.node),
+        gpu_uuid=sys.intern(sample.uuid),
         gpu_index=sample.gpu_index,
-        model=intern(sample.model),
+        model=sys.intern(sample.model),
         mig_instance_id=sample.mig_instance_id,
         # a profile without an instance is not a MIG row (GPU_I_PROFILE needs GPU_I_ID)
-        mig_profile=intern(profile)
+        mig_profile=sys.intern(profile)
         if profile is not None and sample.mig_instance_id is not None
         else None,
         device_uuid=ctx.mig_uuid,
@@ -496,7 +495,7 @@ def device_name(facts: DeviceFacts) -> str:
     """The device as its events name it (``device_uuid``): a MIG instance by its UUID when the
     inventory knows it."""
     return facts.device_uuid or (
-        intern(f"{facts.gpu_uuid}/gi{facts.mig_instance_id}")
+        sys.intern(f"{facts.gpu_uuid}/gi{facts.mig_instance_id}")
         if facts.mig_instance_id is not None
         else facts.gpu_uuid
     )
