@@ -71,7 +71,18 @@ class NodePods:
 
 
 def name_key(node: str, namespace: str, name: str) -> str:
+    """A pod's key in the pod watch (``pods``): its node, namespace and name."""
     return intern(f"{node}/{namespace}/{name}")
+
+
+def short_name(namespace: str, name: str) -> str:
+    """A pod as its node's index (:class:`NodePods`) names it: namespace and name."""
+    return intern(f"{namespace}/{name}")
+
+
+def short_key(node: str, short: str) -> str:
+    """The pod-watch key of a name in a node's index: :func:`name_key` of its parts."""
+    return intern(f"{node}/{short}")
 
 
 def holder_annotations(

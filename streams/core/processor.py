@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from sys import intern
 
 from contract.inputs import (
     AgentStatus,
@@ -74,6 +73,8 @@ from streams.core.pods import (
     name_key,
     resolve,
     settle,
+    short_key,
+    short_name,
 )
 from streams.core.sharing import LABEL_PRODUCT
 from streams.core.spine import Spine, fingerprint
@@ -582,7 +583,7 @@ class Processor:
         t = self.tables
         index = t.node_pods.get(rec.node, NodePods())
         changed = self._read(rec.node, index.due(rec.ts_ms))
-        changed[intern(f"{rec.namespace}/{rec.name}")] = apply_pod(
+        changed[short_name(rec.namespace, rec.name)] = apply_pod(
             t.pods.get(name_key(rec.node, rec.namespace, rec.name)), rec
         )
         self._settle(rec.node, index, changed, rec.ts_ms)
@@ -597,7 +598,7 @@ class Processor:
         self._settle(listing.node, index, changed, listing.ts_ms)
 
     def _read(self, node: str, shorts: Iterable[str]) -> dict[str, PodNames | None]:
-        return {short: self.tables.pods.get(f"{node}/{short}") for short in shorts}
+        return {short: self.tables.pods.get(short_key(node, short)) for short in shorts}
 
     def _settle(
         self, node: str, index: NodePods, changed: dict[str, PodNames | None], now_ms: int
@@ -607,7 +608,7 @@ class Processor:
         t = self.tables
         kept, new_index = settle(index, changed, now_ms)
         for short, names in kept.items():
-            key = intern(f"{node}/{short}")  # one copy with the index's and the frames'
+            key = short_key(node, short)
             if names is None:
                 if key in t.pods:
                     del t.pods[key]
