@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from infra.ports import free_port
 from sim.apiserver import ApiServerDouble
 from sim.cluster import Cluster
 from sim.exporter_rows import ExporterRow
@@ -25,11 +25,10 @@ from sim.traces import exporter_down
 
 
 def closed_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on (bound, then released): connecting to it is refused."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-    return port
+    """A port nothing listens on, so connecting to it is refused: free now and outside the
+    ephemeral range, so no server binding port 0 is given it later, and never handed out again
+    by this process."""
+    return free_port(host)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -8,7 +8,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -17,15 +16,12 @@ from pathlib import Path
 from typing import IO
 
 from gpuattr.localkube.binaries import LocalKubeError
+from infra.ports import free_port
+
+__all__ = ["HOST", "Proc", "free_port", "spawn", "wait_until"]
 
 log = logging.getLogger("gpuattr.localkube")
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
