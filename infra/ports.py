@@ -11,6 +11,7 @@ binds go, at random, free when it is chosen, and never handed out twice by one p
 
 from __future__ import annotations
 
+import functools
 import random
 import socket
 import threading
@@ -64,8 +65,9 @@ def _bindable(port: int, host: str) -> bool:
 
 
 def candidates(ephemeral: tuple[int, int], reserved: set[int]) -> list[int]:
-    """The ports to choose from: a range below the ephemeral one, less reserved ports (the
-    ephemeral range itself only when nothing lies below it)."""
+    """The ports to choose from, less reserved ports: those from 10,000 up to the ephemeral
+    range; where none lie below it, those above it; where none lie above either, any port from
+    1,024."""
     low, high = ephemeral
     below = [p for p in range(_LOWEST, low) if p not in reserved]
     if below:
@@ -74,10 +76,16 @@ def candidates(ephemeral: tuple[int, int], reserved: set[int]) -> list[int]:
     return above or [p for p in range(1024, 65536) if p not in reserved]
 
 
+@functools.cache
+def _pool() -> tuple[int, ...]:
+    """This machine's candidates, read from the kernel once per process."""
+    return tuple(candidates(ephemeral_range(), _reserved()))
+
+
 def free_port(host: str = HOST) -> int:
     """A TCP port on ``host``, free now and outside the ephemeral range, which this process has
     not handed out before. :class:`OSError` when none of the candidates is free."""
-    pool = candidates(ephemeral_range(), _reserved())
+    pool = _pool()
     rng = random.SystemRandom()
     with _lock:
         for _ in range(200):

@@ -28,13 +28,12 @@ from gpuattr.localkafka.jars import LocalKafkaError, require_tool, resolve_jars
 from gpuattr.localkafka.ready import wait_until_ready
 from gpuattr.localkafka.security import MECHANISM, make_pki, overrides, scram_arguments
 from infra.kafka import client_options
-from infra.ports import free_port
+from infra.ports import HOST, free_port
 from infra.settings import KafkaSettings
 
 __all__ = ["LocalKafka", "free_port", "run_forever"]
 
 log = logging.getLogger("gpuattr.localkafka")
-HOST = "127.0.0.1"
 
 
 def _check_port_free(port: int) -> None:

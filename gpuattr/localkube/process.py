@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import IO
 
 from gpuattr.localkube.binaries import LocalKubeError
-from infra.ports import free_port
+from infra.ports import HOST, free_port
 
 __all__ = ["HOST", "Proc", "free_port", "spawn", "wait_until"]
 
 log = logging.getLogger("gpuattr.localkube")
-HOST = "127.0.0.1"
 
 
 @dataclass

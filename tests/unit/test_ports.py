@@ -51,6 +51,8 @@ def test_candidates_leave_out_reserved_ports_and_the_ephemeral_range() -> None:
     assert max(pool) == 19999
     # an ephemeral range starting low: the ports above it
     assert ports.candidates((1024, 60000), set()) == list(range(60001, 65536))
+    # no port outside it at all: any port from 1,024
+    assert ports.candidates((1024, 65535), {2000}) == [p for p in range(1024, 65536) if p != 2000]
 
 
 def test_a_taken_port_is_not_bindable() -> None:
