@@ -110,7 +110,7 @@ def py_spy() -> str:
 
 
 async def one_run(
-    bootstrap: str, nodes: int, intervals: int, rate: int, workdir: Path
+    bootstrap: str, nodes: int, intervals: int, rate: int, workdir: Path, gil: bool = False
 ) -> tuple[dict[str, float], int]:
     expected = len(expected_events(nodes, intervals))
     kafka, _ = await preloaded(bootstrap, "where", nodes, intervals)
@@ -123,7 +123,7 @@ async def one_run(
         await kafka_io.wait_count(bootstrap, attribution, 1, timeout_s=300)
         spy = await asyncio.create_subprocess_exec(
             py_spy(), "record", "--pid", str(child.proc.pid), "--rate", str(rate),
-            "--format", "raw", "--nonblocking", "--output", str(out),
+            "--format", "raw", "--nonblocking", "--output", str(out), *(["--gil"] if gil else []),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         try:
@@ -152,7 +152,7 @@ async def main(args: argparse.Namespace) -> list[tuple[dict[str, float], int]]:
         runs = []
         for n in range(args.repeat):
             load = os.getloadavg()[0]
-            run = await one_run(bootstrap, args.nodes, args.intervals, args.rate, workdir)
+            run = await one_run(bootstrap, args.nodes, args.intervals, args.rate, workdir, args.gil)
             print(f"run {n + 1}: {run[1]} busy samples, 1-min load before {load:.2f}", flush=True)
             runs.append(run)
     return runs
@@ -182,4 +182,7 @@ if __name__ == "__main__":
     parser.add_argument("--intervals", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
+    parser.add_argument(
+        "--gil", action="store_true", help="sample only the thread holding the GIL (py-spy --gil)"
+    )
     print(report(asyncio.run(main(parser.parse_args()))))
