@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Hashable, Iterable, Set
+from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from contract import codec
 from contract.inputs import InputRecord as AgentRecord
+from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
 from infra.settings import WorkerSettings
 from streams.worker.outbox import Outbox
+
+
+async def broker(stack: contextlib.AsyncExitStack, bootstrap: str | None, workdir: Path) -> str:
+    """The bench's broker: ``bootstrap`` when given, else an embedded one whose data is in
+    ``workdir``, stopped when ``stack`` closes. Returns its bootstrap address."""
+    if bootstrap:
+        return bootstrap
+    local = LocalKafka(LocalKafkaConfig(data_dir=workdir / "kafka", heap_mb=1024))
+    await stack.enter_async_context(local)
+    return local.bootstrap
 
 
 async def produce(bootstrap: str, topic: str, records: Iterable[AgentRecord]) -> int:

@@ -36,7 +36,6 @@ from contract import codec
 from contract.inputs import InputRecord, PodRecord
 from contract.outputs import AttributionEvent
 from contract.topics import TABLES
-from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
 from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
 from infra.settings import KafkaSettings
@@ -420,11 +419,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="gpuattr-bench-"))
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(shutil.rmtree, workdir, True)  # last out: after the broker has stopped
-        bootstrap = args.bootstrap
-        if not bootstrap:
-            broker = LocalKafka(LocalKafkaConfig(data_dir=workdir / "kafka", heap_mb=1024))
-            await stack.enter_async_context(broker)
-            bootstrap = broker.bootstrap
+        bootstrap = await kafka_io.broker(stack, args.bootstrap, workdir)
         runs = []
         for n in range(args.repeat):
             load0 = os.getloadavg()

@@ -32,7 +32,6 @@ from pathlib import Path
 
 from bench import kafka_io
 from bench.run import expected_events, preloaded, worker_children
-from gpuattr.localkafka import LocalKafka, LocalKafkaConfig
 
 #: (room, what claims a sample for it: a frame's function name starts with one of these, or
 #: its file's path contains one ending in "/"); first match wins, frames read from the root
@@ -144,11 +143,7 @@ async def main(args: argparse.Namespace) -> list[tuple[dict[str, float], int]]:
     workdir = Path(tempfile.mkdtemp(prefix="gpuattr-where-"))
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(shutil.rmtree, workdir, True)
-        bootstrap = args.bootstrap
-        if not bootstrap:
-            broker = LocalKafka(LocalKafkaConfig(data_dir=workdir / "kafka", heap_mb=1024))
-            await stack.enter_async_context(broker)
-            bootstrap = broker.bootstrap
+        bootstrap = await kafka_io.broker(stack, args.bootstrap, workdir)
         runs = []
         for n in range(args.repeat):
             load = os.getloadavg()[0]
