@@ -33,24 +33,26 @@ from pathlib import Path
 from bench import kafka_io
 from bench.run import expected_events, preloaded, worker_children
 
+CORE = "core (streams.core.processor)"
+
 #: (room, what claims a sample for it: a frame's function name starts with one of these, or
-#: its file's path contains one ending in "/"); first match wins, frames read from the root
-ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("changelog writes (table codec, outbox add)", ("RecordTable.on_key_",)),
-    ("core (streams.core.processor)", ("Processor.handle",)),
-    ("demand stage", ("DemandLoop.handle_event",)),
-    ("decode (contract.codec)", ("Codec.decode",)),
-    ("publish (output codec, outbox add)", ("Publisher.publish_all",)),
-    ("record loop (metrics, live view)", ("RecordLoop.handle_event",)),
-    ("outbox drains", ("Outbox.",)),
-    ("aiokafka producer", ("aiokafka/producer/",)),
-    ("consumer thread (aiokafka fetch)", ("WorkerThread.run", "ServiceThread")),
-    ("Faust stream, agents, commits", ("faust/", "mode/")),
-    ("event loop, sockets, other", ("",)),
+#: its file's path contains one ending in "/", whether it is our own code); first match wins,
+#: frames read from the root
+ROOMS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("changelog writes (table codec, outbox add)", ("RecordTable.on_key_",), True),
+    (CORE, ("Processor.handle",), True),
+    ("demand stage", ("DemandLoop.handle_event",), True),
+    ("decode (contract.codec)", ("Codec.decode",), True),
+    ("publish (output codec, outbox add)", ("Publisher.publish_all",), True),
+    ("record loop (metrics, live view)", ("RecordLoop.handle_event",), True),
+    ("outbox drains", ("Outbox.",), True),
+    ("aiokafka producer", ("aiokafka/producer/",), False),
+    ("consumer thread (aiokafka fetch)", ("WorkerThread.run", "ServiceThread"), False),
+    ("Faust stream, agents, commits", ("faust/", "mode/"), False),
+    ("event loop, sockets, other", ("",), False),
 )
 #: our own code's rooms (the bound "if all of ours cost nothing")
-OURS = frozenset(room for room, _ in ROOMS[:7])
-CORE = "core (streams.core.processor)"
+OURS = frozenset(room for room, _, ours in ROOMS if ours)
 WAITING = "waiting (select)"
 
 _FRAME = re.compile(r"^(?P<fn>.+?) \((?P<file>[^()]*?)(?::\d+)?\)$")
@@ -75,7 +77,7 @@ def room_of(stack: list[tuple[str, str]]) -> str:
     """The room a sample belongs to (module docstring)."""
     if stack and stack[-1][0].endswith(".select"):  # EpollSelector.select: a thread waiting
         return WAITING
-    for room, marks in ROOMS:
+    for room, marks, _ in ROOMS:
         if any(_claims(mark, fn, file) for fn, file in stack for mark in marks):
             return room
     return ROOMS[-1][0]
@@ -93,7 +95,7 @@ def shares(lines: Iterable[str]) -> tuple[dict[str, float], int]:
     busy = sum(v for k, v in counts.items() if k != WAITING)
     if busy == 0:
         raise RuntimeError("py-spy recorded no sample of a busy thread")
-    return {room: counts[room] / busy for room, _ in ROOMS}, busy
+    return {room: counts[room] / busy for room, _, _ in ROOMS}, busy
 
 
 def bound(share: float) -> float:
@@ -160,7 +162,7 @@ def report(runs: list[tuple[dict[str, float], int]]) -> str:
         return f"{med:5.1f}{'%' if pct else 'x'} [{lo:.1f}, {hi:.1f}]"
 
     lines = [f"share of one saturated worker's busy samples, median [min, max] of {len(runs)}:"]
-    for room, _ in ROOMS:
+    for room, _, _ in ROOMS:
         lines.append(f"  {room:<44} {fig([r[room] for r, _ in runs])}")
     ours = [sum(r[k] for k in OURS) for r, _ in runs]
     lines.append(f"  {'all of our own code':<44} {fig(ours)}")

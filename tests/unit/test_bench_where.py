@@ -67,7 +67,7 @@ def test_shares_are_of_the_samples_not_waiting() -> None:
     assert got[CORE] == pytest.approx(0.6)
     assert got["Faust stream, agents, commits"] == pytest.approx(0.3)
     assert sum(got.values()) == pytest.approx(1.0)
-    assert set(got) == {room for room, _ in ROOMS}
+    assert set(got) == {room for room, _, _ in ROOMS}
 
 
 def test_a_record_of_nothing_but_waiting_is_an_error_not_a_figure() -> None:
