@@ -93,7 +93,13 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
             stack.push_async_callback(server.stop)
         kubelet, dcgm = settings.kubelet, settings.dcgm
         locator = (
-            ExporterLocator(dcgm.pod_selector, scheme=dcgm.scheme, path=dcgm.path)
+            ExporterLocator(
+                dcgm.pod_selector,
+                namespace=dcgm.exporter_namespace,
+                daemonset=dcgm.exporter_daemonset,
+                scheme=dcgm.scheme,
+                path=dcgm.path,
+            )
             if dcgm.discover
             else None
         )

@@ -12,6 +12,12 @@ SOURCE_ERRORS = Counter(
     "Errors reading a source, by source and kind of error",
     ["source", "error"],
 )
+EXPORTER_REFUSED = Counter(
+    "gpuattr_agent_exporter_candidates_refused_total",
+    "Pods labelled as dcgm-exporter on this node that are not the operator's exporter (other "
+    "namespace, no DaemonSet controller, another DaemonSet): never scraped, counted once each",
+    ["reason"],
+)
 REJECTED_LINES = Counter(
     "gpuattr_agent_rejected_metric_lines_total", "dcgm-exporter lines that could not be parsed"
 )

@@ -97,14 +97,19 @@ class KubeletSettings(BaseSettings):
 
 class DcgmSettings(BaseSettings):
     """Which dcgm-exporter the agent scrapes: its own node's, found through the pod watch
-    (``discover``: pods on this node matching ``pod_selector``, scraped by pod IP on the container
-    port named ``port_name``, else ``port``), or the ``url`` given when discovery is off."""
+    (``discover``: pods on this node matching ``pod_selector`` in ``exporter_namespace`` and
+    controlled by DaemonSet ``exporter_daemonset``, scraped by pod IP on the container port
+    named ``port_name``, else ``port``), or the ``url`` given when discovery is off."""
 
     model_config = SettingsConfigDict(env_prefix="GPUATTR_DCGM_", frozen=True)
 
     url: str = "http://localhost:9400/metrics"
     discover: bool = False
     pod_selector: str = "app=nvidia-dcgm-exporter"
+    #: the exporter's namespace and DaemonSet, as the GPU Operator names them (a standalone
+    #: dcgm-exporter Helm install names its own): a labelled pod elsewhere is never scraped
+    exporter_namespace: str = Field(default="gpu-operator", min_length=1)
+    exporter_daemonset: str = Field(default="nvidia-dcgm-exporter", min_length=1)
     port_name: str = "metrics"
     port: int = Field(default=9400, gt=0, lt=65536)
     scheme: Literal["http", "https"] = "http"

@@ -155,14 +155,16 @@ def node_objects(scenario: Scenario, t: float = 0.0) -> list[dict[str, Any]]:
 
 
 EXPORTER_NAMESPACE = "gpu-operator"
-EXPORTER_LABELS = {"app": "nvidia-dcgm-exporter"}
+EXPORTER_DAEMONSET = "nvidia-dcgm-exporter"
+EXPORTER_LABELS = {"app": EXPORTER_DAEMONSET}
 
 
 def exporter_pod_objects(
     scenario: Scenario, ports: dict[str, int], epoch_s: float, host: str = "127.0.0.1"
 ) -> list[dict[str, Any]]:
     """Each node's dcgm-exporter pod, as the GPU Operator's DaemonSet makes it: labelled
-    ``app=nvidia-dcgm-exporter``, its container port named ``metrics``, reached by pod IP (here
+    ``app=nvidia-dcgm-exporter`` and controlled by that DaemonSet in the operator's namespace (the
+    agent scrapes no other), its container port named ``metrics``, reached by pod IP (here
     every exporter double listens on ``host``, each on its own port). A node whose exporter is
     not deployed (``exporter = "none"``) has none; a deleted node's pod is gone with it; a node
     the GPU Operator manages has its operand pod instead (:mod:`sim.gpuoperator`)."""
@@ -181,6 +183,16 @@ def exporter_pod_objects(
                     "uid": f"exporter-{node.name}",
                     "creationTimestamp": rfc3339(epoch_s),
                     "labels": dict(EXPORTER_LABELS),
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "DaemonSet",
+                            "name": EXPORTER_DAEMONSET,
+                            "uid": f"daemonset-{EXPORTER_DAEMONSET}",
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
                 },
                 "spec": {
                     "nodeName": node.name,

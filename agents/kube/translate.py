@@ -165,6 +165,9 @@ def exporter_pod(pod: Any, *, port_name: str, default_port: int) -> ExporterPod:
         getattr(c, "type", None) == "Ready" and getattr(c, "status", None) == "True"
         for c in conditions
     )
+    # only the controller counts: any pod may list other owners (the locator checks this one)
+    refs = getattr(meta, "owner_references", None) or []
+    controller = next((r for r in refs if getattr(r, "controller", None) is True), None)
     return ExporterPod(
         namespace=getattr(meta, "namespace", None) or "",
         name=getattr(meta, "name", None) or "",
@@ -174,4 +177,6 @@ def exporter_pod(pod: Any, *, port_name: str, default_port: int) -> ExporterPod:
         ready=ready,
         terminating=getattr(meta, "deletion_timestamp", None) is not None,
         created_ms=_ms(getattr(meta, "creation_timestamp", None)),
+        owner_kind=(getattr(controller, "kind", None) or "") if controller is not None else "",
+        owner_name=(getattr(controller, "name", None) or "") if controller is not None else "",
     )

@@ -30,8 +30,8 @@ from agents.health import SourceHealth
 from agents.kube.dra import claim_record, slice_record
 from agents.kube.gpuoperator import operand_pods
 from agents.kube.translate import can_hold_gpu, exporter_pod, node_record, pod_record
-from agents.locate import ExporterLocator, ExporterPod
-from agents.selfmetrics import SOURCE_ERRORS
+from agents.locate import ExporterLocator, ExporterPod, RefusedWhy
+from agents.selfmetrics import EXPORTER_REFUSED, SOURCE_ERRORS
 from agents.types import AgentRecord, Emit, NowMs
 from contract.inputs import (
     OperandPod,
@@ -323,7 +323,11 @@ class OperandWatcher(ListWatcher[AgentRecord]):
 
 class ExporterWatcher(ListWatcher[AgentRecord]):
     """The dcgm-exporter pods on this node (``spec.nodeName=<node>`` and a label selector): where
-    the agent scrapes (:class:`agents.dcgm.locate.ExporterLocator`). Publishes nothing."""
+    the agent scrapes (:class:`agents.locate.ExporterLocator`). Publishes nothing.
+
+    It lists every namespace, not only the exporter's, so a pod that carries the label without
+    being the operator's exporter is seen: refused, logged once and counted by reason
+    (``gpuattr_agent_exporter_candidates_refused_total``), never scraped."""
 
     kind = "exporter pod"
 
@@ -357,11 +361,31 @@ class ExporterWatcher(ListWatcher[AgentRecord]):
         return exporter_pod(obj, port_name=self.port_name, default_port=self.default_port)
 
     def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
-        self.locator.seen(self._pod(obj), deleted)
+        pod = self._pod(obj)
+        why = self.locator.seen(pod, deleted)
+        if why is not None:
+            self._refused(pod, why)
         return []
 
     async def _after_list(self, items: list[Any], rv: str) -> None:
-        self.locator.relisted(self._pod(obj) for obj in items)
+        for pod, why in self.locator.relisted(self._pod(obj) for obj in items):
+            self._refused(pod, why)
+
+    def _refused(self, pod: ExporterPod, why: RefusedWhy) -> None:
+        EXPORTER_REFUSED.labels(why).inc()
+        owner = f"{pod.owner_kind} {pod.owner_name}" if pod.owner_kind else "no controller"
+        log.warning(
+            "pod %s on node %s is labelled %s but is not the exporter of DaemonSet %s/%s "
+            "(%s: namespace %s, %s): never scraped",
+            pod.key,
+            self.node,
+            self.locator.selector,
+            self.locator.namespace,
+            self.locator.daemonset,
+            why,
+            pod.namespace,
+            owner,
+        )
 
 
 class NodeWatcher(ListWatcher[AgentRecord]):
