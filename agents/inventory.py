@@ -34,6 +34,14 @@ def _profile_from_name(name: str) -> str | None:
     return profile.strip() or None if sep else None
 
 
+def _pci_bus_id(nvml: Any, handle: Any) -> str:
+    try:
+        return _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+    except nvml.NVMLError as exc:  # the locality check does without it: said, not fatal
+        log.warning("NVML has no PCI bus id for a GPU (%s): its exporter rows go unchecked", exc)
+        return ""
+
+
 def read_nvml(nvml: Any, node: str, ts_ms: int) -> DeviceInventory:
     """Read the inventory through an initialised ``pynvml`` module."""
     gpus: list[GpuInfo] = []
@@ -41,7 +49,8 @@ def read_nvml(nvml: Any, node: str, ts_ms: int) -> DeviceInventory:
     for index in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-        gpus.append(GpuInfo(index, uuid, _text(nvml.nvmlDeviceGetName(handle))))
+        name = _text(nvml.nvmlDeviceGetName(handle))
+        gpus.append(GpuInfo(index, uuid, name, _pci_bus_id(nvml, handle)))
         try:
             current, _pending = nvml.nvmlDeviceGetMigMode(handle)
         except nvml.NVMLError:
@@ -70,7 +79,7 @@ class _FileInventory(pydantic.BaseModel):
 
 
 def read_file(path: Path, node: str, ts_ms: int) -> DeviceInventory:
-    """Read ``{"gpus": [{index, uuid, model}], "migs": [{mig_uuid, parent_uuid, gi, ...}]}``."""
+    """Read ``{"gpus": [{index, uuid, model, pci_bus_id}], "migs": [{mig_uuid, parent_uuid, gi, ...}]}``."""
     try:
         doc = _FileInventory.model_validate(orjson.loads(path.read_bytes()))
     except (OSError, orjson.JSONDecodeError, pydantic.ValidationError) as exc:

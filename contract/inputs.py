@@ -253,6 +253,9 @@ class GpuInfo:
     index: int
     uuid: str
     model: str = ""
+    #: additive: NVML's PCI bus id (``00000000:3B:00.0``), "" where unknown: what an exporter's
+    #: ``pci_bus_id`` label is checked against
+    pci_bus_id: str = ""
 
 
 @fast_init

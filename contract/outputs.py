@@ -287,7 +287,7 @@ class ExporterMisattribution:
     reason: str
 
 
-RefusalCause = Literal["hostname", "foreign-devices", "unverifiable"]
+RefusalCause = Literal["hostname", "foreign-devices", "unverifiable", "pci-bus-id"]
 
 
 @fast_init

@@ -17,6 +17,11 @@ from sim.exporter_rows import ExporterRow
 from sim.scenario import NodeSpec, PodSpec, Scenario, Slot, gpu_uuid, mig_uuid, parse_slot
 
 
+def pci_bus_id(gpu: int) -> str:
+    """GPU ``gpu``'s PCI bus id, as NVML and dcgm-exporter's ``pci_bus_id`` label both print it."""
+    return f"00000000:{0x17 + gpu:02X}:00.0"
+
+
 def resource_name(node: NodeSpec, slot: Slot) -> str:
     if slot.gi is not None and node.mig is not None:
         return f"nvidia.com/mig-{node.mig.profile}"
@@ -117,7 +122,9 @@ class Cluster:
         migs: list[dict[str, object]] = []
         for gpu in range(spec.gpus):
             uuid = gpu_uuid(node, gpu)
-            gpus.append({"index": gpu, "uuid": uuid, "model": spec.model})
+            gpus.append(
+                {"index": gpu, "uuid": uuid, "model": spec.model, "pci_bus_id": pci_bus_id(gpu)}
+            )
             if spec.mig and gpu in spec.mig.gpus:
                 for gi in spec.mig.instances:
                     migs.append(
@@ -195,7 +202,7 @@ class Cluster:
             uuid=uuid,
             model=spec.model,
             hostname=spec.name,
-            pci_bus_id=f"00000000:{0x17 + gpu:02X}:00.0",
+            pci_bus_id=pci_bus_id(gpu),
             mig_profile=spec.mig.profile if gi is not None and spec.mig else None,
             mig_instance_id=gi,
             values=tuple(values),

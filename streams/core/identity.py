@@ -69,6 +69,8 @@ class Inventory:
     gpus: Mapping[int, str]
     migs: Mapping[str, MigDevice]
     models: Mapping[str, str] = field(default_factory=dict)  # GPU UUID → model (additive)
+    #: GPU UUID → PCI bus id as NVML reports it (GPUs it reported one for)
+    pci_buses: Mapping[str, str] = field(default_factory=dict)
 
 
 EMPTY_INVENTORY = Inventory(gpus={}, migs={})

@@ -132,6 +132,7 @@ def inventory_of(record: DeviceInventory) -> Inventory:
     return Inventory(
         gpus={g.index: g.uuid for g in record.gpus},
         models={g.uuid: g.model for g in record.gpus if g.model},
+        pci_buses={g.uuid: g.pci_bus_id for g in record.gpus if g.pci_bus_id},
         migs={
             m.mig_uuid: MigDevice(m.mig_uuid, m.parent_uuid, m.gi, m.profile) for m in record.migs
         },
@@ -441,7 +442,9 @@ class Processor:
         """``merge``: the scrape is one device's row (older agents): the devices with rows are
         the ones seen before and this one."""
         view = read_node(self.tables, scrape.node)
-        verdict = telemetry.verify(scrape, view.known_gpus(), view.host_names)
+        verdict = telemetry.verify(
+            scrape, view.known_gpus(), view.host_names, view.inventory.pci_buses
+        )
         state = self._state(scrape.node)
         assert state is not None  # _heard made it
         outputs: list[Output] = []

@@ -9,6 +9,10 @@ provably the node's own (:func:`verify`):
   ``kubernetes.io/hostname``, or the exporter pod the agent found on it (dcgm-exporter reports
   ``NODE_NAME`` when set, as the GPU Operator does, else its pod's hostname) — another name
   refuses the whole answer;
+* every row's ``pci_bus_id`` is the bus id the node's inventory (NVML) has for that GPU UUID,
+  where both are known: the UUIDs of a node's GPUs are anybody's to read (the exporter's query
+  API lists them), so an answer that names the node's GPUs at other bus addresses is not this
+  node's exporter speaking, and is refused whole;
 * every row's GPU UUID is one the node itself lists: its inventory, its allocatable devices, its
   held devices or its ResourceSlices. A row of another GPU is refused; with nothing to check
   against, the answer cannot be proven and is refused whole.
@@ -23,7 +27,8 @@ purpose, waiting on the container toolkit, crash looping), that line is the reas
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -34,6 +39,8 @@ from streams.core.lifetimes import Lifetimes
 from streams.core.nodestate import NodeState
 
 LABEL_HOSTNAME = "kubernetes.io/hostname"
+#: ``[domain:]bus:device.function``, hexadecimal
+_PCI = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])")
 
 
 @fast_init
@@ -54,8 +61,25 @@ def _names(names: Iterable[str]) -> set[str]:
     return out
 
 
-def verify(scrape: DcgmScrape, known_gpus: frozenset[str], host_names: Sequence[str]) -> Verdict:
-    """Which rows of one scrape are provably the node's (module docstring)."""
+def pci_address(bus_id: str) -> str:
+    """A PCI bus id in one spelling: NVML's ``00000000:3B:00.0``, its legacy ``0000:3B:00.0`` and
+    either case are one address; a text that is not one stays as it came (lower case)."""
+    text = bus_id.strip().lower()
+    m = _PCI.fullmatch(text)
+    if m is None:
+        return text
+    domain, bus, device, function = (int(g or "0", 16) for g in m.groups())
+    return f"{domain:x}:{bus:x}:{device:x}.{function:x}"
+
+
+def verify(
+    scrape: DcgmScrape,
+    known_gpus: frozenset[str],
+    host_names: Sequence[str],
+    pci_buses: Mapping[str, str] | None = None,
+) -> Verdict:
+    """Which rows of one scrape are provably the node's (module docstring). ``pci_buses``: GPU
+    UUID → PCI bus id from the node's inventory."""
     allowed = _names(host_names)
     exporter_pod = scrape.exporter_pod.rpartition("/")[2]
     if exporter_pod:
@@ -69,6 +93,26 @@ def verify(scrape: DcgmScrape, known_gpus: frozenset[str], host_names: Sequence[
             "hostname",
             f"the exporter at {scrape.exporter or 'its URL'} reports Hostname "
             f"{', '.join(strangers)}, not this node ({scrape.node})",
+        )
+    moved = sorted(
+        {
+            (s.uuid, s.pci_bus_id, ours)
+            for s in scrape.samples
+            if s.pci_bus_id
+            and (ours := (pci_buses or {}).get(s.uuid))
+            and pci_address(s.pci_bus_id) != pci_address(ours)
+        }
+    )
+    if moved:
+        more = ", …" if len(moved) > 3 else ""
+        return Verdict(
+            (),
+            scrape.samples,
+            "pci-bus-id",
+            f"the exporter at {scrape.exporter or 'its URL'} reports GPU(s) at PCI bus ids this "
+            f"node's inventory does not have them at ("
+            + ", ".join(f"{u} at {theirs}, not {ours}" for u, theirs, ours in moved[:3])
+            + f"{more})",
         )
     if not known_gpus:
         return Verdict(
