@@ -79,7 +79,8 @@ class _FileInventory(pydantic.BaseModel):
 
 
 def read_file(path: Path, node: str, ts_ms: int) -> DeviceInventory:
-    """Read ``{"gpus": [{index, uuid, model, pci_bus_id}], "migs": [{mig_uuid, parent_uuid, gi, ...}]}``."""
+    """Read ``{"gpus": [{index, uuid, model, pci_bus_id}], "migs": [{mig_uuid, parent_uuid,
+    gi, ...}]}`` (``model`` and ``pci_bus_id`` may be left out)."""
     try:
         doc = _FileInventory.model_validate(orjson.loads(path.read_bytes()))
     except (OSError, orjson.JSONDecodeError, pydantic.ValidationError) as exc:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from contract.inputs import DcgmScrape, DeviceInventory, GpuInfo, NodeRecord
 from contract.inputs import DcgmSample as S
+from contract.inputs import DcgmScrape, DeviceInventory, GpuInfo, NodeRecord
 from contract.outputs import TelemetryRefused
 from streams.core.processor import inventory_of
 from streams.core.telemetry import pci_address, verify
