@@ -96,11 +96,11 @@ def verify(
         )
     moved = sorted(
         {
-            (s.uuid, s.pci_bus_id, ours)
+            (s.uuid, s.pci_bus_id, listed)
             for s in scrape.samples
             if s.pci_bus_id
-            and (ours := (pci_buses or {}).get(s.uuid))
-            and pci_address(s.pci_bus_id) != pci_address(ours)
+            and (listed := (pci_buses or {}).get(s.uuid))
+            and pci_address(s.pci_bus_id) != pci_address(listed)
         }
     )
     if moved:
@@ -111,7 +111,7 @@ def verify(
             "pci-bus-id",
             f"the exporter at {scrape.exporter or 'its URL'} reports GPU(s) at PCI bus ids this "
             f"node's inventory does not have them at ("
-            + ", ".join(f"{u} at {theirs}, not {ours}" for u, theirs, ours in moved[:3])
+            + ", ".join(f"{u} at {theirs}, not {nvml}" for u, theirs, nvml in moved[:3])
             + f"{more})",
         )
     if not known_gpus:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from types import SimpleNamespace
 
 import pytest
 from kubernetes_asyncio.client import (
+    ApiClient,
     V1Container,
     V1ContainerPort,
     V1ObjectMeta,
@@ -17,6 +20,10 @@ from kubernetes_asyncio.client import (
 
 from agents.kube.translate import exporter_pod
 from agents.locate import ExporterLocator, ExporterPod, NotFound, Target, refusal
+from infra.settings import DcgmSettings
+from sim.gpuoperator import operand_pod_objects
+from sim.kube_objects import exporter_pod_objects
+from sim.scenario import load
 
 NS, DS = "gpu-operator", "nvidia-dcgm-exporter"
 
@@ -155,3 +162,26 @@ def test_exporter_pod_reads_its_controller(
 ) -> None:
     got = exporter_pod(_v1pod(NS, owners), port_name="metrics", default_port=1)
     assert (got.owner_kind, got.owner_name, got.port) == (kind, name, 9400)
+
+
+@pytest.mark.parametrize("scenario", ["exclusive", "operator-lab"])
+async def test_the_sims_exporter_pods_are_the_operators(scenario: str) -> None:
+    """The simulator's exporter pods (its own, and the GPU Operator lab's operand pods) pass the
+    rule with the default settings, read as the agent reads them."""
+    sim = load(scenario)
+    ports = {n.name: 40_000 + i for i, n in enumerate(sim.nodes)}
+    objects = [
+        *exporter_pod_objects(sim, ports, 1_780_000_000.0),
+        *operand_pod_objects(sim, 60.0, 1_780_000_000.0, exporter_ports=ports),
+    ]
+    dcgm = DcgmSettings()
+    found = []
+    async with ApiClient() as api:
+        for obj in objects:
+            if obj["metadata"]["labels"].get("app") != "nvidia-dcgm-exporter":
+                continue
+            v1 = api.deserialize(SimpleNamespace(data=json.dumps(obj)), "V1Pod")
+            got = exporter_pod(v1, port_name=dcgm.port_name, default_port=dcgm.port)
+            found.append(refusal(got, dcgm.exporter_namespace, dcgm.exporter_daemonset))
+    assert found
+    assert set(found) == {None}
