@@ -60,6 +60,7 @@ from tests.unit.test_spine import (
     G0,
     G1,
     LIFE,
+    MIN,
     NODE,
     S_,
     T0,
@@ -194,6 +195,67 @@ def test_stack_broken_decision(case: Case) -> None:
             assert a.id == case.episode.fired.id
             assert a.holders == case.episode.fired.holders
         assert codec.decode(codec.encode(a)) == a  # an alert record, through the codec
+
+
+HOLDDOWN = 120 * S_
+
+
+def unheld(since: int = T0) -> StackEpisode:
+    """A fired episode nobody has held a GPU for since ``since``."""
+    return replace(opened(EXPORTER_CRASHING), unheld_ms=since)
+
+
+@dataclass(frozen=True)
+class HoldCase:
+    episode: StackEpisode
+    held: Sequence[HeldDevice]
+    at: int
+    sent: tuple[str, ...]  # the status of each alert sent
+    unheld_after: int | str | None  # "closed": no episode after
+
+
+HOLD_CASES = {
+    "fired, its GPUs released: open within the hold-down, nothing sent": HoldCase(
+        opened(EXPORTER_CRASHING), (), T0 + S_, (), T0 + S_
+    ),
+    "fired, unheld, still within the hold-down: open, its start kept": HoldCase(
+        unheld(), (), T0 + HOLDDOWN - 1, (), T0
+    ),
+    "fired, unheld, held again within the hold-down: the same episode, nothing sent": HoldCase(
+        unheld(), BLIND, T0 + HOLDDOWN - 1, (), None
+    ),
+    "fired, unheld for the whole hold-down: resolved": HoldCase(
+        unheld(), (), T0 + HOLDDOWN, ("resolved",), "closed"
+    ),
+    "pending, its GPUs released: ends at once, nothing sent (nothing to hold down)": HoldCase(
+        StackEpisode(T0, "dcgm-exporter"), (), T0 + S_, (), "closed"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", HOLD_CASES.values(), ids=HOLD_CASES.keys())
+def test_stack_broken_hold_down_without_holders(case: HoldCase) -> None:
+    episode, alerts = step(
+        case.episode,
+        EXPORTER_CRASHING,
+        case.held,
+        NODE,
+        case.at,
+        grace_ms=GRACE,
+        holddown_ms=HOLDDOWN,
+    )
+    assert [a.status for a in alerts] == list(case.sent)
+    if case.unheld_after == "closed":
+        assert episode is None
+    else:
+        assert episode is not None
+        assert (episode.since_ms, episode.plane) == (case.episode.since_ms, case.episode.plane)
+        assert episode.fired == case.episode.fired
+        assert episode.unheld_ms == case.unheld_after
+    for a in alerts:
+        assert case.episode.fired is not None
+        assert a.id == case.episode.fired.id
+        assert "no pod holds a GPU on the node any more (none since" in a.summary
 
 
 def test_the_firing_alert_names_the_plane_its_reason_what_waits_and_the_blind_gpus_holders() -> (
@@ -356,10 +418,11 @@ def test_a_pending_episode_ends_silently_when_the_node_goes() -> None:
 # --- through the processor
 
 
-def new(grace_s: float = 0.0) -> Processor:
-    """A processor; grace 0 (the alert fires at once) unless a test is about the grace window."""
+def new(grace_s: float = 0.0, holddown_s: float = 0.0) -> Processor:
+    """A processor; grace 0 (the alert fires at once) and no hold-down (it ends as soon as no GPU
+    is held) unless a test is about them."""
     policy = AlertSettings.model_construct(
-        idle_window_s=120.0, cooldown_s=0.0, stack_grace_s=grace_s
+        idle_window_s=120.0, cooldown_s=0.0, stack_grace_s=grace_s, stack_holddown_s=holddown_s
     )
     return Processor(Tables.in_memory(), policy, LIFE)
 
@@ -369,9 +432,9 @@ def crashing(ts: int, restarts: int = 12) -> OperandPods:
 
 
 def start(
-    pods: OperandPods, *labels: tuple[str, str], grace_s: float = 0.0
+    pods: OperandPods, *labels: tuple[str, str], grace_s: float = 0.0, holddown_s: float = 0.0
 ) -> tuple[Processor, list[Output]]:
-    proc = new(grace_s)
+    proc = new(grace_s, holddown_s)
     out = feed(proc, setup())
     out += proc.handle(READY_POLICY, 0)
     out += feed(proc, [node_record(T0 + S_, *labels), pods, agent(T0 + 2 * S_, "failing", "x")])
@@ -448,6 +511,27 @@ def test_broken_with_nothing_held_is_quiet_until_a_pod_holds_a_gpu() -> None:
     assert resolved.id == fired.id
     assert resolved.status == "resolved"
     assert "no pod holds a GPU on the node any more" in resolved.summary
+
+
+def test_one_break_across_back_to_back_batch_jobs_pages_once_and_resolves_on_the_clock() -> None:
+    proc, out = start(crashing(T0 + S_), holddown_s=HOLDDOWN / S_)
+    [fired] = stack_alerts(out)
+    every = [*TENANTS, TRAINER]
+    out = feed(proc, [PodResourcesDiff(NODE, T0 + 3 * S_, (), tuple(every))])
+    at = T0 + 3 * S_
+    for _ in range(5):  # five 3-minute Jobs, 10 s apart, the exporter crash looping all along
+        start_ms, end_ms = at + 10 * S_, at + 190 * S_
+        job = [PodResourcesDiff(NODE, start_ms, (TRAINER,), ())]
+        job += [agent(start_ms + m * MIN, "failing", "x") for m in (1, 2)]  # the node is heard
+        job += [PodResourcesDiff(NODE, end_ms, (), (TRAINER,))]
+        out += feed(proc, job)
+        at = end_ms
+    assert stack_alerts(out) == []  # one episode: it fired once, before the first Job
+    assert proc.tables.node_stack[NODE].broken is not None
+    assert stack_alerts(proc.handle(ClockTick(0, at + HOLDDOWN - 1), 0)) == []
+    [resolved] = stack_alerts(proc.handle(ClockTick(0, at + HOLDDOWN), 0))
+    assert (resolved.id, resolved.status) == (fired.id, "resolved")
+    assert proc.tables.node_stack[NODE].broken is None
 
 
 def test_a_node_gone_resolves_its_alert_and_a_record_processed_twice_sends_the_same() -> None:
@@ -615,7 +699,7 @@ def run(
     records: Sequence[object], state: State, grace_s: float = 0.0
 ) -> tuple[list[list[Output]], list[State]]:
     tables = {name: dict(table) for name, table in state.items()}
-    policy = AlertSettings.model_construct(stack_grace_s=grace_s)
+    policy = AlertSettings.model_construct(stack_grace_s=grace_s, stack_holddown_s=0.0)
     proc = Processor(Tables(**tables), policy, LIFE)  # type: ignore[arg-type]
     outputs, states = [], []
     for record in records:
