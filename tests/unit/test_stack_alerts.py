@@ -200,14 +200,10 @@ def test_stack_broken_decision(case: Case) -> None:
 HOLDDOWN = 120 * S_
 
 
-def unheld(since: int = T0) -> StackEpisode:
-    """A fired episode nobody has held a GPU for since ``since``."""
-    return replace(opened(EXPORTER_CRASHING), unheld_ms=since)
-
-
 @dataclass(frozen=True)
 class HoldCase:
-    episode: StackEpisode
+    fired: bool  # the episode fired (else it is pending)
+    unheld_since: int | None  # since when nobody has held a GPU, as the episode remembers
     held: Sequence[HeldDevice]
     at: int
     sent: tuple[str, ...]  # the status of each alert sent
@@ -216,27 +212,30 @@ class HoldCase:
 
 HOLD_CASES = {
     "fired, its GPUs released: open within the hold-down, nothing sent": HoldCase(
-        opened(EXPORTER_CRASHING), (), T0 + S_, (), T0 + S_
+        True, None, (), T0 + S_, (), T0 + S_
     ),
     "fired, unheld, still within the hold-down: open, its start kept": HoldCase(
-        unheld(), (), T0 + HOLDDOWN - 1, (), T0
+        True, T0, (), T0 + HOLDDOWN - 1, (), T0
     ),
     "fired, unheld, held again within the hold-down: the same episode, nothing sent": HoldCase(
-        unheld(), BLIND, T0 + HOLDDOWN - 1, (), None
+        True, T0, BLIND, T0 + HOLDDOWN - 1, (), None
     ),
     "fired, unheld for the whole hold-down: resolved": HoldCase(
-        unheld(), (), T0 + HOLDDOWN, ("resolved",), "closed"
+        True, T0, (), T0 + HOLDDOWN, ("resolved",), "closed"
     ),
     "pending, its GPUs released: ends at once, nothing sent (nothing to hold down)": HoldCase(
-        StackEpisode(T0, "dcgm-exporter"), (), T0 + S_, (), "closed"
+        False, None, (), T0 + S_, (), "closed"
     ),
 }
 
 
 @pytest.mark.parametrize("case", HOLD_CASES.values(), ids=HOLD_CASES.keys())
 def test_stack_broken_hold_down_without_holders(case: HoldCase) -> None:
+    before = opened(EXPORTER_CRASHING) if case.fired else StackEpisode(T0, "dcgm-exporter")
+    if case.unheld_since is not None:
+        before = replace(before, unheld_ms=case.unheld_since)
     episode, alerts = step(
-        case.episode,
+        before,
         EXPORTER_CRASHING,
         case.held,
         NODE,
@@ -249,12 +248,15 @@ def test_stack_broken_hold_down_without_holders(case: HoldCase) -> None:
         assert episode is None
     else:
         assert episode is not None
-        assert (episode.since_ms, episode.plane) == (case.episode.since_ms, case.episode.plane)
-        assert episode.fired == case.episode.fired
+        assert (episode.since_ms, episode.plane, episode.fired) == (
+            before.since_ms,
+            before.plane,
+            before.fired,
+        )
         assert episode.unheld_ms == case.unheld_after
     for a in alerts:
-        assert case.episode.fired is not None
-        assert a.id == case.episode.fired.id
+        assert before.fired is not None
+        assert a.id == before.fired.id
         assert "no pod holds a GPU on the node any more (none since" in a.summary
 
 
