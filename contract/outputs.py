@@ -401,7 +401,8 @@ PlaneName = Literal[
 #: what was intended for a plane on this node: the operator ``deploy``s it; it is on the ``host``
 #: (a pre-installed driver or toolkit); ``disabled`` on purpose; ``paused`` (a deploy label set to
 #: another value, as the driver manager does across a driver reload); not labelled for this node
-#: (``unlabelled``); or ``unknown`` (neither the ClusterPolicy nor the node's labels seen)
+#: (``unlabelled``); or ``unknown`` (neither the ClusterPolicy nor the node's labels seen, or only
+#: the operator's own ``…deploy.<operand>=true`` without a ClusterPolicy in charge)
 IntentKind = Literal["deploy", "host", "disabled", "paused", "unlabelled", "unknown"]
 #: which decided it: the ClusterPolicy's ``spec.<operand>.enabled``, the operator's default for
 #: an unset one, the node's ``nvidia.com/gpu.deploy.<operand>`` label, or the node-wide

@@ -22,11 +22,14 @@ failure (``nvidia.com/mig.config.state=failed``) breaks the MIG manager's bounda
 Per plane (:func:`judge`): what was **intended** (:func:`intent`: the node-wide
 ``nvidia.com/gpu.deploy.operands=false``, the ClusterPolicy's ``spec.<operand>.enabled`` — unset
 means the operator's default, :data:`POLICY_DEFAULTS` — and the node's
-``nvidia.com/gpu.deploy.<operand>`` label, saying which decided; a driver ``pre-installed`` on
-the host), what **runs** (the operand pod: ready, restarts, the reason it is not, the init
-container it has not passed), and what **our agent reaches** (its ``agent.status`` sources:
-``dcgm`` for dcgm-exporter, ``podresources`` for the device plugin or DRA driver). A plane whose
-pod is not ready while a plane it needs is broken *waits on* that plane; the node's verdict
+``nvidia.com/gpu.deploy.<operand>`` label, saying which decided — the operator's own ``true``
+label is no intent without a ClusterPolicy in charge, and a plane nobody is known to intend is
+``unknown``, never broken; a driver ``pre-installed`` on the host), what **runs** (the operand
+pod, from the ClusterPolicy's ``status.namespace`` only, :func:`elsewhere`: ready, restarts,
+the reason it is not, the init container it has not passed), and what **our agent reaches**
+(its ``agent.status`` sources: ``dcgm`` for dcgm-exporter, ``podresources`` for the device
+plugin or DRA driver). A plane whose pod is not ready while a plane it needs is broken *waits
+on* that plane; the node's verdict
 (:func:`node_status`) names the **first broken boundary** in dependency order and the planes
 waiting on it, MIG desired versus reconciled, the ClusterPolicy's own word, and the one line that
 says why the node's usage is unknown (:func:`telemetry_reason`).
