@@ -698,10 +698,10 @@ def keys(outputs: Sequence[Output]) -> set[str]:
 
 
 def run(
-    records: Sequence[object], state: State, grace_s: float = 0.0
+    records: Sequence[object], state: State, grace_s: float = 0.0, holddown_s: float = 0.0
 ) -> tuple[list[list[Output]], list[State]]:
     tables = {name: dict(table) for name, table in state.items()}
-    policy = AlertSettings.model_construct(stack_grace_s=grace_s, stack_holddown_s=0.0)
+    policy = AlertSettings.model_construct(stack_grace_s=grace_s, stack_holddown_s=holddown_s)
     proc = Processor(Tables(**tables), policy, LIFE)  # type: ignore[arg-type]
     outputs, states = [], []
     for record in records:
@@ -760,3 +760,45 @@ def test_every_crash_point_delivers_every_graced_stack_alert_exactly_by_key() ->
         records, reference, persisted, expected, lambda rs, st: run(rs, st, grace_s=60.0)[0], keys
     )
     assert crash_points > 300
+
+
+def held_down_stream() -> list[object]:
+    every = (*TENANTS, TRAINER)
+    return [
+        *setup(),
+        READY_POLICY,
+        node_record(T0 + S_),
+        crashing(T0 + S_),  # fires
+        agent(T0 + 2 * S_, "failing", "x"),
+        PodResourcesDiff(NODE, T0 + 3 * S_, (), every),  # nothing held: the hold-down starts
+        ClockTick(0, T0 + 60 * S_),  # within it: nothing
+        PodResourcesDiff(NODE, T0 + 70 * S_, (TRAINER,), ()),  # the next Job: the same episode
+        PodResourcesDiff(NODE, T0 + 250 * S_, (), (TRAINER,)),  # its end: the hold-down again
+        agent(T0 + 300 * S_, "failing", "x"),
+        ClockTick(0, T0 + 250 * S_ + HOLDDOWN),  # the hold-down has run out: resolves
+        ClockTick(0, T0 + 250 * S_ + HOLDDOWN + 250),
+        ClockTick(0, T0 + 250 * S_ + HOLDDOWN + 500),
+        NodeRecord(NODE, T0 + 250 * S_ + HOLDDOWN + S_, (), deleted=True),
+    ]
+
+
+def test_every_crash_point_delivers_every_held_down_stack_alert_exactly_by_key() -> None:
+    records = held_down_stream()
+    empty: State = {name: {} for name in TABLES}
+    holddown_s = HOLDDOWN / S_
+    reference, after = run(records, empty, holddown_s=holddown_s)
+    episode = alert_id(KIND, NODE, "dcgm-exporter", T0 + S_)
+    expected = set().union(*(keys(outs) for outs in reference))
+    assert expected == {f"{episode}:firing", f"{episode}:resolved"}
+    resolved = next(a for outs in reference for a in stack_alerts(outs) if a.status == "resolved")
+    assert resolved.ts_ms == T0 + 250 * S_ + HOLDDOWN
+    persisted = [empty, *after]
+    crash_points = every_crash_point(
+        records,
+        reference,
+        persisted,
+        expected,
+        lambda rs, st: run(rs, st, holddown_s=holddown_s)[0],
+        keys,
+    )
+    assert crash_points > 100
