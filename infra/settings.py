@@ -151,7 +151,9 @@ class KubeSettings(BaseSettings):
     #: API server that does not serve resource.k8s.io/v1 these watchers stop after one warning
     dra: bool = True
     #: the GPU Operator's namespace: the agent publishes the operand pods it runs on this node
-    #: (``k8s.operand-pods``); empty: not watched
+    #: (``k8s.operand-pods``); empty: not watched. It must be the ClusterPolicy's
+    #: ``status.namespace`` (OpenShift: ``nvidia-gpu-operator``): the worker judges no plane
+    #: from another namespace's pods
     operator_namespace: str = "gpu-operator"
 
 
