@@ -536,6 +536,33 @@ def test_one_break_across_back_to_back_batch_jobs_pages_once_and_resolves_on_the
     assert proc.tables.node_stack[NODE].broken is None
 
 
+def test_before_a_cluster_policy_or_with_only_an_ignored_one_the_operators_labels_page_nobody() -> (
+    None
+):
+    """Every deploy label ``true`` (the operator sets them on every GPU node), no DCGM pod (the
+    policy turns standalone DCGM off), GPUs held: until a ClusterPolicy in charge says what it
+    intends, nothing is broken; then its ``dcgm.enabled: false`` decides."""
+    proc = new()
+    out = feed(proc, setup())
+    out += feed(proc, [node_record(T0 + S_), operands(T0 + S_, HEALTHY), agent(T0 + 2 * S_, "ok")])
+    stack = proc.tables.node_stack[NODE].last
+    assert stack is not None
+    assert (stack.state, stack.first_broken) == ("unknown", None)
+    ignored = replace(
+        READY_POLICY, name="other-policy", ts_ms=T0 + 3 * S_, state="ignored", conditions=()
+    )
+    out += proc.handle(ignored, 0)
+    out += feed(proc, [node_record(T0 + 3 * S_, (OFF, "false"))])  # the exporter off by label
+    stack = proc.tables.node_stack[NODE].last
+    assert stack is not None
+    assert (stack.state, stack.first_broken) == ("unknown", None)
+    out += proc.handle(replace(READY_POLICY, ts_ms=T0 + 4 * S_), 0)
+    stack = proc.tables.node_stack[NODE].last
+    assert stack is not None
+    assert stack.state == "ready", stack.summary
+    assert stack_alerts(out) == []
+
+
 def test_a_node_gone_resolves_its_alert_and_a_record_processed_twice_sends_the_same() -> None:
     proc, out = start(crashing(T0 + S_))
     [fired] = stack_alerts(out)
