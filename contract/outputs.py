@@ -39,6 +39,7 @@ Origin = Literal["sample", "allocation", "heartbeat", "stale", "gone"]
 TelemetryStatus = Literal["measured", "unknown"]
 TelemetryCause = Literal[
     "exporter-unreachable",  # the agent cannot scrape its node's dcgm-exporter
+    "stack-broken",  # dcgm-exporter waits on a broken lower plane of the GPU stack (``plane``)
     "no-exporter",  # no dcgm-exporter found for this node (none deployed, or not on this node)
     "scrape-refused",  # the exporter answered with another node's devices (refused)
     "no-row",  # the exporter answers, but has no row for this device
@@ -201,6 +202,9 @@ class Telemetry:
     reason: str | None = None
     since_ms: int | None = None  # since when the cause holds, where known
     last_sample_ms: int | None = None  # the device's last trusted sample, where known
+    #: the GPU stack's first broken boundary behind it, where the stack says (v2):
+    #: ``container-toolkit`` for an exporter that waits on it, ``dcgm-exporter`` for its own
+    plane: PlaneName | None = None
 
 
 @fast_init
@@ -397,7 +401,8 @@ PlaneName = Literal[
 #: what was intended for a plane on this node: the operator ``deploy``s it; it is on the ``host``
 #: (a pre-installed driver or toolkit); ``disabled`` on purpose; ``paused`` (a deploy label set to
 #: another value, as the driver manager does across a driver reload); not labelled for this node
-#: (``unlabelled``); or ``unknown`` (neither the ClusterPolicy nor the node's labels seen)
+#: (``unlabelled``); or ``unknown`` (neither the ClusterPolicy nor the node's labels seen, or only
+#: the operator's own ``…deploy.<operand>=true`` without a ClusterPolicy in charge)
 IntentKind = Literal["deploy", "host", "disabled", "paused", "unlabelled", "unknown"]
 #: which decided it: the ClusterPolicy's ``spec.<operand>.enabled``, the operator's default for
 #: an unset one, the node's ``nvidia.com/gpu.deploy.<operand>`` label, or the node-wide
@@ -469,7 +474,7 @@ class MigReconcile:
     strategy: str | None
     desired: str | None
     state: str | None  # success, pending, rebooting, failed
-    reconciled: bool | None  # None: no MIG configuration for this node
+    reconciled: bool | None  # None: no MIG configuration for this node, or no MIG manager on
     reason: str
 
 
@@ -643,8 +648,9 @@ class NodeStatusRetired:
 
 
 #: Record kinds the workers publish, with their schema versions (see :mod:`contract.codec`).
-KINDS: dict[str, tuple[type, int]] = {
-    "attribution": (AttributionEvent, 1),
+KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
+    # v2: a telemetry cause "stack-broken" and the plane behind it (v1 still read)
+    "attribution": (AttributionEvent, 2, (1,)),
     "deadletter": (DeadLetter, 1),
     "exporter.misattribution": (ExporterMisattribution, 2),
     "telemetry.refused": (TelemetryRefused, 1),

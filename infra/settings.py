@@ -156,7 +156,9 @@ class KubeSettings(BaseSettings):
     #: API server that does not serve resource.k8s.io/v1 these watchers stop after one warning
     dra: bool = True
     #: the GPU Operator's namespace: the agent publishes the operand pods it runs on this node
-    #: (``k8s.operand-pods``); empty: not watched
+    #: (``k8s.operand-pods``); empty: not watched. It must be the ClusterPolicy's
+    #: ``status.namespace`` (OpenShift: ``nvidia-gpu-operator``): the worker judges no plane
+    #: from another namespace's pods
     operator_namespace: str = "gpu-operator"
 
 
@@ -218,6 +220,9 @@ class AlertSettings(BaseSettings):
     #: a node's stack-broken alert fires only once the same plane has stayed broken, with a GPU
     #: held, this long (a routine operand restart heals within it); 0 fires at once
     stack_grace_s: float = Field(default=60.0, ge=0)
+    #: a fired stack-broken alert ends for lack of holders only once no pod has held a GPU on
+    #: the node this long (one break across back-to-back batch Jobs pages once); 0 ends at once
+    stack_holddown_s: float = Field(default=600.0, ge=0)
     #: low-efficiency: a held device busy (GPU_UTIL) at or above ``low_eff_busy_pct`` while its
     #: effective activity (SM active, else GR engine active) stays under ``low_eff_threshold_pct``
     #: for ``low_eff_window_s``; it ends when effective rises past threshold + hysteresis or busy

@@ -14,7 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, ResourceClaimRecord
-from contract.outputs import AttributionEvent, ExporterMisattribution, Holder, Origin, Telemetry
+from contract.outputs import (
+    AttributionEvent,
+    ExporterMisattribution,
+    Holder,
+    Origin,
+    PlaneName,
+    Telemetry,
+)
 from contract.records import fast_init
 from infra.settings import AlertSettings
 from streams.core.attribution import (
@@ -33,6 +40,7 @@ from streams.core.deviceframe import Frame, Frames, frame_of
 from streams.core.dra import device_map, place, placed_keys
 from streams.core.holders import DraDevices, NodeDevices, dra_ref, unplaced_dra
 from streams.core.identity import EMPTY_INVENTORY, Inventory, device_key, mig_uuid_for
+from streams.core.operatorstack import telemetry_plane
 from streams.core.pods import holder_annotations, name_key, resolve
 from streams.core.roster import devices, known_gpus
 from streams.core.sharing import LABEL_PRODUCT, NodeSharing, sharing_from_labels
@@ -59,6 +67,7 @@ class NodeView:
     #: and whether the exporter is off on purpose
     stack_reason: str | None = None
     stack_intended: bool = False
+    stack_plane: PlaneName | None = None  # the first broken boundary behind stack_reason
     #: the node's records this view was read from (all but the live claim and pod lookups):
     #: what a device's frame (:mod:`streams.core.deviceframe`) checks it was read from
     sig: tuple[object, ...] = ()
@@ -114,6 +123,7 @@ def read_node(t: Tables, node: str) -> NodeView:
         dra_lost=unplaced_dra(index) if index is not None else (),
         stack_reason=stack.telemetry_reason if stack is not None else None,
         stack_intended=stack.telemetry_disabled if stack is not None else False,
+        stack_plane=telemetry_plane(stack.planes) if stack is not None else None,
         sig=(node_rec, index, node_slices, stored_inventory, watched),
     )
 

@@ -22,11 +22,14 @@ failure (``nvidia.com/mig.config.state=failed``) breaks the MIG manager's bounda
 Per plane (:func:`judge`): what was **intended** (:func:`intent`: the node-wide
 ``nvidia.com/gpu.deploy.operands=false``, the ClusterPolicy's ``spec.<operand>.enabled`` — unset
 means the operator's default, :data:`POLICY_DEFAULTS` — and the node's
-``nvidia.com/gpu.deploy.<operand>`` label, saying which decided; a driver ``pre-installed`` on
-the host), what **runs** (the operand pod: ready, restarts, the reason it is not, the init
-container it has not passed), and what **our agent reaches** (its ``agent.status`` sources:
-``dcgm`` for dcgm-exporter, ``podresources`` for the device plugin or DRA driver). A plane whose
-pod is not ready while a plane it needs is broken *waits on* that plane; the node's verdict
+``nvidia.com/gpu.deploy.<operand>`` label, saying which decided — the operator's own ``true``
+label is no intent without a ClusterPolicy in charge, and a plane nobody is known to intend is
+``unknown``, never broken; a driver ``pre-installed`` on the host), what **runs** (the operand
+pod, from the ClusterPolicy's ``status.namespace`` only, :func:`elsewhere`: ready, restarts,
+the reason it is not, the init container it has not passed), and what **our agent reaches**
+(its ``agent.status`` sources: ``dcgm`` for dcgm-exporter, ``podresources`` for the device
+plugin or DRA driver). A plane whose pod is not ready while a plane it needs is broken *waits
+on* that plane; the node's verdict
 (:func:`node_status`) names the **first broken boundary** in dependency order and the planes
 waiting on it, MIG desired versus reconciled, the ClusterPolicy's own word, and the one line that
 says why the node's usage is unknown (:func:`telemetry_reason`).
@@ -245,18 +248,25 @@ def intent(
     spec: PlaneSpec,
     labels: Mapping[str, str] | None,
     policy: ClusterPolicyRecord | None,
+    governed: bool = True,
 ) -> PlaneIntent:
     """What was intended for ``spec`` on this node, and what decided it.
 
     The node-wide ``nvidia.com/gpu.deploy.operands=false`` first (the operator then removes every
     deploy label); then a ClusterPolicy that disables the operand (no DaemonSet at all: for the
     driver and toolkit that means the host's own); then the node's deploy label, which the
-    DaemonSet's nodeSelector requires to be ``true``."""
+    DaemonSet's nodeSelector requires to be ``true``.
+
+    On a ``governed`` stack (the ClusterPolicy's) a ``true`` deploy label is not intent by itself:
+    the operator sets it on every GPU node whatever the policy says (``gpuStateLabels`` in its
+    ``controllers/state_manager.go``), so without a policy in charge it is ``unknown``. Any
+    other value is an admin's word on the node and stands without a policy."""
     if labels is not None and labels.get(OPERANDS) == "false":
         return PlaneIntent("disabled", "operands-label", f"{OPERANDS}=false")
+    in_charge = policy is not None and not policy.deleted
     policy_says = ""
     policy_by: DecidedBy = "node-label"
-    if spec.policy_key is not None and policy is not None and not policy.deleted:
+    if spec.policy_key is not None and policy is not None and in_charge:
         enabled, explicit = _enabled(policy, spec.policy_key)
         where = f"spec.{spec.policy_key}.enabled={'true' if enabled else 'false'}"
         if not explicit:
@@ -276,6 +286,13 @@ def intent(
     if value == "true":
         if policy_says:
             return PlaneIntent("deploy", policy_by, f"{policy_says}; {label_key}=true")
+        if governed and not in_charge:
+            return PlaneIntent(
+                "unknown",
+                "none",
+                f"no ClusterPolicy in charge seen; {label_key}=true is the label the operator "
+                "sets on every GPU node, not intent",
+            )
         return PlaneIntent("deploy", "node-label", f"{label_key}=true")
     if value is None:
         return PlaneIntent("unlabelled", "node-label", f"{label_key} not set on this node")
@@ -436,10 +453,11 @@ def judge(
     refused: str | None = None,
     mig_state: str | None = None,
     mig_desired: str | None = None,
+    unseen: str = "the node's operand pods not seen yet",
 ) -> Plane:
     """One plane's standing (module docstring). ``pods``: the node's operand pods (None: not
-    observed); ``lower``: the planes below, judged already; ``refused``: why the worker refuses
-    this node's exporter answers, if it does."""
+    observed, ``unseen`` says why); ``lower``: the planes below, judged already; ``refused``:
+    why the worker refuses this node's exporter answers, if it does."""
     mine = pods_of(spec, pods or ())
     pod = mine[0] if mine else None
     run = _plane_pod(pod) if pod is not None else None
@@ -447,6 +465,9 @@ def judge(
     reach = PlaneReach(src.source, src.state, src.reason, src.since_ms) if src else None
 
     def plane(state: PlaneState, reason: str, waits_on: PlaneName | None = None) -> Plane:
+        if want.kind == "unknown" and state in BROKEN:
+            # what nobody is known to intend is not broken: it is not judged
+            state, reason = "unknown", f"{reason}; not judged: {want.detail}"
         return Plane(spec.name, state, want, reason, run, reach, waits_on)
 
     if want.kind in ("disabled", "paused", "unlabelled"):
@@ -480,7 +501,7 @@ def judge(
         )
     if pod is None:
         if pods is None:
-            return plane("unknown", f"{spec.title}: the node's operand pods not seen yet")
+            return plane("unknown", f"{spec.title}: {unseen}")
         if want.kind == "unknown":
             return plane("unknown", f"{spec.title}: no pod on this node; {want.detail}")
         return plane("not-ready", f"{spec.title} not ready: no {spec.apps[0]} pod on this node")
@@ -538,6 +559,10 @@ def mig(
     state = labels.get(MIG_STATE)
     if desired is None:
         return MigReconcile(strategy, None, state, None, "no MIG configuration for this node")
+    if manager is not None and manager.state == "disabled" and state != "success":
+        # nothing reconciles it: a label left from before the manager was turned off
+        why = f"MIG config {desired} not reconciled here ({MIG_STATE} {state or 'not set'}): "
+        return MigReconcile(strategy, desired, state, None, why + manager.reason)
     if state == "success":
         return MigReconcile(strategy, desired, state, True, f"MIG config {desired} applied")
     if state == "rebooting":
@@ -611,6 +636,18 @@ def telemetry_reason(planes: Sequence[Plane]) -> tuple[str | None, bool]:
     return None, False
 
 
+def telemetry_plane(planes: Sequence[Plane]) -> PlaneName | None:
+    """The first broken boundary behind the stack's telemetry line (:func:`telemetry_reason`):
+    the plane dcgm-exporter waits on, or the exporter itself when its own boundary is broken;
+    None when neither."""
+    exporter = next((p for p in planes if p.name == "dcgm-exporter"), None)
+    if exporter is None:
+        return None
+    if exporter.state == "waiting":
+        return exporter.waits_on
+    return exporter.name if exporter.state in BROKEN else None
+
+
 def operator_seen(
     labels: Mapping[str, str] | None,
     policy: ClusterPolicyRecord | None,
@@ -626,6 +663,21 @@ def operator_seen(
     in_charge = policy is not None and not policy.deleted and policy.state != "ignored"
     labelled = any(k.startswith(DEPLOY) for k in labels or {})
     return in_charge or labelled
+
+
+def elsewhere(pods: OperandPods | None, policy: ClusterPolicyRecord | None) -> str | None:
+    """Why the agent's operand pods do not speak for the operator's: it watches another namespace
+    than the one the ClusterPolicy in charge runs its operands in (``status.namespace``; OpenShift
+    installs it in ``nvidia-gpu-operator``). ``None``: they do, or nothing says otherwise."""
+    if pods is None or policy is None or not policy.namespace:
+        return None
+    if pods.namespace == policy.namespace:
+        return None
+    return (
+        f"the node's agent watches namespace {pods.namespace or '(none)'} for operand pods, but "
+        f"ClusterPolicy {policy.name} runs them in {policy.namespace} "
+        f"(set GPUATTR_KUBE_OPERATOR_NAMESPACE={policy.namespace} on the agent)"
+    )
 
 
 def node_status(
@@ -645,6 +697,9 @@ def node_status(
     standing_ = standing(policy)
     if policy is not None and policy.state == "ignored":
         policy = None  # another ClusterPolicy is in charge: this one decides nothing
+    unseen = elsewhere(pods, policy)
+    if unseen is not None:
+        operand_pods = None  # the operator's pods are not where the agent looks: none seen
     dra = (labels or {}).get(DEPLOY + "dra-driver") == "true" or any(
         p.app == "nvidia-dra-driver-kubelet-plugin" for p in operand_pods or ()
     )
@@ -656,7 +711,7 @@ def node_status(
     mig_desired = (labels or {}).get(MIG_CONFIG)
     planes: dict[PlaneName, Plane] = {}
     for spec in stack:
-        want = intent(spec, labels, policy)
+        want = intent(spec, labels, policy, governed=not dra)
         planes[spec.name] = judge(
             spec,
             want,
@@ -667,6 +722,7 @@ def node_status(
             refused,
             mig_state,
             mig_desired,
+            unseen or "the node's operand pods not seen yet",
         )
     ordered = tuple(planes.values())
     migs = mig(labels, policy, planes.get("mig-manager"))
@@ -700,9 +756,8 @@ def node_status(
         summary = f"GPU stack disabled on {node}: {ordered[0].intent.detail}"
     elif unknown:
         state = "unknown"
-        summary = (
-            f"{_and([TITLES[p.name] for p in unknown])} unknown on {node}: {unknown[0].reason}"
-        )
+        why = unseen or unknown[0].reason
+        summary = f"{_and([TITLES[p.name] for p in unknown])} unknown on {node}: {why}"
     elif migs.reconciled is False:
         state, summary = "reconciling", f"{migs.reason} on {node}"
     else:

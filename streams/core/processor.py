@@ -304,8 +304,15 @@ class Processor:
         if old.broken is None and (status is None or status.state != "broken"):
             return []  # nothing open, nothing to open: no need to read the held GPUs
         held = self.spine.held(node, ts_ms)
-        grace_ms = round(self.policy.stack_grace_s * 1000)
-        episode, alerts = stackalerts.step(old.broken, status, held, node, ts_ms, grace_ms=grace_ms)
+        episode, alerts = stackalerts.step(
+            old.broken,
+            status,
+            held,
+            node,
+            ts_ms,
+            grace_ms=round(self.policy.stack_grace_s * 1000),
+            holddown_ms=round(self.policy.stack_holddown_s * 1000),
+        )
         if alerts:
             t.node_stack[node] = nodestack.alerted(old, episode, ts_ms, by, tuple(alerts))
         elif episode != old.broken:
@@ -314,8 +321,9 @@ class Processor:
 
     def _stack_tick(self, tick: ClockTick) -> list[Output]:
         """The partition's clock: a node's pending ``stack-broken`` episode whose grace window
-        has run out fires without waiting for a new record of the node. A tick processed again
-        sends what it sent (:func:`streams.core.nodestack.alert_again`)."""
+        has run out fires, and a fired one whose hold-down without holders has run out resolves,
+        without waiting for a new record of the node. A tick processed again sends what it sent
+        (:func:`streams.core.nodestack.alert_again`)."""
         t = self.tables
         index = t.partition_nodes.get(str(tick.partition))
         by = fingerprint(tick)
@@ -324,8 +332,9 @@ class Processor:
             stack = t.node_stack.get(node)
             if stack is None or self._state(node) is None:
                 continue  # no status ever, or it left on this tick
-            pending = stack.broken is not None and stack.broken.fired is None
-            if pending or nodestack.alert_again(stack, tick.ts_ms, by) is not None:
+            episode = stack.broken
+            timed = episode is not None and (episode.fired is None or episode.unheld_ms is not None)
+            if timed or nodestack.alert_again(stack, tick.ts_ms, by) is not None:
                 outputs += self._stack_alert(node, tick.ts_ms, tick)
         return outputs
 

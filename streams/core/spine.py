@@ -211,7 +211,9 @@ class Spine:
                 reason="a MIG-enabled GPU: dcgm-exporter reports its instances, not the GPU itself",
             )
         if why is not None:
-            return telemetry.with_stack(why, view.stack_reason, view.stack_intended)
+            return telemetry.with_stack(
+                why, view.stack_reason, view.stack_intended, view.stack_plane
+            )
         return why
 
     def held(self, node: str, ts_ms: int) -> tuple[HeldDevice, ...]:

@@ -23,8 +23,10 @@ costs are every GPU a pod holds there.
 - An episode belongs to its plane: when another plane becomes the first broken one, the open
   alert resolves ("superseded") and the new plane's episode opens (and fires after its own
   grace). Holders that change while it is open do not re-fire it: the node is no less broken.
-- It resolves when the status is no longer ``broken``, when no pod holds a GPU there any more,
-  and when the node is gone (:func:`gone`); a pending episode ends then with nothing sent.
+- It resolves when the status is no longer ``broken``, when no pod has held a GPU there for
+  the hold-down (``GPUATTR_ALERTS_STACK_HOLDDOWN_S``, default 600 s: one break across
+  back-to-back batch Jobs is one episode, not one per Job), and when the node is gone
+  (:func:`gone`); a pending episode ends then, or as soon as no GPU is held, with nothing sent.
 
 The alert id is :func:`streams.core.alerts.alert_id` of (kind, node, plane, episode start): the
 firing and resolved records of one episode share it, whenever within the episode it fires. No
@@ -55,6 +57,7 @@ from contract.outputs import (
 from contract.records import fast_init, replace
 from streams.core.alerts import alert_id
 from streams.core.operatorstack import TITLES
+from streams.core.telemetry import when
 
 KIND: AlertKind = "stack-broken"
 
@@ -80,6 +83,7 @@ class StackEpisode:
     since_ms: int
     plane: PlaneName
     fired: Alert | None = None  # additive (v1): None only since the grace window
+    unheld_ms: int | None = None  # additive (v1): since when no pod holds a GPU there (fired)
 
 
 def broken_plane(status: NodeStatus | None) -> Plane | None:
@@ -160,18 +164,36 @@ def _resolved(fired: Alert, plane: PlaneName, ts_ms: int, why: str) -> Alert:
 
 
 def _ended(
-    episode: StackEpisode, status: NodeStatus | None, plane: Plane | None, held: bool
+    episode: StackEpisode,
+    status: NodeStatus | None,
+    plane: Plane | None,
+    held: bool,
+    ts_ms: int,
+    holddown_ms: int,
 ) -> str | None:
-    """Why the episode is over (``None``: it goes on)."""
+    """Why the episode is over (``None``: it goes on). A fired one outlasts a gap between
+    holders shorter than ``holddown_ms`` (:attr:`StackEpisode.unheld_ms`)."""
     if status is None:
         return "the node's GPU stack is no longer reported"
     if plane is None:
         return f"no longer broken: {status.summary}"
-    if not held:
-        return "no pod holds a GPU on the node any more"
     if plane.name != episode.plane:
         return f"superseded: {TITLES.get(plane.name, plane.name)} is the first broken plane now"
+    if not held and episode.fired is None:
+        return "no pod holds a GPU on the node any more"
+    unheld = episode.unheld_ms if episode.unheld_ms is not None else ts_ms
+    if not held and ts_ms - unheld >= holddown_ms:
+        return f"no pod holds a GPU on the node any more (none since {when(unheld)})"
     return None
+
+
+def _holding(episode: StackEpisode, held: bool, ts_ms: int) -> StackEpisode:
+    """The episode with since when nobody holds a GPU on the node (a fired one only)."""
+    if held or episode.fired is None:
+        unheld = None
+    else:
+        unheld = episode.unheld_ms if episode.unheld_ms is not None else ts_ms
+    return episode if unheld == episode.unheld_ms else replace(episode, unheld_ms=unheld)
 
 
 def step(
@@ -182,18 +204,20 @@ def step(
     ts_ms: int,
     *,
     grace_ms: int,
+    holddown_ms: int = 0,
 ) -> tuple[StackEpisode | None, list[Alert]]:
     """The node's episode after its status and held devices as of ``ts_ms``, and the alerts
     that moved (a resolution first, then a firing). An episode fires once ``grace_ms`` have
-    passed since it began with the same plane broken and a GPU held all along."""
+    passed since it began with the same plane broken and a GPU held all along; a fired one
+    ends for lack of holders once none has held a GPU there for ``holddown_ms``."""
     plane = broken_plane(status)
     out: list[Alert] = []
     if episode is not None:
-        why = _ended(episode, status, plane, bool(held))
+        why = _ended(episode, status, plane, bool(held), ts_ms, holddown_ms)
         if why is None and episode.fired is None:
             return _due(episode, status, plane, held, node, ts_ms, grace_ms)
         if why is None:
-            return episode, []
+            return _holding(episode, bool(held), ts_ms), []
         if episode.fired is not None:
             out.append(_resolved(episode.fired, episode.plane, ts_ms, why))
         episode = None

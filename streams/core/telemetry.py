@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from contract.inputs import DcgmSample, DcgmScrape
-from contract.outputs import RefusalCause, Telemetry
+from contract.outputs import PlaneName, RefusalCause, Telemetry, TelemetryCause
 from contract.records import fast_init
 from streams.core.lifetimes import Lifetimes
 from streams.core.nodestate import NodeState
@@ -228,11 +228,18 @@ EXPORTER_CAUSES = frozenset(
 INTENDED = "disabled by intent, not a fault"
 
 
-def with_stack(why: Telemetry, stack_reason: str | None, intended: bool) -> Telemetry:
+def with_stack(
+    why: Telemetry,
+    stack_reason: str | None,
+    intended: bool,
+    plane: PlaneName | None = None,
+) -> Telemetry:
     """The telemetry rule's answer with the GPU stack's word on the exporter
     (:func:`streams.core.operatorstack.telemetry_reason`), when it has one: an exporter disabled
-    on purpose is ``no-exporter``, "… (disabled by intent, not a fault)"; one that waits on a
-    lower plane or fails says so. A device-level cause (no row, holders changed) stays."""
+    on purpose is ``no-exporter``, "… (disabled by intent, not a fault)"; one that fails says so,
+    and names its ``plane`` (:func:`~streams.core.operatorstack.telemetry_plane`); one that
+    waits on a broken lower plane is ``stack-broken``, naming that plane. A device-level cause
+    (no row, holders changed) stays."""
     if stack_reason is None or why.cause not in EXPORTER_CAUSES:
         return why
     if intended:
@@ -243,7 +250,9 @@ def with_stack(why: Telemetry, stack_reason: str | None, intended: bool) -> Tele
             why.since_ms,
             why.last_sample_ms,
         )
-    return Telemetry("unknown", why.cause, stack_reason, why.since_ms, why.last_sample_ms)
+    below = plane is not None and plane != "dcgm-exporter"
+    cause: TelemetryCause | None = "stack-broken" if below else why.cause
+    return Telemetry("unknown", cause, stack_reason, why.since_ms, why.last_sample_ms, plane)
 
 
 def holders_changed(at_ms: int, last_sample_ms: int | None) -> Telemetry:

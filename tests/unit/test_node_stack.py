@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+import orjson
 import pytest
 
 from contract import codec
@@ -92,6 +93,7 @@ class Case:
     reason: str = ""
     intended: bool = False
     extra: dict[str, str] = field(default_factory=dict)
+    plane: str | None = "dcgm-exporter"  # the first broken boundary the telemetry names
 
 
 CASES = {
@@ -102,6 +104,8 @@ CASES = {
         ),
         policy=SEED_POLICY,
         first="container-toolkit",
+        cause="stack-broken",  # not the exporter's own boundary: the toolkit's
+        plane="container-toolkit",
         reason="dcgm-exporter waits on the container toolkit (container toolkit not ready: "
         "the validator's toolkit-validation CrashLoopBackOff, 7 restarts)",
     ),
@@ -114,6 +118,7 @@ CASES = {
         reason="dcgm-exporter disabled on this node by nvidia.com/gpu.deploy.dcgm-exporter=false "
         "(disabled by intent, not a fault)",
         intended=True,
+        plane=None,
     ),
     # unset in the policy, the operator's default is on, the label says true: its pod is missing
     "exporter intended by the operator's default, its pod missing": Case(
@@ -166,13 +171,26 @@ def test_every_held_gpu_says_why_its_usage_is_unknown_as_the_stack_says(case: Ca
     assert {e.ts_ms for e in beats} == {T0 + MIN, T0 + 2 * MIN}
     for e in beats:
         assert e.telemetry.status == "unknown"
-        assert e.telemetry.cause == case.cause
+        assert (e.telemetry.cause, e.telemetry.plane) == (case.cause, case.plane)
+        assert codec.decode(codec.encode(e)) == e
         assert (e.telemetry.reason or "").startswith(case.reason), e.telemetry.reason
         assert e.usage.util_pct is None  # never 0
     by_device = {e.device_uuid: e for e in beats if e.ts_ms == T0 + 2 * MIN}
     assert set(by_device) == {G0, G1, G2}  # every device, held or not
     assert {h.uid for h in by_device[G0].holders} == {uid(f"mps-{i}") for i in range(5)}
     assert [h.pod for h in by_device[G1].holders] == ["trainer-0"]
+
+
+def test_an_attribution_event_of_v1_without_the_plane_is_still_read() -> None:
+    _, out = run(CASES["exporter crash looping"])
+    event = events(out, "heartbeat")[0]
+    raw = orjson.loads(codec.encode(event))
+    assert raw["v"] == 2
+    raw["v"] = 1
+    del raw["telemetry"]["plane"]
+    assert codec.decode(orjson.dumps(raw)) == replace(
+        event, telemetry=replace(event.telemetry, plane=None)
+    )
 
 
 def test_exporter_disabled_by_label_every_held_gpu_reported_with_holders_disabled_by_intent() -> (

@@ -32,6 +32,7 @@ from streams.core.operatorstack import (
     DRA_STACK,
     PlaneSpec,
     intent,
+    judge,
     mig,
     node_status,
     standing,
@@ -203,6 +204,13 @@ class Case:
     telemetry: str | None = None
     on_purpose: bool = False
 
+
+#: the node's labels with the driver on the host (an admin's word: it stands without a policy)
+HOST_DRIVER = {**LABELS, "nvidia.com/gpu.deploy.driver": "pre-installed"}
+NO_POLICY_DCGM = (
+    "DCGM unknown on gpu-a: DCGM: no pod on this node; no ClusterPolicy in charge seen; "
+    "nvidia.com/gpu.deploy.dcgm=true is the label the operator sets on every GPU node, not intent"
+)
 
 SEED_SUMMARY = (
     "container toolkit not ready on gpu-a (the validator's toolkit-validation CrashLoopBackOff, "
@@ -403,6 +411,46 @@ CASES = {
         summary="MIG manager failed to apply MIG config all-1g.10gb "
         "(nvidia.com/mig.config.state=failed) (on gpu-a)",
     ),
+    # OpenShift: the operator runs its operands in nvidia-gpu-operator; the agent watches the
+    # default namespace and finds none there
+    "operands in the policy's namespace, the agent watches another": Case(
+        pods=(),
+        policy=replace(READY_POLICY, namespace="nvidia-gpu-operator"),
+        state="unknown",
+        summary="driver, container toolkit, device plugin, dcgm-exporter, GFD and operator "
+        "validator unknown on gpu-a: the node's agent watches namespace gpu-operator "
+        "for operand pods, but ClusterPolicy cluster-policy runs them in nvidia-gpu-operator "
+        "(set GPUATTR_KUBE_OPERATOR_NAMESPACE=nvidia-gpu-operator on the agent)",
+    ),
+    "operands in the policy's namespace, the agent watches it": Case(
+        policy=replace(READY_POLICY, namespace=NS),
+    ),
+    "no ClusterPolicy yet, the DCGM pod missing: not judged": Case(
+        pods=with_pods(drop=("nvidia-dcgm",)),
+        labels=HOST_DRIVER,
+        policy=None,
+        state="unknown",
+        summary=NO_POLICY_DCGM,
+    ),
+    "only an ignored ClusterPolicy, the exporter off by its label: nothing broken": Case(
+        pods=with_pods(drop=("nvidia-dcgm", EXPORTER)),
+        labels={**HOST_DRIVER, "nvidia.com/gpu.deploy.dcgm-exporter": "false"},
+        policy=replace(setting(READY_POLICY, dcgm=False), state="ignored", conditions=()),
+        status=agent("disabled", reason="no-exporter-pod"),
+        state="unknown",
+        summary=NO_POLICY_DCGM,
+        telemetry="dcgm-exporter disabled on this node by "
+        "nvidia.com/gpu.deploy.dcgm-exporter=false",
+        on_purpose=True,
+    ),
+    "MIG manager disabled on purpose, an old failed state: not reconciling": Case(
+        labels={
+            **LABELS,
+            "nvidia.com/gpu.deploy.mig-manager": "false",
+            "nvidia.com/mig.config": "all-1g.10gb",
+            "nvidia.com/mig.config.state": "failed",
+        },
+    ),
     "DRA node: the kubelet plugin crash looping": Case(
         labels={
             "nvidia.com/gpu.deploy.driver": "pre-installed",
@@ -483,14 +531,20 @@ VALIDATOR_SPEC = DEVICE_PLUGIN_STACK[-1]
 KEY = "nvidia.com/gpu.deploy.dcgm-exporter"
 
 
+NO_POLICY = (
+    f"no ClusterPolicy in charge seen; {KEY}=true is the label the operator sets on every GPU "
+    "node, not intent"
+)
+
+
 def policy(*ops: OperandSpec) -> ClusterPolicyRecord:
     return ClusterPolicyRecord(P, 1, operands=ops)
 
 
 INTENTS = {
+    # the operator sets every deploy label true on every GPU node: alone it is no intent
     "label true, no policy read": (
-        DCGM_EXPORTER, {KEY: "true"}, None,
-        ("deploy", "node-label", f"{KEY}=true"),
+        DCGM_EXPORTER, {KEY: "true"}, None, ("unknown", "none", NO_POLICY),
     ),
     "label true, policy unset: the operator's default": (
         DCGM_EXPORTER, {KEY: "true"}, policy(),
@@ -551,7 +605,10 @@ INTENTS = {
     "a deleted policy is no policy": (
         DCGM_EXPORTER, {KEY: "true"},
         replace(policy(OperandSpec("dcgmExporter", False)), deleted=True),
-        ("deploy", "node-label", f"{KEY}=true"),
+        ("unknown", "none", NO_POLICY),
+    ),
+    "label false, no policy read: the admin's word stands": (
+        DCGM_EXPORTER, {KEY: "false"}, None, ("disabled", "node-label", f"{KEY}=false"),
     ),
 }  # fmt: skip
 
@@ -567,6 +624,13 @@ def test_intent(
 ) -> None:
     got = intent(spec, labels, pol)
     assert (got.kind, got.decided_by, got.detail) == expected
+
+
+def test_a_dra_plane_s_label_decides_without_a_cluster_policy() -> None:
+    dra = next(s for s in DRA_STACK if s.name == "dra-driver")
+    label = "nvidia.com/gpu.deploy.dra-driver"
+    got = intent(dra, {label: "true"}, None, governed=False)
+    assert (got.kind, got.decided_by, got.detail) == ("deploy", "node-label", f"{label}=true")
 
 
 TROUBLES = {
@@ -670,6 +734,22 @@ MIG_STATE = "nvidia.com/mig.config.state"
 def test_mig(labels: dict[str, str], reconciled: bool | None, reason: str) -> None:
     got = mig(labels, SEED_POLICY, None)
     assert (got.reconciled, got.reason, got.strategy) == (reconciled, reason, "single")
+
+
+def test_mig_with_its_manager_disabled_is_not_reconciling() -> None:
+    """An old ``failed`` state left on a node whose MIG manager is off on purpose: nobody
+    reconciles it, so it is neither pending nor broken."""
+    off = {"nvidia.com/gpu.deploy.mig-manager": "false", MIG: "all-1g.10gb", MIG_STATE: "failed"}
+    spec = next(s for s in DEVICE_PLUGIN_STACK if s.name == "mig-manager")
+    want = intent(spec, off, READY_POLICY)
+    manager = judge(spec, want, HEALTHY, None, {})
+    assert manager.state == "disabled"
+    got = mig(off, READY_POLICY, manager)
+    assert got.reconciled is None
+    assert got.reason == (
+        "MIG config all-1g.10gb not reconciled here (nvidia.com/mig.config.state failed): MIG "
+        "manager disabled: nvidia.com/gpu.deploy.mig-manager=false"
+    )
 
 
 def test_mig_pending_says_why_the_manager_does_not_apply_it() -> None:

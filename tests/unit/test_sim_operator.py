@@ -176,6 +176,34 @@ def test_the_lab_through_the_verdict(
     assert (status.state, status.first_broken, status.blocked) == (state, first_broken, blocked)
 
 
+OPENSHIFT = "nvidia-gpu-operator"  # where OpenShift's OperatorHub install runs the operator
+
+
+@pytest.mark.parametrize("node", ["lab-a", "lab-b", "lab-c", "lab-d"])
+def test_the_lab_in_another_namespace_than_the_agent_watches_is_unknown_never_broken(
+    node: str,
+) -> None:
+    """The operator runs its operands in ``nvidia-gpu-operator`` (its ClusterPolicy's
+    ``status.namespace`` says so); the agent watches the default ``gpu-operator`` and finds none
+    of them there: no plane is judged from pods it cannot see, so nothing pages."""
+    (obj,) = cluster_policy_objects(LAB, EPOCH)
+    policy = cluster_policy({**obj, "status": {**obj["status"], "namespace": OPENSHIFT}}, ts_ms=0)
+    assert policy is not None
+    assert policy.namespace == OPENSHIFT
+    moved = [{**p, "metadata": {**p["metadata"], "namespace": OPENSHIFT}} for p in pods_at(5)]
+    record = operand_pods(moved, node=node, namespace=NAMESPACE, ts_ms=0)
+    assert record.pods == ()
+    labels = next(n for n in node_objects(LAB, 5) if n["metadata"]["name"] == node)["metadata"][
+        "labels"
+    ]
+    status = node_status(node, 0, labels, policy, record)
+    assert (status.state, status.first_broken) == ("unknown", None)
+    assert f"ClusterPolicy cluster-policy runs them in {OPENSHIFT}" in status.summary
+    # the agent set to the policy's namespace reads them, and the lab's story is back
+    found = operand_pods(moved, node=node, namespace=OPENSHIFT, ts_ms=0)
+    assert node_status(node, 0, labels, policy, found).state == status_at(node, 5).state
+
+
 def test_the_verdicts_words() -> None:
     assert status_at("lab-a", 5).summary.startswith("container toolkit not ready on lab-a")
     off = status_at("lab-b", 5)

@@ -60,6 +60,7 @@ from tests.unit.test_spine import (
     G0,
     G1,
     LIFE,
+    MIN,
     NODE,
     S_,
     T0,
@@ -194,6 +195,69 @@ def test_stack_broken_decision(case: Case) -> None:
             assert a.id == case.episode.fired.id
             assert a.holders == case.episode.fired.holders
         assert codec.decode(codec.encode(a)) == a  # an alert record, through the codec
+
+
+HOLDDOWN = 120 * S_
+
+
+@dataclass(frozen=True)
+class HoldCase:
+    fired: bool  # the episode fired (else it is pending)
+    unheld_since: int | None  # since when nobody has held a GPU, as the episode remembers
+    held: Sequence[HeldDevice]
+    at: int
+    sent: tuple[str, ...]  # the status of each alert sent
+    unheld_after: int | str | None  # "closed": no episode after
+
+
+HOLD_CASES = {
+    "fired, its GPUs released: open within the hold-down, nothing sent": HoldCase(
+        True, None, (), T0 + S_, (), T0 + S_
+    ),
+    "fired, unheld, still within the hold-down: open, its start kept": HoldCase(
+        True, T0, (), T0 + HOLDDOWN - 1, (), T0
+    ),
+    "fired, unheld, held again within the hold-down: the same episode, nothing sent": HoldCase(
+        True, T0, BLIND, T0 + HOLDDOWN - 1, (), None
+    ),
+    "fired, unheld for the whole hold-down: resolved": HoldCase(
+        True, T0, (), T0 + HOLDDOWN, ("resolved",), "closed"
+    ),
+    "pending, its GPUs released: ends at once, nothing sent (nothing to hold down)": HoldCase(
+        False, None, (), T0 + S_, (), "closed"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", HOLD_CASES.values(), ids=HOLD_CASES.keys())
+def test_stack_broken_hold_down_without_holders(case: HoldCase) -> None:
+    before = opened(EXPORTER_CRASHING) if case.fired else StackEpisode(T0, "dcgm-exporter")
+    if case.unheld_since is not None:
+        before = replace(before, unheld_ms=case.unheld_since)
+    episode, alerts = step(
+        before,
+        EXPORTER_CRASHING,
+        case.held,
+        NODE,
+        case.at,
+        grace_ms=GRACE,
+        holddown_ms=HOLDDOWN,
+    )
+    assert [a.status for a in alerts] == list(case.sent)
+    if case.unheld_after == "closed":
+        assert episode is None
+    else:
+        assert episode is not None
+        assert (episode.since_ms, episode.plane, episode.fired) == (
+            before.since_ms,
+            before.plane,
+            before.fired,
+        )
+        assert episode.unheld_ms == case.unheld_after
+    for a in alerts:
+        assert before.fired is not None
+        assert a.id == before.fired.id
+        assert "no pod holds a GPU on the node any more (none since" in a.summary
 
 
 def test_the_firing_alert_names_the_plane_its_reason_what_waits_and_the_blind_gpus_holders() -> (
@@ -356,10 +420,11 @@ def test_a_pending_episode_ends_silently_when_the_node_goes() -> None:
 # --- through the processor
 
 
-def new(grace_s: float = 0.0) -> Processor:
-    """A processor; grace 0 (the alert fires at once) unless a test is about the grace window."""
+def new(grace_s: float = 0.0, holddown_s: float = 0.0) -> Processor:
+    """A processor; grace 0 (the alert fires at once) and no hold-down (it ends as soon as no GPU
+    is held) unless a test is about them."""
     policy = AlertSettings.model_construct(
-        idle_window_s=120.0, cooldown_s=0.0, stack_grace_s=grace_s
+        idle_window_s=120.0, cooldown_s=0.0, stack_grace_s=grace_s, stack_holddown_s=holddown_s
     )
     return Processor(Tables.in_memory(), policy, LIFE)
 
@@ -369,9 +434,9 @@ def crashing(ts: int, restarts: int = 12) -> OperandPods:
 
 
 def start(
-    pods: OperandPods, *labels: tuple[str, str], grace_s: float = 0.0
+    pods: OperandPods, *labels: tuple[str, str], grace_s: float = 0.0, holddown_s: float = 0.0
 ) -> tuple[Processor, list[Output]]:
-    proc = new(grace_s)
+    proc = new(grace_s, holddown_s)
     out = feed(proc, setup())
     out += proc.handle(READY_POLICY, 0)
     out += feed(proc, [node_record(T0 + S_, *labels), pods, agent(T0 + 2 * S_, "failing", "x")])
@@ -448,6 +513,54 @@ def test_broken_with_nothing_held_is_quiet_until_a_pod_holds_a_gpu() -> None:
     assert resolved.id == fired.id
     assert resolved.status == "resolved"
     assert "no pod holds a GPU on the node any more" in resolved.summary
+
+
+def test_one_break_across_back_to_back_batch_jobs_pages_once_and_resolves_on_the_clock() -> None:
+    proc, out = start(crashing(T0 + S_), holddown_s=HOLDDOWN / S_)
+    [fired] = stack_alerts(out)
+    every = [*TENANTS, TRAINER]
+    out = feed(proc, [PodResourcesDiff(NODE, T0 + 3 * S_, (), tuple(every))])
+    at = T0 + 3 * S_
+    for _ in range(5):  # five 3-minute Jobs, 10 s apart, the exporter crash looping all along
+        start_ms, end_ms = at + 10 * S_, at + 190 * S_
+        job = [PodResourcesDiff(NODE, start_ms, (TRAINER,), ())]
+        job += [agent(start_ms + m * MIN, "failing", "x") for m in (1, 2)]  # the node is heard
+        job += [PodResourcesDiff(NODE, end_ms, (), (TRAINER,))]
+        out += feed(proc, job)
+        at = end_ms
+    assert stack_alerts(out) == []  # one episode: it fired once, before the first Job
+    assert proc.tables.node_stack[NODE].broken is not None
+    assert stack_alerts(proc.handle(ClockTick(0, at + HOLDDOWN - 1), 0)) == []
+    [resolved] = stack_alerts(proc.handle(ClockTick(0, at + HOLDDOWN), 0))
+    assert (resolved.id, resolved.status) == (fired.id, "resolved")
+    assert proc.tables.node_stack[NODE].broken is None
+
+
+def test_before_a_cluster_policy_or_with_only_an_ignored_one_the_operators_labels_page_nobody() -> (
+    None
+):
+    """Every deploy label ``true`` (the operator sets them on every GPU node), no DCGM pod (the
+    policy turns standalone DCGM off), GPUs held: until a ClusterPolicy in charge says what it
+    intends, nothing is broken; then its ``dcgm.enabled: false`` decides."""
+    proc = new()
+    out = feed(proc, setup())
+    out += feed(proc, [node_record(T0 + S_), operands(T0 + S_, HEALTHY), agent(T0 + 2 * S_, "ok")])
+    stack = proc.tables.node_stack[NODE].last
+    assert stack is not None
+    assert (stack.state, stack.first_broken) == ("unknown", None)
+    ignored = replace(
+        READY_POLICY, name="other-policy", ts_ms=T0 + 3 * S_, state="ignored", conditions=()
+    )
+    out += proc.handle(ignored, 0)
+    out += feed(proc, [node_record(T0 + 3 * S_, (OFF, "false"))])  # the exporter off by label
+    stack = proc.tables.node_stack[NODE].last
+    assert stack is not None
+    assert (stack.state, stack.first_broken) == ("unknown", None)
+    out += proc.handle(replace(READY_POLICY, ts_ms=T0 + 4 * S_), 0)
+    stack = proc.tables.node_stack[NODE].last
+    assert stack is not None
+    assert stack.state == "ready", stack.summary
+    assert stack_alerts(out) == []
 
 
 def test_a_node_gone_resolves_its_alert_and_a_record_processed_twice_sends_the_same() -> None:
@@ -612,10 +725,10 @@ def keys(outputs: Sequence[Output]) -> set[str]:
 
 
 def run(
-    records: Sequence[object], state: State, grace_s: float = 0.0
+    records: Sequence[object], state: State, grace_s: float = 0.0, holddown_s: float = 0.0
 ) -> tuple[list[list[Output]], list[State]]:
     tables = {name: dict(table) for name, table in state.items()}
-    policy = AlertSettings.model_construct(stack_grace_s=grace_s)
+    policy = AlertSettings.model_construct(stack_grace_s=grace_s, stack_holddown_s=holddown_s)
     proc = Processor(Tables(**tables), policy, LIFE)  # type: ignore[arg-type]
     outputs, states = [], []
     for record in records:
@@ -674,3 +787,45 @@ def test_every_crash_point_delivers_every_graced_stack_alert_exactly_by_key() ->
         records, reference, persisted, expected, lambda rs, st: run(rs, st, grace_s=60.0)[0], keys
     )
     assert crash_points > 300
+
+
+def held_down_stream() -> list[object]:
+    every = (*TENANTS, TRAINER)
+    return [
+        *setup(),
+        READY_POLICY,
+        node_record(T0 + S_),
+        crashing(T0 + S_),  # fires
+        agent(T0 + 2 * S_, "failing", "x"),
+        PodResourcesDiff(NODE, T0 + 3 * S_, (), every),  # nothing held: the hold-down starts
+        ClockTick(0, T0 + 60 * S_),  # within it: nothing
+        PodResourcesDiff(NODE, T0 + 70 * S_, (TRAINER,), ()),  # the next Job: the same episode
+        PodResourcesDiff(NODE, T0 + 250 * S_, (), (TRAINER,)),  # its end: the hold-down again
+        agent(T0 + 300 * S_, "failing", "x"),
+        ClockTick(0, T0 + 250 * S_ + HOLDDOWN),  # the hold-down has run out: resolves
+        ClockTick(0, T0 + 250 * S_ + HOLDDOWN + 250),
+        ClockTick(0, T0 + 250 * S_ + HOLDDOWN + 500),
+        NodeRecord(NODE, T0 + 250 * S_ + HOLDDOWN + S_, (), deleted=True),
+    ]
+
+
+def test_every_crash_point_delivers_every_held_down_stack_alert_exactly_by_key() -> None:
+    records = held_down_stream()
+    empty: State = {name: {} for name in TABLES}
+    holddown_s = HOLDDOWN / S_
+    reference, after = run(records, empty, holddown_s=holddown_s)
+    episode = alert_id(KIND, NODE, "dcgm-exporter", T0 + S_)
+    expected = set().union(*(keys(outs) for outs in reference))
+    assert expected == {f"{episode}:firing", f"{episode}:resolved"}
+    resolved = next(a for outs in reference for a in stack_alerts(outs) if a.status == "resolved")
+    assert resolved.ts_ms == T0 + 250 * S_ + HOLDDOWN
+    persisted = [empty, *after]
+    crash_points = every_crash_point(
+        records,
+        reference,
+        persisted,
+        expected,
+        lambda rs, st: run(rs, st, holddown_s=holddown_s)[0],
+        keys,
+    )
+    assert crash_points > 100
