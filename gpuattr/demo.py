@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import sys
 import tempfile
 import time
@@ -205,8 +206,12 @@ async def run_demo(
             app_id = f"gpuattr-demo-{run_id}"
             api_port = free_port()
             api = f"http://127.0.0.1:{api_port}"
+            api_token, token_file = secrets.token_hex(32), root / "api-token"
+            token_file.touch(mode=0o600)
+            token_file.write_text(api_token)
             print(
-                f"demo: query API {api} — in another terminal: gpuattr top --url {api}",
+                f"demo: query API {api} — in another terminal: "
+                f"gpuattr top --url {api} --token-file {token_file}",
                 file=sys.stderr,
             )
             await create_topics(
@@ -232,6 +237,7 @@ async def run_demo(
                             WORKER_DATA_DIR=root / "worker",
                             WORKER_WEB_ENABLED="true",
                             WORKER_WEB_PORT=api_port,
+                            API_TOKEN=api_token,
                         ),
                         **DEMO_ALERTS,
                         **DEMO_SPINE,
