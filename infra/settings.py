@@ -335,8 +335,8 @@ class ApiSettings(BaseSettings):
 
     The API answers a caller whose bearer token is ``token``, or, with ``kube_auth``, a
     Kubernetes token that the API server's TokenReview authenticates and whose user a
-    SubjectAccessReview allows ``get`` on the request's path (a non-resource URL: the
-    ``gpuattr-reader`` ClusterRole); each decision is kept ``decision_ttl_s``. Nothing
+    SubjectAccessReview allows ``get`` of ``queryapi.gpuattr.io`` (the ``gpuattr-reader``
+    ClusterRole); each decision is kept ``decision_ttl_s``. Nothing
     configured: every listing is refused. /metrics, /healthz and /readyz need no token.
     Clients (``gpuattr top``, the demo, a worker gathering from its peers) send ``token``, else
     the contents of ``token_file`` (read at each request: a projected ServiceAccount token is

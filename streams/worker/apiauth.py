@@ -2,10 +2,13 @@
 
 A token equal to the configured one (``GPUATTR_API_TOKEN``) is let in. With
 ``GPUATTR_API_KUBE_AUTH`` any other token goes to the API server: a TokenReview says whose it is
-and a SubjectAccessReview whether that user may ``get`` the request's path (a non-resource URL,
-as RBAC's ``nonResourceURLs: ["/api/v1/*"]`` grants it). Each answer is kept for a short while
-(``GPUATTR_API_DECISION_TTL_S``), keyed by a digest of the token and the path, so a listing
-refreshed every second costs the API server two reviews per TTL, not per request.
+and a SubjectAccessReview whether that user may ``get`` the resource ``queryapi`` of the API
+group ``gpuattr.io`` (:data:`QUERY_API`: the ``gpuattr-reader`` ClusterRole grants it). A
+resource, not the request's path as a non-resource URL: Kubernetes' own ``system:discovery``
+role lets every authenticated user get ``/api/*``, which would take in every path of ours. Each
+answer is kept for a short while (``GPUATTR_API_DECISION_TTL_S``), keyed by a digest of the token
+and the path, so a listing refreshed every second costs the API server two reviews per TTL, not
+per request.
 
 /metrics, /healthz and /readyz (:data:`OPEN_PATHS`) answer without a token: the kubelet's probes
 and the PodMonitor's scrapes carry none. Peers gathering or forwarding send their own token like
@@ -33,6 +36,8 @@ from infra.settings import ApiSettings, KubeSettings
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
+#: what a caller must be allowed to ``get`` (RBAC: apiGroups ["gpuattr.io"], resources ["queryapi"])
+QUERY_API = {"group": "gpuattr.io", "resource": "queryapi", "verb": "get"}
 #: the most decisions kept; past it the expired ones go, then the oldest
 MAX_DECISIONS = 4096
 
@@ -131,7 +136,7 @@ def user_of(token_review: Any) -> dict[str, Any] | None:
 
 
 class KubeReview:
-    """TokenReview, then SubjectAccessReview of ``get`` on the path, at the API server; the
+    """TokenReview, then SubjectAccessReview of :data:`QUERY_API`, at the API server; the
     client is made at the first review (``connect``), inside the worker's event loop."""
 
     def __init__(self, connect: Callable[[], Awaitable[Any]]) -> None:
@@ -153,14 +158,14 @@ class KubeReview:
             subject = user_of(review)
             if subject is None:
                 return WRONG_TOKEN
-            spec = {**subject, "nonResourceAttributes": {"path": path, "verb": "get"}}
+            spec = {**subject, "resourceAttributes": QUERY_API}
             access = await authz.create_subject_access_review({"spec": spec})
         except (client.ApiException, aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.error("the API server did not review a query-API token: %r", exc)
             return Verdict(503, "the API server could not review the token")
         if access.status is not None and access.status.allowed:
             return ALLOWED
-        return Verdict(403, f"{subject['user']} may not get {path}")
+        return Verdict(403, f"{subject['user']} may not get {path} (gpuattr.io queryapi)")
 
 
 def guard_for(api: ApiSettings, kube: KubeSettings) -> ApiGuard:

@@ -92,15 +92,15 @@ def test_agent_service_account_can_only_read_pods_nodes_and_dra_objects() -> Non
             name = doc["metadata"]["name"]
             if rule.get("resources") == ["leases"] and name == "gpuattr-cluster-lease":
                 continue
-            if name == "gpuattr-worker-reviews" or name == "gpuattr-reader":
+            if name in ("gpuattr-worker-reviews", "gpuattr-reader"):
                 continue
             assert set(rule["verbs"]) <= READ_VERBS, (name, rule)
 
 
 def test_the_worker_may_only_review_its_callers_and_read_its_peers() -> None:
     """The query API checks each caller's token with the API server (TokenReview, then
-    SubjectAccessReview of get on the path); the workers' own account may read each other's
-    listings, and the reader role grants nothing but the query API's paths."""
+    SubjectAccessReview of get on queryapi.gpuattr.io); the workers' own account may read each
+    other's listings, and the reader role grants nothing but the query API."""
     docs = base_docs()
     roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
     assert roles["gpuattr-worker-reviews"]["rules"] == [
@@ -116,7 +116,7 @@ def test_the_worker_may_only_review_its_callers_and_read_its_peers() -> None:
         },
     ]
     assert roles["gpuattr-reader"]["rules"] == [
-        {"nonResourceURLs": ["/api/v1/*"], "verbs": ["get"]}
+        {"apiGroups": ["gpuattr.io"], "resources": ["queryapi"], "verbs": ["get"]}
     ]
     bound = {
         d["roleRef"]["name"]
