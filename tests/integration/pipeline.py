@@ -23,7 +23,6 @@ from infra.topics import topic_specs
 from sim.runner import ScenarioClock, SimulatedCluster
 from sim.scenario import Scenario
 
-
 #: the query API's bearer token every pipeline worker accepts and sends its peers
 API_TOKEN = "pipeline-query-api-token-5f0c2a"
 API_AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
