@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import sys
 import tempfile
@@ -126,6 +127,14 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
     return count
 
 
+def _write_private(path: Path, text: str) -> None:
+    """``text`` in ``path``, readable by this user only (also when the file was there)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(fd, 0o600)
+        out.write(text)
+
+
 async def _roles_ready(sim: SimulatedCluster, api: str, children: list[Child]) -> str | None:
     """Wait until every node's agent has read its kubelet and the worker owns its partitions
     (``/readyz``); ``None`` then, else what is missing after :data:`READY_TIMEOUT_S` or once a
@@ -207,8 +216,7 @@ async def run_demo(
             api_port = free_port()
             api = f"http://127.0.0.1:{api_port}"
             api_token, token_file = secrets.token_hex(32), root / "api-token"
-            token_file.touch(mode=0o600)
-            token_file.write_text(api_token)
+            _write_private(token_file, api_token)
             print(
                 f"demo: query API {api} — in another terminal: "
                 f"gpuattr top --url {api} --token-file {token_file}",

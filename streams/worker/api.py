@@ -11,6 +11,10 @@ that is not one is named in ``unverified`` (its devices are missing from the lis
 it owns answers 503), and no request goes to it. Faust's own views are off unless
 ``GPUATTR_WORKER_FAUST_VIEWS`` asks for them.
 
+Every page but /metrics, /healthz and /readyz answers only a caller with a bearer token
+:mod:`streams.worker.apiauth` lets in (401 or 403 otherwise, counted in
+``gpuattr_worker_api_refused_total``); this worker's own calls to its peers carry its token.
+
     GET /api/v1/devices[?node=&namespace=&workload=&sharing=&idle=1&alerts=1&sort=]
     GET /api/v1/nodes/{node}                        its devices, labels and GPU stack
     GET /api/v1/nodes/{node}/status                 its GPU stack (node-status) and open alert
