@@ -220,7 +220,11 @@ async def run(
     target = query_url(url, filters, sort)
     async with aiohttp.ClientSession() as session:
         if once:
-            body = await fetch(session, target, credentials)
+            try:
+                body = await fetch(session, target, credentials)
+            except RuntimeError as exc:  # the API's answer: 401 without the right token, 400
+                print(exc, file=sys.stderr)
+                return 1
             body["pools"] = (await fetch_demand(session, url, credentials)).get("pools", [])
             if as_json:
                 sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
