@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
+from kubernetes_asyncio.config import ConfigException
 from pydantic import SecretStr
 
 from infra.kube import make_api_client
@@ -160,7 +161,13 @@ class KubeReview:
                 return WRONG_TOKEN
             spec = {**subject, "resourceAttributes": QUERY_API}
             access = await authz.create_subject_access_review({"spec": spec})
-        except (client.ApiException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except (
+            client.ApiException,
+            ConfigException,  # no in-cluster account, no kubeconfig: tried again next time
+            aiohttp.ClientError,
+            OSError,
+            TimeoutError,
+        ) as exc:
             log.error("the API server did not review a query-API token: %r", exc)
             return Verdict(503, "the API server could not review the token")
         if access.status is not None and access.status.allowed:

@@ -15,13 +15,22 @@ import orjson
 import pytest
 from aiohttp import web
 from faust.types import TP
+from kubernetes_asyncio.config import ConfigException
 from pydantic import SecretStr, ValidationError
 
 from gpuattr.localkafka.broker import free_port
 from infra.apicreds import auth_headers
 from infra.settings import ApiSettings
 from streams.worker.api import QueryApi
-from streams.worker.apiauth import ALLOWED, NO_TOKEN, WRONG_TOKEN, ApiGuard, Verdict, bearer
+from streams.worker.apiauth import (
+    ALLOWED,
+    NO_TOKEN,
+    WRONG_TOKEN,
+    ApiGuard,
+    KubeReview,
+    Verdict,
+    bearer,
+)
 from streams.worker.livedemand import LiveDemand
 from streams.worker.peers import PeerPolicy
 
@@ -91,6 +100,21 @@ async def test_the_api_servers_decisions_are_kept_for_their_ttl_only() -> None:
     for _ in range(2):  # the API server not answering is asked again every time
         assert (await guard.check("Bearer outage-token", "/api/v1/devices")).status == 503
     assert asked[4:] == [("outage-token", "/api/v1/devices")] * 2
+
+
+async def test_an_api_server_out_of_reach_is_a_503_and_asked_again() -> None:
+    attempts = 0
+
+    async def connect() -> Any:
+        nonlocal attempts
+        attempts += 1
+        raise ConfigException("no in-cluster account and no kubeconfig")
+
+    guard = ApiGuard(None, KubeReview(connect), 10)
+    for _ in range(2):
+        verdict = await guard.check("Bearer some-kubernetes-token", "/api/v1/devices")
+        assert verdict.status == 503
+    assert attempts == 2
 
 
 @pytest.mark.parametrize(
