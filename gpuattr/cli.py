@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from infra.acls import DEFAULT_PRINCIPALS, ROLES
 from infra.settings import (
     AlertSettings,
+    ApiSettings,
     ClusterSettings,
     DcgmSettings,
     InventorySettings,
@@ -111,6 +112,12 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     t.add_argument("--once", action="store_true", help="print once and exit")
     t.add_argument("--json", action="store_true", help="with --once: the rows as JSON")
+    t.add_argument(
+        "--token-file",
+        type=Path,
+        help="the query API's bearer token, read from this file "
+        "(default: GPUATTR_API_TOKEN, else GPUATTR_API_TOKEN_FILE)",
+    )
 
     rp = sub.add_parser(
         "report", help="GPU-hours held (and GPU-hours waited) per namespace and workload"
@@ -198,7 +205,7 @@ def _run_worker(
         wait_for_coordinator(kafka.bootstrap, worker.app_id, **client_options(kafka))
     ):
         logging.getLogger(__name__).warning("no coordinator yet for %s; starting", worker.app_id)
-    app = build_app(kafka, worker, alerts, spine)
+    app = build_app(kafka, worker, alerts, spine, ApiSettings(), KubeSettings())
     _tune_gc(worker.gc_threshold)
     Worker(app, loglevel=worker.loglevel, quiet=True).execute_from_commandline()
     return 0
@@ -297,7 +304,11 @@ def _main(argv: Sequence[str] | None) -> int:
         return run(args.host, args.port, secret.get_secret_value() if secret else None)
     if args.command == "top":
         from gpuattr.top import run as run_top
+        from infra.apicreds import auth_headers
 
+        api = ApiSettings()
+        if args.token_file is not None:  # the flag wins over the environment
+            api = api.model_copy(update={"token": None, "token_file": args.token_file})
         filters = {k: getattr(args, k) for k in ("node", "namespace", "workload", "sharing")}
         filters |= {"idle": args.idle, "alerts": args.alerts}
         with contextlib.suppress(KeyboardInterrupt):
@@ -309,6 +320,7 @@ def _main(argv: Sequence[str] | None) -> int:
                     interval_s=args.interval,
                     once=args.once,
                     as_json=args.json,
+                    credentials=lambda: auth_headers(api),
                 )
             )
         return 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
 import sys
 import tempfile
 import time
@@ -125,6 +127,14 @@ async def _stream(kafka: KafkaSettings, deadline: float | None, json_out: bool, 
     return count
 
 
+def _write_private(path: Path, text: str) -> None:
+    """``text`` in ``path``, readable by this user only (also when the file was there)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(fd, 0o600)
+        out.write(text)
+
+
 async def _roles_ready(sim: SimulatedCluster, api: str, children: list[Child]) -> str | None:
     """Wait until every node's agent has read its kubelet and the worker owns its partitions
     (``/readyz``); ``None`` then, else what is missing after :data:`READY_TIMEOUT_S` or once a
@@ -205,8 +215,11 @@ async def run_demo(
             app_id = f"gpuattr-demo-{run_id}"
             api_port = free_port()
             api = f"http://127.0.0.1:{api_port}"
+            api_token, token_file = secrets.token_hex(32), root / "api-token"
+            _write_private(token_file, api_token)
             print(
-                f"demo: query API {api} — in another terminal: gpuattr top --url {api}",
+                f"demo: query API {api} — in another terminal: "
+                f"gpuattr top --url {api} --token-file {token_file}",
                 file=sys.stderr,
             )
             await create_topics(
@@ -232,6 +245,7 @@ async def run_demo(
                             WORKER_DATA_DIR=root / "worker",
                             WORKER_WEB_ENABLED="true",
                             WORKER_WEB_PORT=api_port,
+                            API_TOKEN=api_token,
                         ),
                         **DEMO_ALERTS,
                         **DEMO_SPINE,

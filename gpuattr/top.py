@@ -11,7 +11,8 @@ the broken boundary first in the line ("gpu-a  BROKEN  container toolkit not rea
 (…); device plugin, dcgm-exporter and GFD wait on it"). Above those, each pool's demand in one
 line, oldest wait first (``/api/v1/demand``): "nvidia.com/gpu  12 pods wait (24 GPUs, oldest 28 d:
 "0/8 nodes are available: …") · 5 allocated idle ≥ 2 h: ns/pod, … (of 8 allocated)". ``--once
---json`` prints the rows for scripts (the pools under ``pools``).
+--json`` prints the rows for scripts (the pools under ``pools``). Every request carries the
+query API's bearer token (``GPUATTR_API_TOKEN``, ``GPUATTR_API_TOKEN_FILE`` or ``--token-file``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -51,8 +52,15 @@ def query_url(base: str, filters: dict[str, Any], sort: str) -> str:
     return f"{base.rstrip('/')}/api/v1/devices?{urlencode(params)}"
 
 
-async def fetch(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
-    async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+#: the query API's Authorization header, read at each request (a rotated token file)
+Credentials = Callable[[], Mapping[str, str]]
+
+
+async def fetch(
+    session: aiohttp.ClientSession, url: str, credentials: Credentials
+) -> dict[str, Any]:
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with session.get(url, timeout=timeout, headers=dict(credentials())) as resp:
         body: dict[str, Any] = orjson.loads(await resp.read())
         if resp.status != 200:
             raise RuntimeError(f"{url}: HTTP {resp.status}: {body.get('error', body)}")
@@ -63,11 +71,13 @@ def demand_url(base: str) -> str:
     return f"{base.rstrip('/')}/api/v1/demand"
 
 
-async def fetch_demand(session: aiohttp.ClientSession, base: str) -> dict[str, Any]:
+async def fetch_demand(
+    session: aiohttp.ClientSession, base: str, credentials: Credentials
+) -> dict[str, Any]:
     """The pools' demand; a worker of an older release has none to give (no pools, not an
     error: the devices are still shown)."""
     try:
-        return await fetch(session, demand_url(base))
+        return await fetch(session, demand_url(base), credentials)
     except (RuntimeError, orjson.JSONDecodeError):  # a 404 is not JSON
         return {"pools": []}
 
@@ -197,15 +207,25 @@ async def run(
     interval_s: float,
     once: bool,
     as_json: bool,
+    credentials: Credentials,
 ) -> int:
     if sort not in SORT_KEYS:
         print(f"--sort must be one of {', '.join(SORT_KEYS)}", file=sys.stderr)
         return 2
+    try:
+        credentials()
+    except OSError as exc:
+        print(f"cannot read the query API token (GPUATTR_API_TOKEN_FILE): {exc}", file=sys.stderr)
+        return 2
     target = query_url(url, filters, sort)
     async with aiohttp.ClientSession() as session:
         if once:
-            body = await fetch(session, target)
-            body["pools"] = (await fetch_demand(session, url)).get("pools", [])
+            try:
+                body = await fetch(session, target, credentials)
+            except RuntimeError as exc:  # the API's answer: 401 without the right token, 400
+                print(exc, file=sys.stderr)
+                return 1
+            body["pools"] = (await fetch_demand(session, url, credentials)).get("pools", [])
             if as_json:
                 sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
             else:
@@ -215,11 +235,12 @@ async def run(
         with Live(Text("connecting…"), auto_refresh=False, screen=False) as live:
             while True:
                 try:
-                    body = await fetch(session, target)
-                    body["pools"] = (await fetch_demand(session, url)).get("pools", [])
+                    body = await fetch(session, target, credentials)
+                    pools = await fetch_demand(session, url, credentials)
+                    body["pools"] = pools.get("pools", [])
                     rows = ROWS.validate_python(body["devices"])
                     title = f"{url} · {len(rows)} devices · {time.strftime('%H:%M:%S')}"
                     live.update(render(body, rows, title), refresh=True)
-                except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+                except (aiohttp.ClientError, TimeoutError, RuntimeError, OSError) as exc:
                     live.update(Text(f"{url}: {exc!r} — retrying", style="red"), refresh=True)
                 await asyncio.sleep(interval_s)

@@ -336,6 +336,49 @@ class SinkSettings(BaseSettings):
         return self
 
 
+#: a query-API bearer token shorter than this is refused (32 random bytes advised)
+MIN_API_TOKEN_CHARS = 16
+
+
+class ApiSettings(BaseSettings):
+    """Who may read the worker's query API (``/api/v1/*``) and what its clients send.
+
+    The API answers a caller whose bearer token is ``token``, or, with ``kube_auth``, a
+    Kubernetes token that the API server's TokenReview authenticates and whose user a
+    SubjectAccessReview allows ``get`` of ``queryapi.gpuattr.io`` (the ``gpuattr-reader``
+    ClusterRole); each decision is kept ``decision_ttl_s``. Nothing
+    configured: every listing is refused. /metrics, /healthz and /readyz need no token.
+    Clients (``gpuattr top``, the demo, a worker gathering from its peers) send ``token``, else
+    the contents of ``token_file`` (read at each request: a projected ServiceAccount token is
+    rotated)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GPUATTR_API_",
+        frozen=True,
+        hide_input_in_errors=True,  # secrets inside
+    )
+
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    kube_auth: bool = False
+    decision_ttl_s: float = Field(default=10.0, ge=0)
+
+    @field_validator("token")
+    @classmethod
+    def _token_real(cls, token: SecretStr | None) -> SecretStr | None:
+        """A placeholder or short token is refused at start (naming the setting, never its
+        value); an empty one is no token."""
+        if token is None or not token.get_secret_value():
+            return None
+        if is_placeholder(token) or len(token.get_secret_value()) < MIN_API_TOKEN_CHARS:
+            raise ValueError(
+                "GPUATTR_API_TOKEN is a placeholder or shorter than "
+                f"{MIN_API_TOKEN_CHARS} characters: set a random token "
+                "(e.g. `openssl rand -hex 32`)"
+            )
+        return token
+
+
 class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUATTR_WORKER_", frozen=True)
 

@@ -16,7 +16,8 @@ share. Identical copies (the usual case) never trigger this.
 
 Labels read: ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname`` (or the
 newer ``hostname``), ``DCGM_FI_DRIVER_VERSION``, MIG ``GPU_I_ID``/``GPU_I_PROFILE``, and the pod
-labels ``namespace``/``pod``/``container`` (or ``exported_*`` after Prometheus relabelling),
+labels ``namespace``/``pod``/``container`` (or ``exported_*`` after Prometheus relabelling, when
+the plain ones are the exporter's own pod's and are not read),
 ``pod_uid`` and ``vgpu``, and with ``--kubernetes-enable-dra`` ``dra_claim_name``,
 ``dra_claim_namespace``, ``dra_driver_name``, ``dra_pool_name``, ``dra_device_name``,
 ``dra_mig_profile`` and ``dra_mig_device_uuid``. With ``--use-old-namespace`` (still documented
@@ -52,12 +53,27 @@ __all__ = ["FIELDS", "IgnoredFamily", "ParseResult", "RejectedLine", "parse_expo
 
 DCGM_PREFIXES = ("DCGM_FI_", "dcgm_")
 UUID_LABELS = ("UUID", "uuid")  # uuid: --use-old-namespace
-_POD_LABEL_SETS = (  # (namespace, pod, container labels, pod_uid, vgpu)
-    ("namespace", "pod", ("container",), "pod_uid", "vgpu"),
-    ("exported_namespace", "exported_pod", ("exported_container",), "exported_pod_uid", "vgpu"),
-    # --use-old-namespace: container_name (4.x), pod_container_name (older builds)
-    ("pod_namespace", "pod_name", ("container_name", "pod_container_name"), "pod_uid", "vgpu"),
+#: (namespace, pod, container, pod_uid, vgpu labels), the first set naming a pod wins. Prometheus
+#: with honor_labels=false renames the exporter's own ``namespace``/``pod``/``container`` to
+#: ``exported_*`` and writes its target's (the exporter's own pod) under the plain names, so the
+#: ``exported_*`` set comes first and the plain one is not read on a relabelled page
+#: (:func:`_relabelled`); ``--use-old-namespace`` labels clash with no target label.
+_EXPORTED_LABELS = (
+    "exported_namespace",
+    "exported_pod",
+    ("exported_container",),
+    ("exported_pod_uid", "pod_uid"),
+    ("vgpu",),
 )
+_OLD_NAMESPACE_LABELS = (  # --use-old-namespace: container_name (4.x), pod_container_name (older)
+    "pod_namespace",
+    "pod_name",
+    ("container_name", "pod_container_name"),
+    ("pod_uid",),
+    ("vgpu",),
+)
+_PLAIN_LABELS = ("namespace", "pod", ("container",), ("pod_uid",), ("vgpu",))
+_RELABELLED_MARKS = ("exported_namespace", "exported_pod", "exported_container")
 NOT_DCGM = "not a DCGM field"
 NOT_USED = "a DCGM field gpuattr does not use"
 NO_UUID = "row without UUID label"
@@ -103,7 +119,8 @@ def parse_exposition(text: str, *, node: str, ts_ms: int) -> ParseResult:
         key = _device_key(row, rejected)
         if key is not None:
             devices.setdefault(key, []).append(row)
-    samples = tuple(_sample(key, group, node, ts_ms) for key, group in devices.items())
+    relabelled = _relabelled(rows)
+    samples = tuple(_sample(key, group, node, ts_ms, relabelled) for key, group in devices.items())
     return ParseResult(
         samples,
         tuple(sorted(rejected, key=lambda r: r.line_no)),
@@ -144,20 +161,32 @@ def _dra(labels: Mapping[str, str]) -> dict[str, str | None]:
     }
 
 
-def _claim(labels: Mapping[str, str]) -> ExporterClaim | None:
+def _relabelled(rows: Sequence[MetricRow]) -> bool:
+    """Whether Prometheus relabelled this page (honor_labels=false: a federated or read-back
+    scrape): a row carries an ``exported_*`` pod label, so every plain ``namespace``/``pod``/
+    ``container`` on the page is a target label, the exporter's own pod, never a holder."""
+    return any(row.labels.get(mark) for row in rows for mark in _RELABELLED_MARKS)
+
+
+def _claim(labels: Mapping[str, str], relabelled: bool) -> ExporterClaim | None:
     """The pod the exporter stamped on this row; a row with an empty pod label claims nothing
     (a DRA claim label without a pod credits no pod either: kept on the pod's claim only)."""
-    for ns, pod, containers, pod_uid, vgpu in _POD_LABEL_SETS:
+    sets = (_EXPORTED_LABELS, _OLD_NAMESPACE_LABELS, *(() if relabelled else (_PLAIN_LABELS,)))
+    for ns, pod, containers, pod_uids, vgpus in sets:
         if labels.get(pod):
             return ExporterClaim(
                 namespace=labels.get(ns, ""),
                 pod=labels[pod],
-                container=next((labels[c] for c in containers if labels.get(c)), ""),
-                pod_uid=labels.get(pod_uid) or None,
-                vgpu=labels.get(vgpu) or None,
+                container=_first(labels, containers),
+                pod_uid=_first(labels, pod_uids) or None,
+                vgpu=_first(labels, vgpus) or None,
                 **_dra(labels),
             )
     return None
+
+
+def _first(labels: Mapping[str, str], names: Sequence[str]) -> str:
+    return next((labels[n] for n in names if labels.get(n)), "")
 
 
 def _readings(rows: Sequence[MetricRow]) -> tuple[dict[str, float | None], tuple[str, ...]]:
@@ -178,11 +207,13 @@ def _readings(rows: Sequence[MetricRow]) -> tuple[dict[str, float | None], tuple
     return values, tuple(sorted(split))
 
 
-def _sample(key: DeviceKey, rows: Sequence[MetricRow], node: str, ts_ms: int) -> DcgmSample:
+def _sample(
+    key: DeviceKey, rows: Sequence[MetricRow], node: str, ts_ms: int, relabelled: bool
+) -> DcgmSample:
     uuid, mig_instance_id = key
     labels = rows[0].labels  # identity labels are the same on every row of a device
     values, split = _readings(rows)
-    claims = (_claim(row.labels) for row in rows)
+    claims = (_claim(row.labels, relabelled) for row in rows)
     return DcgmSample(
         node=node,
         ts_ms=ts_ms,

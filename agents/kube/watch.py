@@ -17,12 +17,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 import aiohttp
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
@@ -40,6 +39,7 @@ from contract.inputs import (
     ResourceSliceRecord,
 )
 from infra.backoff import Backoff
+from infra.kube import make_api_client as make_api_client  # where every watcher gets it
 from infra.settings import KubeSettings
 
 log = logging.getLogger(__name__)
@@ -54,24 +54,6 @@ NOT_FOUND_PAGE = "404 page not found"
 
 class StreamCut(Exception):
     """The watch stream ended mid-line or carried something that is not an event."""
-
-
-async def make_api_client(settings: KubeSettings) -> Any:
-    """Explicit URL (the double, tests), else in-cluster, else a kubeconfig."""
-    if settings.api_url:
-        conf = client.Configuration()
-        conf.host = settings.api_url
-        return client.ApiClient(configuration=conf)
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()
-        return client.ApiClient()
-    conf = client.Configuration()
-    await config.load_kube_config(
-        config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
-        context=settings.context,
-        client_configuration=conf,
-    )
-    return client.ApiClient(configuration=conf)
 
 
 class ListWatcher(Generic[R]):

@@ -11,6 +11,10 @@ that is not one is named in ``unverified`` (its devices are missing from the lis
 it owns answers 503), and no request goes to it. Faust's own views are off unless
 ``GPUATTR_WORKER_FAUST_VIEWS`` asks for them.
 
+Every page but /metrics, /healthz and /readyz answers only a caller with a bearer token
+:mod:`streams.worker.apiauth` lets in (401 or 403 otherwise, counted in
+``gpuattr_worker_api_refused_total``); this worker's own calls to its peers carry its token.
+
     GET /api/v1/devices[?node=&namespace=&workload=&sharing=&idle=1&alerts=1&sort=]
     GET /api/v1/nodes/{node}                        its devices, labels and GPU stack
     GET /api/v1/nodes/{node}/status                 its GPU stack (node-status) and open alert
@@ -43,10 +47,12 @@ from streams.core.noderows import NODE_ROWS, NodeRow, merge_nodes, node_row, ord
 from streams.core.poolrows import POOL_ROWS, PoolRow, merge_pools, pool_row
 from streams.core.processor import Tables
 from streams.core.views import ROWS, DeviceRow, Filter, merge, select
+from streams.worker.apiauth import OPEN_PATHS, ApiGuard
 from streams.worker.live import LiveDevices
 from streams.worker.livedemand import LiveDemand
 from streams.worker.peers import PeerPolicy
 from streams.worker.promexport import exposition
+from streams.worker.selfmetrics import API_REFUSED
 
 log = logging.getLogger(__name__)
 PEER_TIMEOUT = aiohttp.ClientTimeout(total=5)
@@ -98,6 +104,8 @@ class QueryApi:
         peers: PeerPolicy,
         demand: LiveDemand,
         demand_topic: str,
+        guard: ApiGuard,
+        credentials: Callable[[], Mapping[str, str]],
     ) -> None:
         self.app = app
         self.tables = tables
@@ -107,6 +115,9 @@ class QueryApi:
         self.policy = peers
         self.demand = demand
         self.demand_topic = demand_topic
+        self.guard = guard
+        #: the Authorization header this worker sends its peers (read at each call: rotated)
+        self.credentials = credentials
 
     @property
     def me(self) -> str:
@@ -143,7 +154,10 @@ class QueryApi:
 
     async def _peer_rows(self, host: str) -> tuple[list[DeviceRow], list[NodeRow], list[PoolRow]]:
         async with self.app.http_client.get(
-            f"{host}/api/v1/local/devices", timeout=PEER_TIMEOUT, allow_redirects=False
+            f"{host}/api/v1/local/devices",
+            timeout=PEER_TIMEOUT,
+            allow_redirects=False,
+            headers=dict(self.credentials()),
         ) as resp:
             resp.raise_for_status()
             body = orjson.loads(await resp.read())
@@ -208,7 +222,7 @@ class QueryApi:
             f"{owner}{path}",
             timeout=PEER_TIMEOUT,
             allow_redirects=False,
-            headers={FORWARDED_HEADER: self.me},
+            headers={**self.credentials(), FORWARDED_HEADER: self.me},
         ) as resp:
             return resp.status, await resp.read(), resp.content_type
 
@@ -273,7 +287,7 @@ class QueryApi:
                 return json(view, {**body, "unverified": [owner]}, 503)
             try:
                 status, payload, content_type = await api.forward(owner, str(request.rel_url))
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # OSError: our token file
                 log.warning("worker %s did not answer for node %s: %r", owner, node, exc)
                 return json(view, {"error": "owner unavailable", "unavailable": [owner]}, 503)
             return view.bytes(payload, content_type=content_type, status=status)
@@ -320,6 +334,30 @@ class QueryApi:
             body = {"ready": ok, "checks": {"assigned": ok}, "partitions": api.owned()}
             return json(view, body, 200 if ok else 503)
 
+        def guarded(page: Callable[..., Any]) -> Callable[..., Any]:
+            async def handler(view: Any, request: Any, **match: str) -> Any:
+                verdict = await api.guard.check(request.headers.get("Authorization"), request.path)
+                if not verdict.allowed:
+                    API_REFUSED.labels(str(verdict.status)).inc()
+                    log.warning(
+                        "query API: %s %s refused (%d: %s)",
+                        request.method,
+                        request.path,
+                        verdict.status,
+                        verdict.reason,
+                    )
+                    body = orjson.dumps({"error": verdict.reason})
+                    headers = {"WWW-Authenticate": "Bearer"} if verdict.status == 401 else {}
+                    return view.bytes(
+                        body,
+                        content_type="application/json",
+                        status=verdict.status,
+                        headers=headers,
+                    )
+                return await page(view, request, **match)
+
+            return handler
+
         pages: dict[str, Callable[..., Any]] = {
             "/api/v1/devices": devices,
             "/api/v1/nodes/{node}": node,
@@ -334,7 +372,8 @@ class QueryApi:
             "/healthz": healthz,
             "/readyz": readyz,
         }
-        for path, handler in pages.items():
+        for path, page in pages.items():
+            handler = page if path in OPEN_PATHS else guarded(page)
             handler.__name__ = "gpuattr_" + path.strip("/").replace("/", "_").replace("{", "")
             handler.__name__ = handler.__name__.replace("}", "")
             app.page(path)(handler)

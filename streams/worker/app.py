@@ -34,13 +34,22 @@ from contract.outputs import (
     TelemetryRefused,
 )
 from contract.topics import DEMAND_TABLES, TABLES, TopicRole
+from infra.apicreds import auth_headers
 from infra.kafka import client_options
-from infra.settings import AlertSettings, KafkaSettings, SpineSettings, WorkerSettings
+from infra.settings import (
+    AlertSettings,
+    ApiSettings,
+    KafkaSettings,
+    KubeSettings,
+    SpineSettings,
+    WorkerSettings,
+)
 from streams.core.demandstage import DemandOutput, DemandStage, DemandTables
 from streams.core.lifetimes import Lifetimes
 from streams.core.processor import Output, Processor, Tables
 from streams.worker import selfmetrics
 from streams.worker.api import QueryApi, assignment
+from streams.worker.apiauth import guard_for
 from streams.worker.demandloop import DemandLoop
 from streams.worker.faust_codecs import RecordTable, register
 from streams.worker.lag import consumer_lags
@@ -115,6 +124,8 @@ def build_app(
     worker: WorkerSettings,
     alerts: AlertSettings,
     spine: SpineSettings | None = None,
+    api: ApiSettings | None = None,
+    kube: KubeSettings | None = None,
 ) -> faust.App:
     """Create the worker's Faust app from explicit settings."""
     if not kafka.bootstrap:
@@ -240,8 +251,18 @@ def build_app(
         ready = lambda: bool(assignment(app))  # noqa: E731
         peers = PeerPolicy(worker.peers, worker.peer_service, worker.web_port)
         demand_topic = kafka.topic("demand-events")
+        api_settings = api or ApiSettings()
         QueryApi(
-            app, tables, live, kafka.topic("node-events"), ready, peers, live_demand, demand_topic
+            app,
+            tables,
+            live,
+            kafka.topic("node-events"),
+            ready,
+            peers,
+            live_demand,
+            demand_topic,
+            guard_for(api_settings, kube or KubeSettings()),
+            lambda: auth_headers(api_settings),
         ).register()
     return app
 

@@ -40,3 +40,9 @@ MALLOC_RELEASED = Counter(
     "gpuattr_worker_malloc_released_bytes",
     "Resident memory given back by malloc_trim (the resident set's fall across each trim)",
 )
+API_REFUSED = Counter(
+    "gpuattr_worker_api_refused_total",
+    "Query-API requests refused: no or wrong credentials (401), not allowed (403), "
+    "the API server could not review the token (503)",
+    ["status"],
+)

@@ -23,6 +23,10 @@ from infra.topics import topic_specs
 from sim.runner import ScenarioClock, SimulatedCluster
 from sim.scenario import Scenario
 
+#: the query API's bearer token every pipeline worker accepts and sends its peers
+API_TOKEN = "pipeline-query-api-token-5f0c2a"
+API_AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
+
 
 @dataclass
 class Collected:
@@ -95,6 +99,7 @@ class Pipeline:
                 WORKER_WEB_PORT=self.web_ports[n] if self.web_ports else None,
                 WORKER_PEERS=",".join(f"http://127.0.0.1:{port}" for port in self.web_ports)
                 or None,
+                API_TOKEN=API_TOKEN if self.web_ports else None,
             ),
             **self.role_env.get("worker", {}),
             **self.worker_env,  # the test's own settings win

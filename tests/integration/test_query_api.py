@@ -1,5 +1,6 @@
-"""The query API on two real workers: routing to the key's owner, cluster-wide gathering, and
-``gpuattr top --once --json`` equal to the state behind it."""
+"""The query API on two real workers: only callers with the token are answered, routing to the
+key's owner, cluster-wide gathering (peers send their token), and ``gpuattr top --once --json``
+(with ``--token-file``) equal to the state behind it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from sim.cluster import Cluster
 from sim.scenario import load
 from streams.core.views import device_row
 from tests.helpers import wait_for, wait_for_async
-from tests.integration.pipeline import collect, pipeline
+from tests.integration.pipeline import API_AUTH, API_TOKEN, collect, pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +65,8 @@ async def test_api_routes_gathers_and_top_matches_state(
     async with (
         pipeline(kafka_bootstrap, scenario, tmp_path, workers=2, web_ports=ports) as p,
         collect(p.kafka, "attribution") as events,
-        aiohttp.ClientSession() as session,
+        aiohttp.ClientSession(headers=API_AUTH) as session,
+        aiohttp.ClientSession() as stranger,
     ):
         p.clock.offset_s = t
 
@@ -83,6 +85,18 @@ async def test_api_routes_gathers_and_top_matches_state(
         await wait_for_async(
             both_workers_serve_everything, timeout_s=120, what="both workers serving all devices"
         )
+
+        # Without the token, or with another, nothing is listed; the probes need none.
+        wrong = {"Authorization": "Bearer another-token-0123456789abcdef"}
+        for u in urls:
+            for path in ("/api/v1/devices", "/api/v1/local/devices", f"/api/v1/nodes/{min(nodes)}"):
+                for headers in ({}, wrong):
+                    async with stranger.get(f"{u}{path}", headers=headers) as resp:
+                        assert resp.status == 401, (u, path, headers)
+                        assert "devices" not in orjson.loads(await resp.read())
+            for path in ("/healthz", "/readyz", "/metrics"):
+                async with stranger.get(f"{u}{path}") as resp:
+                    assert resp.status == 200, (u, path)
 
         # Every node, asked of the worker that does NOT own it, is answered by its owner.
         owners: dict[str, str] = {}
@@ -126,6 +140,9 @@ async def test_api_routes_gathers_and_top_matches_state(
         assert "sort by" in bad["error"]
 
         # top --once --json, through the CLI, equals the latest event of each device.
+        token_file = tmp_path / "api-token"
+        token_file.write_text(API_TOKEN)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUATTR_API_")}
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -135,8 +152,10 @@ async def test_api_routes_gathers_and_top_matches_state(
             urls[1],
             "--once",
             "--json",
+            "--token-file",
+            str(token_file),
             stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+            env={**env, "PYTHONPATH": str(Path(__file__).parents[2])},
         )
         out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
         assert proc.returncode == 0
@@ -187,7 +206,7 @@ async def test_a_member_advertising_a_foreign_address_is_never_called(
     try:
         async with (
             pipeline(kafka_bootstrap, load("mixed"), tmp_path, workers=1, web_ports=[port]) as p,
-            aiohttp.ClientSession() as session,
+            aiohttp.ClientSession(headers=API_AUTH) as session,
         ):
             rogue_env = {
                 **p.worker_child(0).env,

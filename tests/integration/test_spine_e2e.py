@@ -29,7 +29,7 @@ from gpuattr.report import accumulate
 from sim.runner import SimulatedCluster
 from sim.scenario import gpu_uuid, load
 from tests.helpers import wait_for, wait_for_async
-from tests.integration.pipeline import Collected, collect, pipeline
+from tests.integration.pipeline import API_AUTH, Collected, collect, pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ def of(events: Collected, node: str, origin: str | None = None) -> list[Attribut
 
 
 async def get(url: str) -> bytes:
-    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+    async with aiohttp.ClientSession() as session, session.get(url, headers=API_AUTH) as resp:
         assert resp.status == 200, url
         return await resp.read()
 

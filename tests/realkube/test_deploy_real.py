@@ -10,7 +10,8 @@ RBAC: the base's Namespaces, ServiceAccounts, ClusterRole and binding are applie
 agent's ServiceAccount gets a token from the TokenRequest API and runs the agent's watchers with
 it; the same token may only list and watch (no get), is denied secrets — the sink's Secret, applied
 for real, above all — configmaps and every write; the worker's and the sink's ServiceAccounts can
-do nothing at all.
+do nothing with pods, nodes, Secrets, ConfigMaps or events (the worker only reviews its query
+API's callers: tests/realkube/test_query_api_auth_real.py).
 
 Pod Security: each workload's pod, as its template makes it, is admitted in its own namespace
 (`restricted` for the worker and the sink, `privileged` for the agent alone); the agent's pod is

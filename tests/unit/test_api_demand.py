@@ -20,6 +20,7 @@ from faust.types import TP
 from contract.outputs import PoolDemand
 from streams.core.poolrows import pool_row
 from streams.worker.api import QueryApi
+from streams.worker.apiauth import ApiGuard
 from streams.worker.livedemand import LiveDemand
 from streams.worker.peers import PeerPolicy
 
@@ -104,6 +105,8 @@ async def test_demand_is_gathered_from_every_verified_worker(
             PeerPolicy([urls[0], urls[1], down], None, 1),
             live,
             DEMAND_TOPIC,
+            ApiGuard(None, None, 0),
+            dict,
         )
         body = await api.demand_listing()
     finally:

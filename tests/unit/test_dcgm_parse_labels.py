@@ -35,7 +35,7 @@ def test_virtual_gpu_copies_are_one_sample_with_values_taken_once() -> None:
 
 
 def test_exported_pod_labels_and_pod_uid() -> None:
-    text = row(
+    exported = row(
         "DCGM_FI_DEV_GPU_UTIL",
         "1",
         **GPU,
@@ -43,12 +43,15 @@ def test_exported_pod_labels_and_pod_uid() -> None:
         exported_namespace="ns",
         exported_pod="p",
         pod_uid="",
-    ) + row("DCGM_FI_DEV_GPU_UTIL", "1", **GPU, container="d", namespace="ns", pod="q", pod_uid="u")
-    (sample,) = parse(text).samples
-    assert sample.exporter_claims == (
-        ExporterClaim("ns", "p", "c", pod_uid=None),
-        ExporterClaim("ns", "q", "d", pod_uid="u"),
     )
+    plain = row(
+        "DCGM_FI_DEV_GPU_UTIL", "1", **GPU, container="d", namespace="ns", pod="q", pod_uid="u"
+    )
+    claims = [parse(text).samples[0].exporter_claims for text in (exported, plain)]
+    assert claims == [
+        (ExporterClaim("ns", "p", "c", pod_uid=None),),
+        (ExporterClaim("ns", "q", "d", pod_uid="u"),),
+    ]
 
 
 def test_empty_pod_label_is_no_claim() -> None:

@@ -86,14 +86,51 @@ def test_agent_service_account_can_only_read_pods_nodes_and_dra_objects() -> Non
             assert "nonResourceURLs" not in rule
             assert "resourceNames" not in rule
     for doc in docs:  # no other role in the base may write anything either, but the cluster
-        # role's election: its own Lease (tests/unit/test_deploy.py pins those rules)
+        # role's election (its own Lease: tests/unit/test_deploy.py pins those rules) and the
+        # worker's reviews of its callers (pinned below); the readers only get the query API
         for rule in doc.get("rules", []) if doc["kind"] in ("Role", "ClusterRole") else []:
-            if (
-                rule["resources"] == ["leases"]
-                and doc["metadata"]["name"] == "gpuattr-cluster-lease"
-            ):
+            name = doc["metadata"]["name"]
+            if rule.get("resources") == ["leases"] and name == "gpuattr-cluster-lease":
                 continue
-            assert set(rule["verbs"]) <= READ_VERBS, (doc["metadata"]["name"], rule)
+            if name in ("gpuattr-worker-reviews", "gpuattr-reader"):
+                continue
+            assert set(rule["verbs"]) <= READ_VERBS, (name, rule)
+
+
+def test_the_worker_may_only_review_its_callers_and_read_its_peers() -> None:
+    """The query API checks each caller's token with the API server (TokenReview, then
+    SubjectAccessReview of get on queryapi.gpuattr.io); the workers' own account may read each
+    other's listings, and the reader role grants nothing but the query API."""
+    docs = base_docs()
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    assert roles["gpuattr-worker-reviews"]["rules"] == [
+        {
+            "apiGroups": ["authentication.k8s.io"],
+            "resources": ["tokenreviews"],
+            "verbs": ["create"],
+        },
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
+    ]
+    assert roles["gpuattr-reader"]["rules"] == [
+        {"apiGroups": ["gpuattr.io"], "resources": ["queryapi"], "verbs": ["get"]}
+    ]
+    bound = {
+        d["roleRef"]["name"]
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding"
+        and {"kind": "ServiceAccount", "name": "gpuattr-worker", "namespace": "gpuattr"}
+        in d["subjects"]
+    }
+    assert bound == {"gpuattr-worker-reviews", "gpuattr-reader"}
+    worker = workload(docs, "worker")
+    (ctr,) = worker["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["GPUATTR_API_KUBE_AUTH"] == "true"
+    assert env["GPUATTR_API_TOKEN_FILE"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 # --- one identity per role --------------------------------------------------------------------
