@@ -30,7 +30,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from contract.inputs import DRA_PREFIX, ClaimConsumer, DraDevice, ResourceClaimRecord, ResourceSliceRecord
+from contract.inputs import (
+    DRA_PREFIX,
+    ClaimConsumer,
+    DraDevice,
+    ResourceClaimRecord,
+    ResourceSliceRecord,
+)
 from contract.quantity import parse as parse_quantity
 from contract.records import fast_init
 from streams.core.identity import Inventory, device_key

@@ -602,8 +602,8 @@ def test_dra_devices_supply_the_device_class_that_selects_them() -> None:
     assert all(not d.mig_profile for d in devices.values())
     migs = last["dra:mig.nvidia.com"].devices
     assert [(d.device_uuid, d.mig_profile) for d in migs] == [
-        ("dra:gpu.nvidia.com/dra-node/gpu-0-mig-3g40gb-9-4", "3g.40gb"),  # dynamic: no UUID
         (dra.MIG7, "1g.10gb"),
+        ("dra:gpu.nvidia.com/dra-node/gpu-0-mig-3g40gb-9-4", "3g.40gb"),  # dynamic: no UUID
     ]
     held = {h.pod for d in (*devices.values(), *migs) for h in d.holders}
     assert "dcgm-exporter-x2k4q" not in held  # an admin-access observer holds nothing
