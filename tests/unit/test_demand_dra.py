@@ -14,6 +14,7 @@ from streams.core import dra
 from streams.core.demand import Waiter, matches, pool_demand, requested, waiter_of
 from streams.core.demandstage import DemandOutput, DemandStage, DemandTables
 from streams.core.episodes import Episode
+from streams.core.poolrows import pool_line, pool_row
 from streams.core.supply import AllocatedDevice, node_supply
 
 WHOLE, MIG, EXAMPLE = "dra:gpu.nvidia.com", "dra:mig.nvidia.com", "dra:gpu.example.com"
@@ -210,3 +211,9 @@ def test_the_stage_counts_two_pods_sharing_a_claim_once() -> None:
     out = run(stage, WHOLE, waiting("a", one), waiting("b", one, ts=2))
     record = last_demand(out, WHOLE)
     assert (record.pending_pods, record.gpus_requested) == (2, 1)
+
+
+def test_a_mig_class_pools_line_counts_mig_instances() -> None:
+    small = waiting("small", GpuRequest(MIG, 2, claim="ml/small-claim"))
+    record = pool_demand(Pool(MIG), [waiter_of(small, MIG)], [], 5)
+    assert "1 pod waits (2 MIG instances" in pool_line(pool_row(record))
