@@ -11,9 +11,9 @@ range holds (a pod's record goes to every resource it asks for, a list to every 
 ``wait x GPUs asked`` for that pool. A ResourceClaim several pods reference (by name) is one
 allocation: its devices count once, for as long as any of its pods waits, on the line of the pod
 that waited first (a claim made from a template is its pod's own). A pod seen only in a list
-counts too. A pod whose records
-all lie before the range and that no list within the range names is not seen (the topic keeps
-records for its retention; lists come with every relist of the cluster role).
+counts too. A pod whose records all lie before the range and that no list within the range names
+is not seen (the topic keeps records for its retention; lists come with every relist of the
+cluster role).
 
 Waiting is not holding: these hours are GPUs asked for and not given, beside (never added to)
 the held GPU-hours of :mod:`gpuattr.report`. A MIG pool's figure is in instance-hours.
