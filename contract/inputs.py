@@ -618,7 +618,10 @@ class SupplyDevice:
 class NodeSupply:
     """A node's allocated devices of one resource (the node's worker, on change): what the
     demand stage joins pending pods with. Empty ``devices`` (or ``gone``): the node has none of
-    that resource allocated any more."""
+    that resource allocated any more. A DRA device's resource is the device class that selects
+    it (``dra:gpu.nvidia.com`` whole GPUs, ``dra:mig.nvidia.com`` MIG devices); v1 named it by
+    its driver (``dra:gpu.nvidia.com`` for both), and is still read (its MIG devices are no
+    supply of whole GPUs)."""
 
     ts_ms: int
     node: str
@@ -655,7 +658,8 @@ InputRecord = (
 PartitionRecord = ClockTick | ClusterPolicyRecord
 
 #: Record kinds the agents publish, with their schema versions (see :mod:`contract.codec`) and
-#: the older versions this build still reads (v2 only removed fields: a v1 record reads as v2).
+#: the older versions this build still reads (v2 only removed fields: a v1 record reads as v2;
+#: pool.supply v2 names DRA supply by device class, a v1 record read as v2 is filtered by it).
 KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "podresources.snapshot": (PodResourcesSnapshot, 1),
     "podresources.diff": (PodResourcesDiff, 1),
@@ -673,7 +677,7 @@ KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "k8s.clusterpolicy": (ClusterPolicyRecord, 1),
     "k8s.pending-pod": (PendingPod, 1),
     "k8s.pending-pods": (PendingPodList, 1),
-    "pool.supply": (NodeSupply, 1),
+    "pool.supply": (NodeSupply, 2, (1,)),
 }
 
 #: the records read and let go: what the worker's state keeps of a reading is made by the core

@@ -8,9 +8,12 @@ creation (or the range's start, if earlier) until its bound or deleted record, o
 taken after its last record no longer has it (the demand stage's own rule), else until the
 range's end. Each pod counts once per pool it asks for, however many copies of its records the
 range holds (a pod's record goes to every resource it asks for, a list to every partition):
-``wait x GPUs asked`` for that pool. A pod seen only in a list counts too. A pod whose records
-all lie before the range and that no list within the range names is not seen (the topic keeps
-records for its retention; lists come with every relist of the cluster role).
+``wait x GPUs asked`` for that pool. A ResourceClaim several pods reference (by name) is one
+allocation: its devices count once, for as long as any of its pods waits, on the line of the pod
+that waited first (a claim made from a template is its pod's own). A pod seen only in a list
+counts too. A pod whose records all lie before the range and that no list within the range names
+is not seen (the topic keeps records for its retention; lists come with every relist of the
+cluster role).
 
 Waiting is not holding: these hours are GPUs asked for and not given, beside (never added to)
 the held GPU-hours of :mod:`gpuattr.report`. A MIG pool's figure is in instance-hours.
@@ -39,36 +42,49 @@ class WaitLine:
     waiting_at_end: int  # of those, still waiting at the range's end
 
 
+#: a pool's claims a pod waits on: (namespace/name, devices), sorted
+Claims = tuple[tuple[str, int], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class _Wait:
     namespace: str
     workload: str
-    gpus: int
+    gpus: int  # asked for outside any claim another pod may share
     created_ms: int
     last_seen_ms: int
     ended_ms: int | None = None
+    claims: Claims = ()
 
 
 def _workload(pod: PendingPod) -> str:
     return f"{pod.workload.kind}/{pod.workload.name}" if pod.workload else f"Pod/{pod.name}"
 
 
-def _pools(pod: PendingPod) -> dict[str, int]:
-    """GPUs asked for per pool (two claims of one device class add up)."""
+def _pools(pod: PendingPod) -> dict[str, tuple[int, Claims]]:
+    """Per pool: the GPUs asked for outside named claims (two claims of one device class add
+    up), and the named claims' devices."""
     asked: dict[str, int] = defaultdict(int)
+    claims: dict[str, dict[str, int]] = defaultdict(dict)
     for r in pod.requests:
-        asked[Pool(r.resource, r.product, r.mig_profile).key()] += r.count
-    return asked
+        pool = Pool(r.resource, r.product, r.mig_profile).key()
+        if r.claim:
+            claims[pool][r.claim] = claims[pool].get(r.claim, 0) + r.count
+        else:
+            asked[pool] += r.count
+    return {p: (asked[p], tuple(sorted(claims[p].items()))) for p in {*asked, *claims}}
 
 
 def _seen(waits: dict[tuple[str, str], _Wait], pod: PendingPod, ts_ms: int) -> None:
-    for pool, gpus in _pools(pod).items():
+    for pool, (gpus, claims) in _pools(pod).items():
         key = (pod.uid, pool)
         current = waits.get(key)
         if current is None:
-            current = _Wait(pod.namespace, _workload(pod), gpus, pod.created_ms, ts_ms)
+            current = _Wait(
+                pod.namespace, _workload(pod), gpus, pod.created_ms, ts_ms, None, claims
+            )
         elif ts_ms >= current.last_seen_ms:
-            current = replace(current, gpus=gpus, last_seen_ms=ts_ms)
+            current = replace(current, gpus=gpus, last_seen_ms=ts_ms, claims=claims)
         if pod.state != "pending":
             end = min(ts_ms, current.ended_ms) if current.ended_ms is not None else ts_ms
             current = replace(current, ended_ms=end)
@@ -101,27 +117,49 @@ def accumulate_waits(
             _listed(waits, record)
         else:
             _seen(waits, record, record.ts_ms)
-    acc: dict[tuple[str, str, str], list[tuple[float, int, bool]]] = defaultdict(list)
-    for (_, pool), w in waits.items():
+    acc: dict[tuple[str, str, str], list[tuple[float, float, bool]]] = defaultdict(list)
+    # (pool, claim) → its devices and each of its pods' wait: (begin, uid, line, end)
+    shared: dict[tuple[str, str], tuple[int, list[tuple[int, str, tuple[str, str, str], int]]]]
+    shared = {}
+    for (uid, pool), w in waits.items():
         begin = max(w.created_ms, start_ms)
         end = min(w.ended_ms if w.ended_ms is not None else end_ms, end_ms)
         if end <= begin:
             continue
-        acc[(w.namespace, w.workload, pool)].append(
-            ((end - begin) / HOUR_MS, w.gpus, w.ended_ms is None)
+        line = (w.namespace, w.workload, pool)
+        acc[line].append(
+            ((end - begin) / HOUR_MS, (end - begin) / HOUR_MS * w.gpus, w.ended_ms is None)
         )
+        for claim, devices in w.claims:
+            count, spans = shared.setdefault((pool, claim), (devices, []))
+            shared[(pool, claim)] = (max(count, devices), spans)
+            spans.append((begin, uid, line, end))
+    extra: dict[tuple[str, str, str], float] = defaultdict(float)
+    for devices, spans in shared.values():
+        extra[min(spans)[2]] += _covered(spans) / HOUR_MS * devices
     return [
         WaitLine(
             namespace=ns,
             workload=wl,
             pool=pool,
             pods=len(pods),
-            gpu_hours_waited=sum(hours * gpus for hours, gpus, _ in pods),
+            gpu_hours_waited=sum(gpu_h for _, gpu_h, _ in pods) + extra[(ns, wl, pool)],
             longest_wait_h=max(hours for hours, _, _ in pods),
             waiting_at_end=sum(1 for _, _, still in pods if still),
         )
         for (ns, wl, pool), pods in sorted(acc.items())
     ]
+
+
+def _covered(spans: Iterable[tuple[int, str, tuple[str, str, str], int]]) -> int:
+    """The ms of the union of the spans (a claim waits while any of its pods does)."""
+    total, reach = 0, None
+    for begin, _, _, end in sorted(spans):
+        if reach is None or begin > reach:
+            total, reach = total + end - begin, end
+        elif end > reach:
+            total, reach = total + end - reach, end
+    return total
 
 
 WAIT_CSV_HEADER = (

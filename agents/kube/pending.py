@@ -17,13 +17,20 @@ DRA: each ``spec.resourceClaims`` entry names a ResourceClaim or a ResourceClaim
 caller reads those (:func:`claim_sources`) and hands their claim specs in. Each ``exactly``
 request of a claim asks for ``count`` devices of its ``deviceClassName`` (``All``: at least one)
 as resource ``dra:<class>``; a ``firstAvailable`` list counts only when every alternative names
-the same class and count. A claim that could not be read says nothing.
+the same class and count. The MIG profile a request's selectors name with one equality on the
+NVIDIA driver's ``profile`` attribute (``device.attributes['gpu.nvidia.com'].profile ==
+'1g.10gb'``, no ``||``) is its ``mig_profile``; any other selector says nothing of it. Each
+request carries its claim (``namespace/name``): pods that reference one ResourceClaim by name
+share its devices (the demand counts them once); a claim made from a template is its pod's own
+(named once the controller made it, else ``""``). A claim a pod references twice counts once.
+A claim that could not be read says nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -170,23 +177,45 @@ def _generated_claims(pod: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def _dra_request(request: Mapping[str, Any]) -> tuple[str, int] | None:
-    """(device class, count) of one claim request, when it says so unambiguously."""
+#: a CEL selector's equality on the NVIDIA driver's MIG ``profile`` attribute
+_PROFILE_IS = re.compile(
+    r"""device\.attributes\[\s*['"]gpu\.nvidia\.com['"]\s*\]\.profile\s*==\s*['"]([^'"]+)['"]"""
+)
+
+
+def selected_profile(request: Mapping[str, Any]) -> str:
+    """The MIG profile the request's CEL selectors name unambiguously, else ``""``."""
+    named: set[str] = set()
+    for selector in _list(request.get("selectors")):
+        expression = _str(_map(_map(selector).get("cel")).get("expression"))
+        found = _PROFILE_IS.findall(expression)
+        if found and "||" in expression:  # alternatives: any of several profiles
+            return ""
+        named.update(found)
+    return next(iter(named)) if len(named) == 1 else ""
+
+
+def _dra_request(request: Mapping[str, Any]) -> tuple[str, str, int] | None:
+    """(device class, MIG profile, count) of one claim request, when it says so unambiguously."""
     exactly = _map(request.get("exactly"))
     if exactly:
         klass = _str(exactly.get("deviceClassName"))
         if not klass:
             return None
         if exactly.get("allocationMode") == "All":
-            return klass, 1  # every matching device of a node: at least one
+            return klass, selected_profile(exactly), 1  # every matching device: at least one
         count = exactly.get("count", 1)
-        return (klass, count) if isinstance(count, int) and count > 0 else None
+        ok = isinstance(count, int) and not isinstance(count, bool) and count > 0
+        return (klass, selected_profile(exactly), count) if ok else None
     alternatives = [_map(a) for a in _list(request.get("firstAvailable"))]
-    said = {(_str(a.get("deviceClassName")), a.get("count", 1)) for a in alternatives}
+    said = {
+        (_str(a.get("deviceClassName")), selected_profile(a), a.get("count", 1))
+        for a in alternatives
+    }
     if len(said) == 1:
-        klass, count = next(iter(said))
+        klass, profile, count = next(iter(said))
         if klass and isinstance(count, int) and count > 0 and _exact_counts(alternatives):
-            return klass, count
+            return klass, profile, count
     return None
 
 
@@ -200,22 +229,27 @@ def dra_requests(pod: Mapping[str, Any], claims: ClaimSpecs) -> list[GpuRequest]
     namespace = _str(meta.get("namespace"))
     generated = _generated_claims(pod)
     out: list[GpuRequest] = []
+    named: set[str] = set()
     for entry in _list(spec.get("resourceClaims")):
         entry = _map(entry)
         if name := _str(entry.get("resourceClaimName")):
             source, claim = (CLAIM, namespace, name), f"{namespace}/{name}"
+            if claim in named:  # one claim under two entries: one allocation
+                continue
+            named.add(claim)
         elif template := _str(entry.get("resourceClaimTemplateName")):
             made = generated.get(_str(entry.get("name")), "")
             source, claim = (TEMPLATE, namespace, template), f"{namespace}/{made}" if made else ""
         else:
             continue
-        counts: dict[str, int] = {}
+        counts: dict[tuple[str, str], int] = {}
         for request in _list(_map(_map(claims.get(source)).get("devices")).get("requests")):
             said = _dra_request(_map(request))
             if said is not None:
-                counts[said[0]] = counts.get(said[0], 0) + said[1]
+                counts[said[:2]] = counts.get(said[:2], 0) + said[2]
         out.extend(
-            GpuRequest(f"{DRA_PREFIX}{k}", n, claim=claim) for k, n in sorted(counts.items())
+            GpuRequest(f"{DRA_PREFIX}{k}", n, mig_profile=profile, claim=claim)
+            for (k, profile), n in sorted(counts.items())
         )
     return out
 

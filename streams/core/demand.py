@@ -9,9 +9,12 @@ view when nobody waits, and a pool with nobody waiting and nothing allocated (or
 or MIG pool, nobody waiting) retires: its key on the demand topic gets a tombstone.
 
 **Supply matching.** An allocated device belongs to a pool when the resource is the same and
-the pool's product and MIG profile are ``""`` (any) or the device's (:func:`matches`).
+the pool's product and MIG profile are ``""`` (any) or the device's (:func:`matches`). A DRA
+resource is a device class (:func:`streams.core.dra.device_class`): a MIG device is never supply
+of ``dra:gpu.nvidia.com``, even in a v1 supply record that named it by its driver.
 
-**The record.** :func:`pool_demand` counts every waiting pod and GPU asked for, the oldest
+**The record.** :func:`pool_demand` counts every waiting pod and device asked for — the devices
+of a ResourceClaim several waiting pods reference once (:func:`requested`) — the oldest
 wait, lists the waiting pods (oldest first, at most :data:`~contract.outputs.WAITING_LISTED`),
 the allocated devices, those measured idle with their holders (longest idle first, at most
 :data:`~contract.outputs.IDLE_LISTED`; all counted, and when the most recent began), and those
@@ -53,6 +56,7 @@ from contract.outputs import (
     Workload,
 )
 from contract.records import fast_init, replace
+from streams.core import dra
 
 
 @fast_init
@@ -100,6 +104,7 @@ def matches(pool: Pool, resource: str, device: SupplyDevice) -> bool:
         pool.resource == resource
         and pool.product in ("", device.product)
         and pool.mig_profile in ("", device.mig_profile)
+        and dra.selects(resource, _is_mig(device))
     )
 
 
@@ -218,6 +223,8 @@ def summarize(supply: NodeSupply) -> tuple[SupplyGroup, ...]:
         return ()
     groups: dict[tuple[str, str], tuple[list[int], list[IdleEntry]]] = {}
     for i, d in enumerate(supply.devices):
+        if not dra.selects(supply.resource, _is_mig(d)):
+            continue  # a v1 record's MIG device under its driver's name: not a whole GPU
         counts, idle = groups.setdefault((d.product, d.mig_profile), ([0, 0], []))
         counts[0] += 1
         if not d.measured:
@@ -238,6 +245,29 @@ def summarize(supply: NodeSupply) -> tuple[SupplyGroup, ...]:
         )
         for (product, mig), (counts, idle) in groups.items()
     )
+
+
+def _is_mig(device: SupplyDevice) -> bool:
+    """A MIG instance, as the attribution events name one (its profile, a ``MIG-`` UUID or a
+    ``<parent>/gi<N>`` key)."""
+    uuid = device.device_uuid
+    return bool(device.mig_profile) or uuid.startswith("MIG-") or "/gi" in uuid
+
+
+def requested(pool: Pool, waiters: Iterable[Waiter]) -> int:
+    """The devices the waiters ask of the pool: a claim several of them reference is one
+    allocation, counted once (a claim made from a template is its pod's own)."""
+    plain = 0
+    claims: dict[str, int] = {}
+    for w in waiters:
+        for r in w.requests:
+            if not asks(pool, r):
+                continue
+            if r.claim:
+                claims[r.claim] = max(claims.get(r.claim, 0), r.count)
+            else:
+                plain += r.count
+    return plain + sum(claims.values())
 
 
 def pool_demand(
@@ -285,7 +315,7 @@ def pool_record(
         product=pool.product,
         mig_profile=pool.mig_profile,
         pending_pods=len(waiting),
-        gpus_requested=sum(p.gpus for p in waiting),
+        gpus_requested=requested(pool, waiters),
         oldest_since_ms=waiting[0].since_ms if waiting else None,
         waiting=tuple(waiting[:WAITING_LISTED]),
         allocated_gpus=allocated,

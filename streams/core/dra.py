@@ -16,6 +16,12 @@ this allocation is an observer's (``adminAccess``: a monitoring pod, never a hol
 sharing its driver config turns on (``GpuConfig``/``MigDeviceConfig`` ``sharing.strategy``), and,
 for consumable capacity, the share of the device the allocation consumes — an *allocation*
 share, not a usage figure.
+
+Which DeviceClass selects a device (:func:`device_class`): NVIDIA's driver (``gpu.nvidia.com``)
+publishes whole GPUs (``type=gpu``) for class ``gpu.nvidia.com`` and MIG devices (``type=mig``)
+for class ``mig.nvidia.com`` (the selectors of its deviceclass manifests); any other driver's
+devices are taken to be its class of the same name (the example driver's ``gpu.example.com``).
+What a pending pod asks for (``dra:<device class>``) and what a node supplies are both named so.
 """
 
 from __future__ import annotations
@@ -24,12 +30,45 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from contract.inputs import ClaimConsumer, DraDevice, ResourceClaimRecord, ResourceSliceRecord
+from contract.inputs import (
+    DRA_PREFIX,
+    ClaimConsumer,
+    DraDevice,
+    ResourceClaimRecord,
+    ResourceSliceRecord,
+)
 from contract.quantity import parse as parse_quantity
 from contract.records import fast_init
 from streams.core.identity import Inventory, device_key
 
 DeviceRef = tuple[str, str, str]  # driver, pool, device name
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+#: the classes NVIDIA's driver installs, by the ``type`` attribute each one's selector takes
+NVIDIA_CLASSES = {"gpu": "gpu.nvidia.com", "mig": "mig.nvidia.com"}
+
+
+def device_class(driver: str, mig: bool) -> str:
+    """The DeviceClass that selects a device of ``driver`` (a MIG device, or a whole one)."""
+    if driver == NVIDIA_DRIVER:
+        return NVIDIA_CLASSES["mig" if mig else "gpu"]
+    return driver
+
+
+def class_resource(resource: str, mig: bool) -> str:
+    """A held device's resource as demand names it: ``dra:<driver>`` → ``dra:<device class>``
+    (:func:`device_class`); a device-plugin resource as it is."""
+    if not resource.startswith(DRA_PREFIX):
+        return resource
+    return DRA_PREFIX + device_class(resource.removeprefix(DRA_PREFIX), mig)
+
+
+def selects(resource: str, mig: bool) -> bool:
+    """A device of this kind can be supply of ``resource``: a class of NVIDIA's takes only its
+    own type (a MIG device is never one of ``dra:gpu.nvidia.com``); any other resource, any."""
+    klass = resource.removeprefix(DRA_PREFIX) if resource.startswith(DRA_PREFIX) else None
+    types = [t for t, c in NVIDIA_CLASSES.items() if c == klass]
+    return not types or (types[0] == "mig") == mig
 
 
 @fast_init

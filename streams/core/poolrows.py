@@ -20,6 +20,7 @@ import pydantic
 
 from contract.outputs import PoolDemand
 from contract.records import fast_init
+from streams.core import dra
 
 
 @fast_init
@@ -163,7 +164,8 @@ HOLDERS_NAMED = 4
 def pool_line(row: PoolRow) -> str:
     """``nvidia.com/gpu  12 pods wait (24 GPUs, oldest 28 d: "0/8 nodes are available: 8
     Insufficient nvidia.com/gpu.") · 5 allocated idle ≥ 2 h: ns/pod, …``"""
-    unit = "MIG instance" if row.mig_profile else "GPU"
+    mig = row.mig_profile or not dra.selects(row.resource, mig=False)  # dra:mig.nvidia.com
+    unit = "MIG instance" if mig else "GPU"
     unit += "" if row.gpus_requested == 1 else "s"
     if row.pending_pods:
         pods = "pod waits" if row.pending_pods == 1 else "pods wait"

@@ -410,6 +410,7 @@ class Processor:
                 held.measured,
                 _idle_of(t.alert_state.get(alert_key(node, held.device_uuid))),
                 held.mig_profile,
+                held.mig,
             )
             for held in self.spine.holding(node, at)
         ]

@@ -26,7 +26,7 @@ from contract.outputs import (
 )
 from contract.records import fast_init, replace
 from streams.core import lifetimes, nodestate, telemetry
-from streams.core.attribution import DeviceFacts, device_name
+from streams.core.attribution import DeviceFacts, describes_mig, device_name
 from streams.core.deviceframe import Frames
 from streams.core.holders import NodeDevices
 from streams.core.lifetimes import Lifetimes
@@ -65,6 +65,7 @@ class HeldNow:
     holders: tuple[Holder, ...]
     measured: bool  # a fresh trusted reading speaks for it
     mig_profile: str = ""
+    mig: bool = False  # a MIG instance (its profile may be unknown)
 
 
 def fingerprint(record: object) -> str:
@@ -262,7 +263,15 @@ class Spine:
             holders = device_holders(self.tables, view, key, facts, ts_ms, self.frames)
             if holders:
                 measured = self.unknown(view, state, key, ts_ms) is None
-                out.append(HeldNow(device_name(facts), holders, measured, facts.mig_profile or ""))
+                out.append(
+                    HeldNow(
+                        device_name(facts),
+                        holders,
+                        measured,
+                        facts.mig_profile or "",
+                        describes_mig(facts),
+                    )
+                )
         return out
 
     def allocation(self, node: str, bases: set[str], ts_ms: int) -> list[Event]:

@@ -3,19 +3,20 @@
 
 **What a node supplies** (:func:`node_supply`). Every device pods hold on the node, grouped by
 the resource its holders hold it through (``nvidia.com/gpu``, a renamed shared resource such as
-``nvidia.com/gpu.shared``, a MIG resource ``nvidia.com/mig-1g.10gb``; a DRA allocation by its
-driver, ``dra:<driver>``). A device shared through replicas (time-slicing, MPS) is one device
-whose ``slots`` are the allocation units its holders hold (replica IDs; DRA: distinct claim
-allocations). Its ``product`` is the node's ``nvidia.com/gpu.product`` label; a MIG instance is
-named as the attribution events name it, with its profile. ``idle_since_ms`` is the start of the
-device's idle episode (:mod:`streams.core.alerts`, measured below the idle threshold) while that
-episode is its current holders' and a fresh reading speaks for the device; not idle, or usage
-unknown, is ``None`` — never counted as idle; ``measured`` says which (a device without a fresh
-reading is ``measured=False``: the demand record counts it among ``unmeasured_gpus``).
+``nvidia.com/gpu.shared``, a MIG resource ``nvidia.com/mig-1g.10gb``; a DRA device by the class
+that selects it, ``dra:<device class>`` (:func:`streams.core.dra.device_class`: NVIDIA's MIG
+devices are ``dra:mig.nvidia.com``, its whole GPUs ``dra:gpu.nvidia.com``). A device shared
+through replicas (time-slicing, MPS) is one device whose ``slots`` are the allocation units its
+holders hold (replica IDs; DRA: distinct claim allocations). Its ``product`` is the node's
+``nvidia.com/gpu.product`` label; a MIG instance is named as the attribution events name it,
+with its profile. ``idle_since_ms`` is the start of the device's idle episode
+(:mod:`streams.core.alerts`, measured below the idle threshold) while that episode is its
+current holders' and a fresh reading speaks for the device; not idle, or usage unknown, is
+``None`` — never counted as idle; ``measured`` says which (a device without a fresh reading is
+``measured=False``: the demand record counts it among ``unmeasured_gpus``).
 
-The demand side asks for DRA devices by device class (``dra:<device class>``): it matches a
-node's ``dra:<driver>`` when the class and the driver share a name, as NVIDIA's
-(``gpu.nvidia.com``) and the example driver's (``gpu.example.com``) do.
+The demand side asks for DRA devices by device class (``dra:<device class>``) too, so a pod of
+class ``mig.nvidia.com`` meets the MIG devices, and one of ``gpu.nvidia.com`` whole GPUs only.
 
 **What it emitted** (:class:`NodeSupplyState`, table ``node-supply`` keyed by node). A record is
 emitted per resource whose devices changed — an empty one for a resource no longer held, a
@@ -38,6 +39,7 @@ from contract.inputs import NodeSupply, SupplyDevice, SupplyHolder
 from contract.outputs import Holder, Workload
 from contract.records import fast_init, replace
 from streams.core import replays
+from streams.core.dra import class_resource
 from streams.core.episodes import Episode, HolderId, same_holders
 from streams.core.memo import keep_newest
 
@@ -61,6 +63,7 @@ class AllocatedDevice:
     measured: bool
     idle: Episode | None = None
     mig_profile: str = ""
+    mig: bool = False  # a MIG instance (its profile may be unknown)
 
 
 def idle_since(device: AllocatedDevice) -> int | None:
@@ -128,7 +131,7 @@ def device_supply(
     by_resource: dict[str, list[Holder]] = {}
     for h in device.holders:
         if h.resource:  # a row naming no resource: nothing can ask for it
-            by_resource.setdefault(h.resource, []).append(h)
+            by_resource.setdefault(class_resource(h.resource, device.mig), []).append(h)
     return tuple(
         (
             resource,

@@ -16,6 +16,7 @@ from agents.kube.pending import (
     gpu_requests,
     pending_pod,
     per_resource,
+    selected_profile,
     wanted_product,
 )
 from contract import codec
@@ -283,6 +284,110 @@ def test_dra_claims_count_their_requests() -> None:
     )
     # a claim not read (yet) says nothing; no claim read at all: no record
     assert pending_pod(pod, ts_ms=1, claims={}) is None
+
+
+#: a ResourceClaimTemplate's spec.spec asking NVIDIA's MIG class for one 1g.10gb instance
+PROFILE_1G = "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
+ONE_MIG = {
+    "devices": {
+        "requests": [
+            {
+                "name": "mig",
+                "exactly": {
+                    "deviceClassName": "mig.nvidia.com",
+                    "selectors": [{"cel": {"expression": PROFILE_1G}}],
+                },
+            }
+        ]
+    }
+}
+
+
+def mig_pod(name: str, made: str) -> dict[str, Any]:
+    """A pod of the MIG template, its claim made (``made``) or not yet (``""``)."""
+    pod = copy.deepcopy(UNSCHEDULABLE)
+    pod["metadata"]["name"] = name
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "mig"}]}
+    pod["spec"]["resourceClaims"] = [{"name": "mig", "resourceClaimTemplateName": "one-mig"}]
+    pod["status"]["resourceClaimStatuses"] = (
+        [{"name": "mig", "resourceClaimName": made}] if made else []
+    )
+    return pod
+
+
+def test_a_mig_claim_asks_its_class_for_the_profile_its_selector_names() -> None:
+    claims = {(TEMPLATE, "serving", "one-mig"): ONE_MIG}
+    assert gpu_requests(mig_pod("a", "a-mig-x7k2p"), claims) == (
+        GpuRequest("dra:mig.nvidia.com", 1, mig_profile="1g.10gb", claim="serving/a-mig-x7k2p"),
+    )
+    # a template's claim not made yet is still the pod's own: no claim two pods could share
+    assert gpu_requests(mig_pod("b", ""), claims) == (
+        GpuRequest("dra:mig.nvidia.com", 1, mig_profile="1g.10gb"),
+    )
+
+
+def cel(*expressions: str) -> dict[str, Any]:
+    return {"selectors": [{"cel": {"expression": e}} for e in expressions]}
+
+
+@pytest.mark.parametrize(
+    ("request_", "profile"),
+    [
+        pytest.param({}, "", id="no-selector"),
+        pytest.param(
+            cel("device.attributes['gpu.nvidia.com'].profile == '2g.20gb'"), "2g.20gb", id="one"
+        ),
+        pytest.param(
+            cel('device.attributes["gpu.nvidia.com"].profile == "3g.40gb"'),
+            "3g.40gb",
+            id="double-quotes",
+        ),
+        pytest.param(
+            cel(
+                "device.attributes['gpu.nvidia.com'].type == 'mig' && "
+                "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
+            ),
+            "1g.10gb",
+            id="and-type",
+        ),
+        pytest.param(
+            cel(
+                "device.attributes['gpu.nvidia.com'].profile == '1g.10gb' || "
+                "device.attributes['gpu.nvidia.com'].profile == '2g.20gb'"
+            ),
+            "",
+            id="either",
+        ),
+        pytest.param(
+            cel(
+                "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",
+                "device.attributes['gpu.nvidia.com'].profile == '2g.20gb'",
+            ),
+            "",
+            id="two-profiles",
+        ),
+        pytest.param(
+            cel("device.capacity['gpu.nvidia.com'].memory >= quantity('10Gi')"), "", id="capacity"
+        ),
+        pytest.param({"selectors": [None, {"cel": 3}]}, "", id="odd"),
+    ],
+)
+def test_the_profile_a_selector_names(request_: dict[str, Any], profile: str) -> None:
+    assert selected_profile(request_) == profile
+
+
+def test_pods_sharing_a_claim_name_it_alike_and_one_pod_naming_it_twice_counts_it_once() -> None:
+    claims = {(CLAIM, "serving", "shared-gpu"): TWO_GPUS}
+    first = copy.deepcopy(UNSCHEDULABLE)
+    first["spec"]["containers"][0]["resources"] = {"claims": [{"name": "a"}, {"name": "b"}]}
+    first["spec"]["resourceClaims"] = [
+        {"name": "a", "resourceClaimName": "shared-gpu"},
+        {"name": "b", "resourceClaimName": "shared-gpu"},
+    ]
+    second = copy.deepcopy(first)
+    second["metadata"]["name"] = "llm-infer-7d9c6b5f4-q8w2z"
+    shared = (GpuRequest("dra:gpu.nvidia.com", 2, claim="serving/shared-gpu"),)
+    assert gpu_requests(first, claims) == gpu_requests(second, claims) == shared
 
 
 def test_one_record_per_resource_each_with_its_own_requests() -> None:

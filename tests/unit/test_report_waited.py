@@ -132,3 +132,23 @@ def test_the_waited_table_and_csv(capsys: pytest.CaptureFixture[str]) -> None:
         "serve,Deployment/infer,nvidia.com/gpu,1,6.0000,3.0000,0",
     ]
     assert report_waits(None, "10h", start_ms=START, end_ms=END, csv_path=None) == []
+
+
+def test_pods_sharing_a_claim_wait_for_its_devices_once_while_any_of_them_waits() -> None:
+    claim = GpuRequest("dra:gpu.nvidia.com", 1, claim="serve/shared-gpu")
+    own = GpuRequest("dra:gpu.nvidia.com", 1)  # a template's claim: each pod's own
+    got = waits(
+        pod("a", 11, 11, claim),
+        pod("b", 12, 12, claim),
+        pod("a", 11, 14, claim, state="bound"),
+        pod("b", 12, 16, claim, state="bound"),
+        pod("c", 11, 11, replace(claim, claim="other/shared-gpu"), ns="other"),  # another's
+        pod("t1", 11, 11, own),
+        pod("t2", 11, 11, own),
+        pod("t1", 11, 12, own, state="bound"),
+        pod("t2", 11, 12, own, state="bound"),
+    )
+    line = got[("serve", "Deployment/infer", "dra:gpu.nvidia.com")]
+    # shared: 11 h to 16 h, one GPU (not 3 h + 4 h); each template pod: 1 h x 1 GPU
+    assert (line.pods, line.gpu_hours_waited, line.longest_wait_h) == (4, 5.0 + 2.0, 4.0)
+    assert got[("other", "Deployment/infer", "dra:gpu.nvidia.com")].gpu_hours_waited == 9.0

@@ -589,17 +589,23 @@ def test_a_node_silent_past_its_ttl_withdraws_its_supply_and_the_tick_says_so_ag
     assert supplies(proc.handle(tick)) == out
 
 
-def test_dra_claims_supply_their_drivers_resource() -> None:
+def test_dra_devices_supply_the_device_class_that_selects_them() -> None:
     proc = Processor(Tables.in_memory())
     out = supplies(feed(proc, dra.SETUP))
     last = {r.resource: r for r in out}
-    assert set(last) == {f"dra:{dra.D}"}  # the driver's name: the device class's, for NVIDIA
-    devices = {d.device_uuid: d for d in last[f"dra:{dra.D}"].devices}
+    # NVIDIA's classes: whole GPUs (type=gpu) of gpu.nvidia.com, MIG devices of mig.nvidia.com
+    assert set(last) == {"dra:gpu.nvidia.com", "dra:mig.nvidia.com"}
+    devices = {d.device_uuid: d for d in last["dra:gpu.nvidia.com"].devices}
     infer = devices[dra.GPU[1]]
     assert ([h.pod for h in infer.holders], infer.slots) == (["infer-a", "infer-b", "infer-c"], 1)
     assert devices[dra.GPU[2]].slots == 2  # two claims' shares of one device
-    assert devices[dra.MIG7].mig_profile == "1g.10gb"
-    held = {h.pod for d in devices.values() for h in d.holders}
+    assert all(not d.mig_profile for d in devices.values())
+    migs = last["dra:mig.nvidia.com"].devices
+    assert [(d.device_uuid, d.mig_profile) for d in migs] == [
+        (dra.MIG7, "1g.10gb"),
+        ("dra:gpu.nvidia.com/dra-node/gpu-0-mig-3g40gb-9-4", "3g.40gb"),  # dynamic: no UUID
+    ]
+    held = {h.pod for d in (*devices.values(), *migs) for h in d.holders}
     assert "dcgm-exporter-x2k4q" not in held  # an admin-access observer holds nothing
 
 
