@@ -211,6 +211,28 @@ def _group(assignments: Iterable[DeviceAssignment]) -> dict[str, list[DeviceAssi
     return by_base
 
 
+def _not_taken(rows: set[DeviceAssignment], added: set[DeviceAssignment]) -> set[DeviceAssignment]:
+    """The rows a diff's ``added`` rows leave in place. The kubelet allocates a device-plugin ID
+    (a whole device or one ``::n`` replica) to one pod at a time, so an ID a diff adds for a pod
+    is no longer another pod's: that pod's release is in a record lost or out of order (a diff
+    older than the holders it lands on). Kept, both pods would hold one replica and the device's
+    accounting would split it between them. A DRA device is not taken: several pods may hold it
+    through one claim."""
+    taken: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for a in added:
+        if not a.resource.startswith(DRA_PREFIX):
+            taken[a.device_id].add((a.namespace, a.pod))
+    if not taken:
+        return rows
+    return {
+        r
+        for r in rows
+        if r.resource.startswith(DRA_PREFIX)
+        or r.device_id not in taken
+        or (r.namespace, r.pod) in taken[r.device_id]
+    }
+
+
 def _advance(
     node: str,
     base: str,
@@ -258,7 +280,9 @@ def apply_podresources(
         grouped = {}
         for base in set(removed) | set(added):
             old = set(current[base].assignments) if base in current else set()
-            grouped[base] = list((old - set(removed.get(base, ()))) | set(added.get(base, ())))
+            new_rows = set(added.get(base, ()))
+            kept = _not_taken(old - set(removed.get(base, ())), new_rows)
+            grouped[base] = list(kept | new_rows)
         touched = set(grouped)
         allocatable = index.allocatable
     changed: dict[str, SlotHolders] = {}

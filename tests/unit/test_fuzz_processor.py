@@ -409,3 +409,29 @@ def test_odd_replica_label_does_not_crash_every_sample_of_the_node(replicas: str
     proc.handle(wire(_inventory()))
     outputs = proc.handle(_sample())  # raised once, for every sample of the node
     assert [type(o) for o in outputs] == [AttributionEvent]
+
+
+# --- a defect fuzzing found (fixed: a device ID a diff adds is no longer another pod's) -------
+
+
+def replica_row(pod: str, device_id: str) -> DeviceAssignment:
+    return DeviceAssignment("bench", pod, "main", "nvidia.com/gpu", device_id)
+
+
+def test_an_older_diff_handing_a_held_replica_to_another_pod() -> None:
+    """A time-sliced GPU, three of its four replicas held (a snapshot), then a diff stamped an
+    hour earlier handing replica ``::0`` to a fourth pod: each holder holds 1 of 4 replicas and
+    says so (``allocation_share`` 0.25), rather than two pods splitting one replica."""
+    proc = new_processor()
+    labels = (("nvidia.com/gpu.replicas", "4"), ("nvidia.com/gpu.sharing-strategy", "time-slicing"))
+    proc.handle(wire(NodeRecord(NODE, START_MS, labels)))
+    rows = tuple(replica_row(f"r{i}", f"{G}::{i}") for i in range(3))
+    proc.handle(wire(PodResourcesSnapshot(NODE, START_MS, rows)))
+    diff = PodResourcesDiff(NODE, START_MS - 3_600_000, (replica_row("new", f"{G}::0"),), ())
+    (event,) = [o for o in proc.handle(wire(diff)) if isinstance(o, AttributionEvent)]
+    check_event(event, defaultdict(set))
+    assert [(h.pod, h.allocation_share) for h in event.holders] == [
+        ("new", 0.25),
+        ("r1", 0.25),
+        ("r2", 0.25),
+    ]

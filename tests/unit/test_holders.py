@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from contract.inputs import DeviceAssignment as A
 from contract.inputs import PodResourcesDiff, PodResourcesSnapshot
+from contract.records import replace
 from streams.core.holders import apply_podresources
 from streams.core.identity import Inventory, MigDevice
 from streams.core.lifetimes import HISTORY_MS
@@ -71,3 +74,48 @@ def test_old_empty_devices_leave_the_index() -> None:
     later = 10 + HISTORY_MS + 1
     index, _ = apply_podresources(index, {**h, **h2}, PodResourcesSnapshot("n", later, (P1,)))
     assert index.bases == (G0,)
+
+
+# A diff adding a device-plugin ID another pod holds: the kubelet allocates an ID to one pod at a
+# time, so the ID moves (the other pod's release is in a record lost or out of order); a
+# snapshot of 3 replicas at 100, then the diff at ``ts`` adding ``row``.
+REPLICAS = tuple(A("ml", f"r{i}", "c", "nvidia.com/gpu", f"{G0}::{i}") for i in range(3))
+DRA_ROW = A("ml", "d1", "c", "dra:gpu.example.com", "pool-0/gpu-0", claim="ml/shared")
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "ts", "row", "held"),
+    [
+        (REPLICAS, 50, A("ml", "new", "c", "nvidia.com/gpu", f"{G0}::0"), ("new", "r1", "r2")),
+        (REPLICAS, 200, A("ml", "new", "c", "nvidia.com/gpu", f"{G0}::0"), ("new", "r1", "r2")),
+        (
+            REPLICAS,
+            200,
+            A("ml", "new", "c", "nvidia.com/gpu", f"{G0}::3"),
+            ("new", "r0", "r1", "r2"),
+        ),
+        (
+            REPLICAS,
+            200,
+            A("ml", "r0", "side", "nvidia.com/gpu", f"{G0}::0"),
+            ("r0", "r0", "r1", "r2"),
+        ),
+        ((P1,), 200, A("ml", "new", "c", "nvidia.com/gpu", G0), ("new",)),
+        ((DRA_ROW,), 200, replace(DRA_ROW, pod="d2"), ("d1", "d2")),
+    ],
+    ids=[
+        "older-diff-takes-a-replica",
+        "diff-whose-release-was-lost",
+        "another-replica-shares-the-gpu",
+        "same-pod-other-container-keeps-it",
+        "whole-gpu-moves",
+        "dra-device-held-by-two-pods-of-one-claim",
+    ],
+)
+def test_diff_adding_a_held_device_id_moves_it(
+    snapshot: tuple[A, ...], ts: int, row: A, held: tuple[str, ...]
+) -> None:
+    index, h = apply_podresources(None, {}, PodResourcesSnapshot("n", 100, snapshot))
+    _, changed = apply_podresources(index, h, PodResourcesDiff("n", ts, added=(row,), removed=()))
+    (holders,) = changed.values()
+    assert tuple(a.pod for a in holders.assignments) == held
