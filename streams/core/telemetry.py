@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from contract.bounds import cut
 from contract.inputs import DcgmSample, DcgmScrape
 from contract.outputs import RefusalCause, Telemetry
 from contract.records import fast_init
@@ -67,8 +68,10 @@ def verify(scrape: DcgmScrape, known_gpus: frozenset[str], host_names: Sequence[
             (),
             scrape.samples,
             "hostname",
-            f"the exporter at {scrape.exporter or 'its URL'} reports Hostname "
-            f"{', '.join(strangers)}, not this node ({scrape.node})",
+            cut(
+                f"the exporter at {cut(scrape.exporter) or 'its URL'} reports Hostname "
+                f"{cut(', '.join(strangers))}, not this node ({scrape.node})"
+            ),
         )
     if not known_gpus:
         return Verdict(
@@ -88,8 +91,10 @@ def verify(scrape: DcgmScrape, known_gpus: frozenset[str], host_names: Sequence[
         ours,
         theirs,
         "foreign-devices",
-        f"the exporter at {scrape.exporter or 'its URL'} reports {len(uuids)} GPU(s) this node "
-        f"does not have ({', '.join(uuids[:3])}{more})",
+        cut(
+            f"the exporter at {cut(scrape.exporter) or 'its URL'} reports {len(uuids)} GPU(s) "
+            f"this node does not have ({', '.join(uuids[:3])}{more})"
+        ),
     )
 
 

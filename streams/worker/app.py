@@ -149,6 +149,7 @@ def build_app(
         processing_guarantee="at_least_once",
         producer_linger=worker.producer_linger_s,
         producer_max_batch_size=worker.producer_batch_bytes,
+        producer_max_request_size=worker.max_record_bytes,
         # what it reads ahead of processing: a bounded backlog in memory (WorkerSettings)
         stream_buffer_maxsize=worker.stream_buffer,
         consumer_max_fetch_size=worker.fetch_bytes_per_partition,
@@ -218,6 +219,8 @@ def build_app(
         max_records=worker.outbox_records,
         max_bytes=worker.outbox_bytes,
         linger_s=worker.outbox_linger_s,
+        max_record_bytes=worker.max_record_bytes,
+        dead_letter_topic=deadletter.get_topic_name(),
     )
     publisher = Publisher(app.outbox, topics_by_type(names), output_key, output_value)
 
