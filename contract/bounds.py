@@ -22,4 +22,6 @@ def cut(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     exactly ``limit`` characters (the same object when it fits: callers test ``is``)."""
     if len(text) <= limit:
         return text
-    return text[: max(0, limit - len(CUT_MARK))] + CUT_MARK
+    if limit <= len(CUT_MARK):  # no room for the mark
+        return text[:limit]
+    return text[: limit - len(CUT_MARK)] + CUT_MARK

@@ -1,7 +1,8 @@
 """The worker's outbox: outputs and changelog records go to the producer as whole per-partition
 batches, in the order they were queued, each to the partition a keyed send would have chosen;
 a drain starts at a size bound or after the linger, and before a commit; a batch the producer
-gives up on stops the worker."""
+gives up on stops the worker; a record too large is dead-lettered small in its place (never sent,
+or refused by the broker), and the worker goes on."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.producer.message_accumulator import BatchBuilder
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from contract import codec
+from contract.outputs import OutputRefused
 from streams.worker.outbox import Outbox, partition_of
 from streams.worker.publisher import Publisher
 
@@ -325,3 +330,80 @@ async def test_a_topic_that_grows_is_partitioned_afresh_after_a_drain() -> None:
         (keyed(key, 2), [(key, b"before")]),
         (keyed(key, 16), [(key, b"after")]),
     ]
+
+
+def refusals(cause: str) -> float:
+    labels = {"cause": cause}
+    return REGISTRY.get_sample_value("gpuattr_worker_outputs_refused_total", labels) or 0.0
+
+
+def dead_letters(prod: FakeProducer) -> list[OutputRefused]:
+    records = [r for topic, _, batch in prod.sent if topic == "dead" for r in batch]
+    return [codec.decode(value) for _, value in records if value is not None]
+
+
+async def test_a_record_over_the_size_limit_is_not_sent_but_dead_lettered_small() -> None:
+    prod = producer(flags={0, 1}, dead={0, 1})
+    crashed: list[BaseException] = []
+    outbox = Outbox(
+        lambda: prod,
+        crashed.append,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=1000,
+        dead_letter_topic="dead",
+    )
+    before = refusals("too-large")
+    outbox.add("flags", b"gpu-a", b"x" * 1_120_000, kind="TelemetryRefused")
+    outbox.add("flags", b"gpu-a", b"y" * 10, kind="TelemetryRefused")  # the next still goes
+    await outbox.drain()
+    assert [(t, [v for _, v in r]) for t, _, r in prod.sent if t == "flags"] == [
+        ("flags", [b"y" * 10])
+    ]
+    (letter,) = dead_letters(prod)
+    assert (letter.topic, letter.key, letter.size_bytes, letter.limit_bytes, letter.cause) == (
+        "flags",
+        "gpu-a",
+        1_120_005,
+        1000,
+        "too-large",
+    )
+    assert max(len(v or b"") for _, _, r in prod.sent for _, v in r) < 1000
+    assert refusals("too-large") == before + 1
+    assert crashed == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [MessageSizeTooLargeError(), RecordListTooLargeError(), RecordTooLargeError()],
+    ids=["message-too-large", "record-list-too-large", "record-too-large"],
+)
+async def test_a_batch_the_broker_refuses_for_its_size_is_dead_lettered_not_a_crash(
+    error: Exception,
+) -> None:
+    prod = producer(dead={0})
+    crashed: list[BaseException] = []
+    outbox = Outbox(
+        lambda: prod,
+        crashed.append,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=60,
+        dead_letter_topic="dead",
+    )
+    before, failed = refusals("broker-refused"), errors()
+    outbox.add("c", b"k1", b"v" * 50, partition=2)
+    outbox.add("c", b"k2", b"w" * 60, partition=2)
+    await outbox.drain()
+    prod.futures[0].set_exception(error)
+    await asyncio.sleep(0)  # the done callbacks run on the loop
+    await outbox.drain()  # the dead letters queued in their place
+    assert crashed == []
+    assert [(d.topic, d.partition, d.key, d.size_bytes, d.cause) for d in dead_letters(prod)] == [
+        ("c", 2, "k1", 52, "broker-refused"),
+        ("c", 2, "k2", 62, "broker-refused"),
+    ]
+    assert all(type(error).__name__ in d.error for d in dead_letters(prod))
+    assert refusals("broker-refused") == before + 2
+    assert errors() == failed  # not a produce failure: nothing stops
