@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -21,12 +22,14 @@ from aiokafka.structs import TopicPartition
 
 from contract import codec
 from contract.bounds import CUT_MARK, MAX_TEXT_CHARS, cut
-from contract.outputs import TelemetryRefused
+from contract.outputs import OutputRefused, TelemetryRefused
 from contract.topics import TopicRole
+from infra.admin import TopicSpec, create_topics
 from infra.settings import KafkaSettings
 from sim.exporter_rows import ExporterRow
 from sim.runner import SimulatedCluster
 from sim.scenario import gpu_uuid, load
+from streams.worker.outbox import Outbox
 from tests.helpers import wait_for, wait_for_async
 from tests.integration.pipeline import Pipeline, collect, pipeline
 from tests.unit.test_spine import scrape as old_agents_scrape
@@ -144,3 +147,70 @@ async def test_a_huge_hostname_is_refused_small_the_input_committed_and_no_crash
         roles: tuple[TopicRole, ...] = ("flags", "node-status", "deadletter", "attribution")
         for role in roles:
             assert max(await sizes(p.kafka, role), default=0) < SMALL_BYTES, role
+
+
+async def test_a_record_the_broker_refuses_for_its_size_is_dead_lettered_not_a_crash(
+    kafka_bootstrap: str,
+) -> None:
+    """The outbox against the real broker and aiokafka's own error: a topic whose
+    ``max.message.bytes`` is below what the worker allows refuses the batch; the record is
+    dead-lettered small, the next batch goes, and nothing stops."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    small, dead = f"{prefix}small", f"{prefix}deadletter"
+    await create_topics(
+        kafka_bootstrap,
+        [TopicSpec(small, 1, config={"max.message.bytes": "20000"}), TopicSpec(dead, 1)],
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    crashed: list[BaseException] = []
+    outbox = Outbox(
+        lambda: producer,
+        crashed.append,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=60,
+        dead_letter_topic=dead,
+    )
+    try:
+        await producer.partitions_for(small)
+        await producer.partitions_for(dead)
+        outbox.add(small, b"gpu-a", b"x" * 50_000, kind="TelemetryRefused")
+        await outbox.drain()
+        await producer.flush()
+        await wait_for(lambda: len(outbox) > 0, timeout_s=30, what="the dead letter queued")
+        outbox.add(small, b"gpu-a", b"fits", kind="TelemetryRefused")
+        await outbox.drain()
+        await producer.flush()
+    finally:
+        await producer.stop()
+    assert crashed == []
+    written = await records(kafka_bootstrap, small)
+    assert written == [b"fits"]
+    (letter,) = [codec.decode(v) for v in await records(kafka_bootstrap, dead)]
+    assert isinstance(letter, OutputRefused)
+    assert (letter.topic, letter.key, letter.size_bytes, letter.cause) == (
+        small,
+        "gpu-a",
+        50_005,
+        "broker-refused",
+    )
+    assert "MessageSizeTooLarge" in letter.error
+
+
+async def records(bootstrap: str, topic: str) -> list[bytes]:
+    """Every value on a one-partition topic so far."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        out: list[bytes] = []
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            out += [m.value or b"" for m in batch.get(tp, [])]
+        return out
+    finally:
+        await consumer.stop()
