@@ -125,9 +125,9 @@ class Outbox:
         max_records: int,
         max_bytes: int,
         linger_s: float,
+        max_record_bytes: int,
+        dead_letter_topic: str,
         clock: Callable[[], float] = time.time,
-        max_record_bytes: int = 1_000_000,
-        dead_letter_topic: str = "gpuattr.deadletter",
     ) -> None:
         if max_records < 1 or max_bytes < 1 or max_record_bytes < 1:
             raise ValueError("max_records, max_bytes and max_record_bytes must be at least 1")

@@ -25,7 +25,7 @@ from contract.bounds import CUT_MARK, MAX_TEXT_CHARS, cut
 from contract.outputs import OutputRefused, TelemetryRefused
 from contract.topics import TopicRole
 from infra.admin import TopicSpec, create_topics
-from infra.settings import KafkaSettings
+from infra.settings import KafkaSettings, WorkerSettings
 from sim.exporter_rows import ExporterRow
 from sim.runner import SimulatedCluster
 from sim.scenario import gpu_uuid, load
@@ -170,6 +170,7 @@ async def test_a_record_the_broker_refuses_for_its_size_is_dead_lettered_not_a_c
         max_records=100,
         max_bytes=1 << 20,
         linger_s=60,
+        max_record_bytes=WorkerSettings().max_record_bytes,  # above the topic's 20,000
         dead_letter_topic=dead,
     )
     try:
