@@ -3,7 +3,7 @@
 A source can send a label of any length (dcgm-exporter's ``Hostname`` has been seen at ~560 KB);
 copied into a record, then into a refusal's reason and the node's state, it makes outputs larger
 than Kafka takes. Every string a translator copies from a source (a dcgm-exporter label, a pod's
-or node's label, annotation, name or owner) and every reason the worker builds from such strings
+annotation, a node's label, a pending pod's or GPU Operator object's string) and every reason the worker builds from such strings
 goes through :func:`cut`: at most :data:`MAX_TEXT_CHARS` characters, a cut one ending in
 :data:`CUT_MARK` so that readers see it was cut. Names the API server bounds (a pod's name: 253)
 are far below the size, so a cut never changes a real identity. Pure; the agents count what they

@@ -1,18 +1,26 @@
 """Strings copied from a source are cut to the contract's size at the edge, counted; and the
-worker's reasons built from them stay within it: a ~560 KB ``Hostname`` makes small records."""
+worker's reasons built from them stay within it (dcgm-exporter labels, pod annotations, node
+labels, a pending pod's scheduler message, the ClusterPolicy's conditions): a ~560 KB
+``Hostname`` makes small records."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 from kubernetes_asyncio.client import V1Node, V1NodeStatus, V1ObjectMeta, V1Pod
 from prometheus_client import REGISTRY
 
 from agents.bounds import bounded
+from agents.kube.gpuoperator import cluster_policy
+from agents.kube.pending import pending_pod
 from agents.kube.translate import node_record, pod_record
 from contract import codec
 from contract.bounds import CUT_MARK, MAX_TEXT_CHARS, cut
 from contract.outputs import TelemetryRefused
 from tests.dcgm_captures import GPU, parse, row
+from tests.unit.test_kube_gpuoperator import SEED_POLICY
+from tests.unit.test_kube_pending import UNSCHEDULABLE
 from tests.unit.test_spine import FOREIGN, NODE, T0, feed, new, scrape, setup
 
 HUGE = "h" * 560_000  # the size of the Hostname label seen in the wild
@@ -98,3 +106,19 @@ def test_a_refusal_of_a_huge_hostname_is_small_in_its_record_and_in_the_node_sta
     state = proc.tables.node_state[NODE]
     assert state.refused is not None
     assert len(state.refused.reason) <= MAX_TEXT_CHARS
+
+
+def test_a_huge_scheduler_message_and_condition_message_are_cut_and_counted() -> None:
+    pending, operator = cut_count("pending pod field"), cut_count("gpu-operator field")
+    waiting = copy.deepcopy(UNSCHEDULABLE)
+    waiting["status"]["conditions"][0]["message"] = HUGE
+    record = pending_pod(waiting, ts_ms=1_775_200_000_000)
+    assert record is not None
+    assert record.scheduled_message == cut(HUGE)
+    policy = copy.deepcopy(SEED_POLICY)
+    policy["status"]["conditions"][1]["message"] = HUGE
+    got = cluster_policy(policy, ts_ms=5)
+    assert got is not None
+    assert got.conditions[1].message == cut(HUGE)
+    assert cut_count("pending pod field") == pending + 1
+    assert cut_count("gpu-operator field") == operator + 1
