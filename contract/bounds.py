@@ -3,11 +3,12 @@
 A source can send a label of any length (dcgm-exporter's ``Hostname`` has been seen at ~560 KB);
 copied into a record, then into a refusal's reason and the node's state, it makes outputs larger
 than Kafka takes. Every string a translator copies from a source (a dcgm-exporter label, a pod's
-annotation, a node's label, a pending pod's or GPU Operator object's string) and every reason the worker builds from such strings
-goes through :func:`cut`: at most :data:`MAX_TEXT_CHARS` characters, a cut one ending in
-:data:`CUT_MARK` so that readers see it was cut. Names the API server bounds (a pod's name: 253)
-are far below the size, so a cut never changes a real identity. Pure; the agents count what they
-cut (``gpuattr_agent_refused_values_total{what="cut:<field>"}``).
+annotation, a node's label, a pending pod's or GPU Operator object's string) and every reason
+the worker builds from such strings goes through :func:`cut`: at most :data:`MAX_TEXT_CHARS`
+characters, a cut one ending in :data:`CUT_MARK` so that readers see it was cut. Names the API
+server bounds (a pod's name: 253) are far below the size, so a cut never changes a real
+identity. Pure; the agents count what they cut (:mod:`agents.bounds`,
+``gpuattr_agent_cut_values_total{what}``).
 """
 
 from __future__ import annotations
