@@ -5,7 +5,9 @@ labels, a pending pod's scheduler message, the ClusterPolicy's conditions): a ~5
 
 from __future__ import annotations
 
+import base64
 import copy
+import dataclasses
 
 import pytest
 from kubernetes_asyncio.client import V1Node, V1NodeStatus, V1ObjectMeta, V1Pod
@@ -18,6 +20,7 @@ from agents.kube.translate import node_record, pod_record
 from contract import codec
 from contract.bounds import CUT_MARK, MAX_TEXT_CHARS, cut
 from contract.outputs import TelemetryRefused
+from streams.worker.app import dead_letter_of
 from tests.dcgm_captures import GPU, parse, row
 from tests.unit.test_kube_gpuoperator import SEED_POLICY
 from tests.unit.test_kube_pending import UNSCHEDULABLE
@@ -122,3 +125,37 @@ def test_a_huge_scheduler_message_and_condition_message_are_cut_and_counted() ->
     assert got.conditions[1].message == cut(HUGE)
     assert cut_count("pending pod field") == pending + 1
     assert cut_count("gpu-operator field") == operator + 1
+
+
+@dataclasses.dataclass
+class Msg:
+    topic: str = "gpuattr.node-events"
+    partition: int = 2
+    offset: int = 41
+    key: bytes | None = b"gpu-a"
+    value: bytes | None = b""
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        pytest.param(b"\xff{not json", True, id="small-kept"),
+        pytest.param(b"x" * 700_000, True, id="fits-in-base64"),
+        pytest.param(b"x" * 900_000, False, id="base64-over-the-limit"),
+    ],
+)
+def test_a_dead_letter_keeps_the_payload_only_while_the_record_fits(
+    value: bytes, kept: bool
+) -> None:
+    letter = dead_letter_of(Msg(value=value), "undecodable: " + HUGE, 1_000_000, 7)
+    assert (letter.source_topic, letter.partition, letter.offset, letter.key) == (
+        "gpuattr.node-events",
+        2,
+        41,
+        "gpu-a",
+    )
+    assert (base64.b64decode(letter.payload_b64) == value) is kept
+    assert letter.error.startswith("undecodable: hhh")
+    assert len(letter.error) <= MAX_TEXT_CHARS
+    assert kept or f"its {len(value)} bytes are not kept" in letter.error
+    assert len(codec.encode(letter)) <= 1_000_000
