@@ -308,13 +308,14 @@ class Outbox:
         selfmetrics.OUTPUTS_REFUSED.labels(cause).inc()
         shown = cut(key.decode(errors="replace")) if key is not None else None
         log.error(
-            "a %d-byte record for %s (key %.80r) is over the %d bytes the worker sends (%s): "
-            "dead-lettered in its place",
+            "a %d-byte record for %s (key %.80r) not written for its size (%s; the worker sends "
+            "at most %d bytes%s): dead-lettered in its place",
             size,
             topic,
             shown,
-            self.max_record_bytes,
             cause,
+            self.max_record_bytes,
+            f", the producer said {error}" if error else "",
         )
         refused = OutputRefused(
             topic=topic,
