@@ -43,6 +43,12 @@ REFUSED_VALUES = Counter(
     "Values refused where they enter (not finite, out of range, oversized), by what they were",
     ["what"],
 )
+CUT_VALUES = Counter(
+    "gpuattr_agent_cut_values_total",
+    "Strings copied from a source cut to contract.bounds.MAX_TEXT_CHARS (agents/bounds.py), by "
+    "what they were",
+    ["what"],
+)
 KUBELET_READY = Gauge(
     "gpuattr_agent_kubelet_ready",
     "0 while the kubelet's PodResources answers are held because it is not ready "

@@ -185,6 +185,8 @@ async def passthrough(
         max_records=worker.outbox_records,
         max_bytes=worker.outbox_bytes,
         linger_s=worker.outbox_linger_s,
+        max_record_bytes=worker.max_record_bytes,
+        dead_letter_topic=target,  # its records are far below the limit: none is refused
     )
     done, samples, started = 0, 0, None
     blob = b"x" * event_bytes

@@ -276,6 +276,28 @@ class DeadLetter:
     ts_ms: int
 
 
+#: ``too-large``: larger than the worker sends (never handed to the producer);
+#: ``broker-refused``: the producer or broker refused it as too large
+OutputRefusalCause = Literal["too-large", "broker-refused"]
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class OutputRefused:
+    """An output (or changelog record) the worker could not write for its size: dead-lettered in
+    its place, naming it and why, never carrying its payload. The input that caused it is
+    committed all the same (docs/RELIABILITY.md)."""
+
+    topic: str  # where it was for
+    partition: int | None  # its partition, where known
+    key: str | None  # its key (cut: contract.bounds)
+    size_bytes: int  # its key and value
+    limit_bytes: int  # the most the worker sends (WorkerSettings.max_record_bytes)
+    cause: OutputRefusalCause
+    error: str  # what the producer said (cut), empty for ``too-large``
+    ts_ms: int
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
 class ExporterMisattribution:
@@ -652,6 +674,7 @@ KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     # v2: a telemetry cause "stack-broken" and the plane behind it (v1 still read)
     "attribution": (AttributionEvent, 2, (1,)),
     "deadletter": (DeadLetter, 1),
+    "output.refused": (OutputRefused, 1),
     "exporter.misattribution": (ExporterMisattribution, 2),
     "telemetry.refused": (TelemetryRefused, 1),
     "alert": (Alert, 1),

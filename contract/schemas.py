@@ -24,6 +24,7 @@ OUTPUTS: dict[str, str] = {
     "node-status": "node-status",
     "demand": "demand",
     "deadletter": "deadletter",
+    "output.refused": "deadletter",
     "delivery.failure": "deadletter",
 }
 

@@ -424,6 +424,11 @@ class WorkerSettings(BaseSettings):
     #: here), and aiokafka's cost is per batch; at 10 ms a saturated worker's batches held a
     #: record or two, and 100 ms cut its CPU per sample by ~5 % (five alternating pairs,
     #: docs/BENCHMARKS.md, twelfth stop). Outputs wait up to this long more before they are sent
+    #: the largest record (key and value) the worker hands to the producer, and the producer's
+    #: max request size: at most the output topics' ``max.message.bytes`` (the broker's default
+    #: is 1,048,588). A larger output is not sent but dead-lettered as a small
+    #: ``output.refused`` record (streams/worker/outbox.py)
+    max_record_bytes: int = Field(default=1_000_000, ge=65_536)
     outbox_records: int = Field(default=2048, ge=1)
     outbox_bytes: int = Field(default=1 << 20, ge=1)
     outbox_linger_s: float = Field(default=0.1, ge=0)

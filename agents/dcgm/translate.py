@@ -33,6 +33,8 @@ reasons bitmask, and the cumulative counters (PCIe replays, double-bit ECC, rema
 throttling time), read as the totals the exporter sends. What a counter did since the previous
 scrape is not this module's: the collector asks :mod:`agents.dcgm.counters`.
 
+Every label is cut to the contract's size at the edge (:func:`agents.bounds.bounded`, counted).
+
 Nothing is dropped without a trace: a line that cannot be read is rejected with its reason
 (:class:`RejectedLine`), and a family that is read but not used — another exporter's metric on
 the same page, a DCGM field we do not map — is listed in ``ParseResult.ignored`` with its reason,
@@ -43,8 +45,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from agents.bounds import bounded_map, oversized
 from agents.dcgm.fields import FIELDS, as_bitmask, as_flag, as_us, as_xid
 from agents.dcgm.rows import MetricRow, RejectedLine, read_rows
 from contract.inputs import DcgmSample, ExporterClaim
@@ -106,6 +109,7 @@ def parse_exposition(text: str, *, node: str, ts_ms: int) -> ParseResult:
     ``Hostname`` label goes to ``DcgmSample.hostname``.
     """
     rows, rejected = read_rows(text)
+    rows = [_bounded(row) for row in rows]
     devices: dict[DeviceKey, list[MetricRow]] = {}
     ignored: dict[str, str] = {}
     for row in rows:
@@ -126,6 +130,14 @@ def parse_exposition(text: str, *, node: str, ts_ms: int) -> ParseResult:
         tuple(sorted(rejected, key=lambda r: r.line_no)),
         tuple(IgnoredFamily(name, why) for name, why in sorted(ignored.items())),
     )
+
+
+def _bounded(row: MetricRow) -> MetricRow:
+    """The row with its labels cut to the contract's size (``contract.bounds``): a label of any
+    length would ride on every record made from it (a ~560 KB ``Hostname`` has been seen)."""
+    if not oversized(row.labels):
+        return row
+    return replace(row, labels=bounded_map(row.labels, "dcgm-exporter label"))
 
 
 def _device_key(row: MetricRow, rejected: list[RejectedLine]) -> DeviceKey | None:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, get_args
 
+from agents.bounds import bounded
 from contract.inputs import (
     ClusterPolicyRecord,
     ContainerProgress,
@@ -45,7 +46,8 @@ def _list(value: Any) -> list[Any]:
 
 
 def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+    """A string of the object, cut to the contract's size (condition messages are free text)."""
+    return bounded(value, "gpu-operator field") if isinstance(value, str) else ""
 
 
 INT32 = 2**31  # restartCount and exitCode are int32 in the API: anything else is not a count

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from agents.bounds import bounded
 from agents.kube.translate import GPU_PREFIX, resolve_workload
 from agents.selfmetrics import REFUSED_VALUES
 from contract.inputs import DRA_PREFIX, GpuRequest, OwnerRef, PendingPod, PendingState
@@ -61,7 +62,8 @@ def _list(value: Any) -> list[Any]:
 
 
 def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+    """A string of the object, cut to the contract's size (a scheduler message can be long)."""
+    return bounded(value, "pending pod field") if isinstance(value, str) else ""
 
 
 def ms(stamp: Any) -> int | None:

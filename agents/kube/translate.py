@@ -1,5 +1,6 @@
 """Translate Kubernetes objects (kubernetes-asyncio models) into our records. Never crashes on a
-partial object: whatever is missing is published as unknown.
+partial object: whatever is missing is published as unknown. Annotation and label values are
+cut to the contract's size (:func:`agents.bounds.bounded`, counted); the API server bounds names.
 
 Workload identity: a pod's controller resolved to the workload a person would name — a
 ReplicaSet to its Deployment, a Job to its CronJob — through an owner lookup when one is given,
@@ -14,6 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from agents.bounds import bounded, bounded_map, oversized
 from agents.locate import ExporterPod
 from agents.selfmetrics import REFUSED_VALUES
 from contract import annotations as ours
@@ -114,7 +116,7 @@ def pod_record(
                 v[:40],
             )
             continue
-        annotations[k] = v
+        annotations[k] = bounded(v, "pod annotation")
     owner = controller_of(getattr(meta, "owner_references", None))
     return PodRecord(
         node=node,
@@ -139,6 +141,8 @@ def node_record(node: Any, *, ts_ms: int, deleted: bool = False) -> NodeRecord:
         for k, v in (getattr(meta, "labels", None) or {}).items()
         if k.startswith(GPU_PREFIX) or k == "kubernetes.io/hostname"
     }
+    if oversized(labels):
+        labels = bounded_map(labels, "node label")
     allocatable = _gpu(getattr(status, "allocatable", None))
     return NodeRecord(
         node=getattr(meta, "name", None) or "",

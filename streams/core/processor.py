@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Sequence
 
+from contract.bounds import cut
 from contract.inputs import (
     AgentStatus,
     ClockTick,
@@ -466,8 +467,8 @@ class Processor:
                     ts_ms=scrape.ts_ms,
                     cause=verdict.cause,
                     reason=verdict.reason,
-                    hostname=", ".join(sorted({s.hostname for s in verdict.refused})),
-                    exporter=" ".join(filter(None, (scrape.exporter, scrape.exporter_pod))),
+                    hostname=cut(", ".join(sorted({s.hostname for s in verdict.refused}))),
+                    exporter=cut(" ".join(filter(None, (scrape.exporter, scrape.exporter_pod)))),
                     uuids=tuple(sorted({s.uuid for s in verdict.refused})),
                     rows=len(verdict.refused),
                 )

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from contract.bounds import cut
 from contract.inputs import DcgmSample, DcgmScrape
 from contract.outputs import PlaneName, RefusalCause, Telemetry, TelemetryCause
 from contract.records import fast_init
@@ -91,8 +92,10 @@ def verify(
             (),
             scrape.samples,
             "hostname",
-            f"the exporter at {scrape.exporter or 'its URL'} reports Hostname "
-            f"{', '.join(strangers)}, not this node ({scrape.node})",
+            cut(
+                f"the exporter at {cut(scrape.exporter) or 'its URL'} reports Hostname "
+                f"{cut(', '.join(strangers))}, not this node ({scrape.node})"
+            ),
         )
     moved = sorted(
         {
@@ -132,8 +135,10 @@ def verify(
         ours,
         theirs,
         "foreign-devices",
-        f"the exporter at {scrape.exporter or 'its URL'} reports {len(uuids)} GPU(s) this node "
-        f"does not have ({', '.join(uuids[:3])}{more})",
+        cut(
+            f"the exporter at {cut(scrape.exporter) or 'its URL'} reports {len(uuids)} GPU(s) "
+            f"this node does not have ({', '.join(uuids[:3])}{more})"
+        ),
     )
 
 

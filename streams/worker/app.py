@@ -21,6 +21,7 @@ from typing import Any
 import faust
 
 from contract import codec
+from contract.bounds import MAX_TEXT_CHARS, cut
 from contract.inputs import NodeSupply, pool_resource
 from contract.outputs import (
     Alert,
@@ -55,7 +56,7 @@ from streams.worker.faust_codecs import RecordTable, register
 from streams.worker.lag import consumer_lags
 from streams.worker.live import LiveDevices
 from streams.worker.livedemand import LiveDemand
-from streams.worker.loop import Event, RecordLoop
+from streams.worker.loop import Event, Message, RecordLoop
 from streams.worker.memtrim import Trimmer, libc_trim
 from streams.worker.monitor import LeanMonitor
 from streams.worker.outbox import Outbox
@@ -111,6 +112,33 @@ def output_value(record: Published) -> bytes | None:
     return codec.encode(record)
 
 
+#: room a dead letter keeps for its other fields beside the payload
+DEAD_LETTER_FIELDS_BYTES = 8 * MAX_TEXT_CHARS
+
+
+def dead_letter_of(msg: Message, error: str, max_record_bytes: int, ts_ms: int) -> DeadLetter:
+    """The dead letter of an input: where it came from, why (cut), and its payload unless that
+    would make the record larger than the worker sends (base64 is 4/3 of it): then the payload
+    is left out and the reason says so."""
+    value = msg.value or b""
+    payload = ""
+    if 4 * ((len(value) + 2) // 3) + DEAD_LETTER_FIELDS_BYTES <= max_record_bytes:
+        payload = base64.b64encode(value).decode()
+    else:
+        error = (
+            f"{cut(error, MAX_TEXT_CHARS // 2)} (its {len(value)} bytes are not kept: too large)"
+        )
+    return DeadLetter(
+        source_topic=msg.topic,
+        partition=msg.partition,
+        offset=msg.offset,
+        key=cut(msg.key.decode(errors="replace")) if msg.key is not None else None,
+        error=cut(error),
+        payload_b64=payload,
+        ts_ms=ts_ms,
+    )
+
+
 def lifetimes_of(spine: SpineSettings) -> Lifetimes:
     return Lifetimes(
         heartbeat_ms=int(spine.heartbeat_s * 1000),
@@ -160,6 +188,7 @@ def build_app(
         processing_guarantee="at_least_once",
         producer_linger=worker.producer_linger_s,
         producer_max_batch_size=worker.producer_batch_bytes,
+        producer_max_request_size=worker.max_record_bytes,
         # what it reads ahead of processing: a bounded backlog in memory (WorkerSettings)
         stream_buffer_maxsize=worker.stream_buffer,
         consumer_max_fetch_size=worker.fetch_bytes_per_partition,
@@ -197,16 +226,8 @@ def build_app(
     async def dead_letter(event: Event, error: str) -> None:
         msg = event.message
         selfmetrics.DEAD_LETTERED.labels(msg.topic).inc()
-        log.error("dead-lettering %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, error)
-        record = DeadLetter(
-            source_topic=msg.topic,
-            partition=msg.partition,
-            offset=msg.offset,
-            key=msg.key.decode(errors="replace") if msg.key is not None else None,
-            error=error,
-            payload_b64=base64.b64encode(msg.value or b"").decode(),
-            ts_ms=int(time.time() * 1000),
-        )
+        log.error("dead-lettering %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, cut(error))
+        record = dead_letter_of(msg, error, worker.max_record_bytes, int(time.time() * 1000))
         await deadletter.send(key=msg.key, value=codec.encode(record))
 
     names = {
@@ -229,6 +250,8 @@ def build_app(
         max_records=worker.outbox_records,
         max_bytes=worker.outbox_bytes,
         linger_s=worker.outbox_linger_s,
+        max_record_bytes=worker.max_record_bytes,
+        dead_letter_topic=deadletter.get_topic_name(),
     )
     publisher = Publisher(app.outbox, topics_by_type(names), output_key, output_value)
 

@@ -31,6 +31,16 @@ bounded, keyed by the topic's partition list so that a topic that grows is parti
 A batch the producer gives up on (after its own retries) stops the worker (``crash``): carrying on
 could let a later commit cover the lost records, so the input stays uncommitted and the restarted
 worker processes it again.
+
+Size: no record larger than :attr:`Outbox.max_record_bytes` (key and value; the output topics'
+``max.message.bytes`` must be at least that) is handed over. Such a record is not queued: a small
+``output.refused`` record naming its topic, key, size and the limit goes to the dead-letter topic
+in its place, counted (``gpuattr_worker_outputs_refused_total{cause="too-large"}``) and logged.
+A batch the producer or broker still refuses for its size (``MessageSizeTooLargeError``,
+``RecordListTooLargeError``, ``RecordTooLargeError``) is dead-lettered the same way, record by
+record (``cause="broker-refused"``), and the worker goes on: the same input would make the same
+record again, so stopping would only crash-loop its partition. Any other failure still stops the
+worker.
 """
 
 from __future__ import annotations
@@ -43,12 +53,19 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError
 from aiokafka.partitioner import DefaultPartitioner
 
+from contract import codec
+from contract.bounds import cut
+from contract.outputs import OutputRefusalCause, OutputRefused
 from streams.core.memo import live_memo
 from streams.worker import selfmetrics
 
 log = logging.getLogger(__name__)
+
+#: what the producer or broker says of a record or batch too large for it
+TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
 
 
 #: keys remembered with their partition while they are produced (devices, nodes, pools); alert
@@ -97,7 +114,8 @@ class Outbox:
     ``linger_s``: at most that long after the first record queued; ``crash``: a batch the producer
     gave up on, or a drain that failed, stops the worker. ``max_bytes``: a drain starts at that
     many bytes of queued values, too. ``clock``: wall time in seconds, read once per queued record
-    for its ``CreateTime``."""
+    for its ``CreateTime``. ``max_record_bytes``: a larger record is not sent; it and a batch
+    refused for its size are dead-lettered to ``dead_letter_topic`` (module docstring)."""
 
     def __init__(
         self,
@@ -107,16 +125,20 @@ class Outbox:
         max_records: int,
         max_bytes: int,
         linger_s: float,
+        max_record_bytes: int,
+        dead_letter_topic: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if max_records < 1 or max_bytes < 1:
-            raise ValueError("max_records and max_bytes must be at least 1")
+        if max_records < 1 or max_bytes < 1 or max_record_bytes < 1:
+            raise ValueError("max_records, max_bytes and max_record_bytes must be at least 1")
         self.producer = producer
         self.crash = crash
         self.max_records = max_records
         self.max_bytes = max_bytes
         self.linger_s = linger_s
         self.clock = clock
+        self.max_record_bytes = max_record_bytes
+        self.dead_letter_topic = dead_letter_topic
         self._queues: dict[tuple[str, int | None], list[Entry]] = {}
         self._kinds: Counter[str] = Counter()
         self._size = 0
@@ -140,7 +162,12 @@ class Outbox:
         kind: str | None = None,
     ) -> None:
         """Queue one record for ``topic`` (``partition``: its own; ``None``: the producer's
-        partitioner's for ``key``). ``kind``: counted as an output of that kind when handed over."""
+        partitioner's for ``key``). ``kind``: counted as an output of that kind when handed over.
+        A record over :attr:`max_record_bytes` is dead-lettered instead (module docstring)."""
+        size = len(key or b"") + len(value or b"")
+        if size > self.max_record_bytes:
+            self._refuse(topic, partition, key, size, "too-large", "")
+            return
         if partition is None:
             partition = self._partition(topic, key)
         queue = self._queues.get((topic, partition))
@@ -227,29 +254,78 @@ class Outbox:
     ) -> None:
         """One partition's records in as few batches as fit (a batch's first record always fits:
         aiokafka takes it whatever its size, as a send would)."""
-        batch = producer.create_batch()
-        for key, value, stamp in entries:
+        batch, held = producer.create_batch(), 0
+        for n, (key, value, stamp) in enumerate(entries):
             if batch.append(timestamp=stamp, key=key, value=value) is None:  # full
-                await self._submit(producer, batch, topic, partition)
-                batch = producer.create_batch()
+                await self._submit(producer, batch, topic, partition, entries[held:n])
+                batch, held = producer.create_batch(), n
                 first = batch.append(timestamp=stamp, key=key, value=value)
                 assert first is not None
-        await self._submit(producer, batch, topic, partition)
+        await self._submit(producer, batch, topic, partition, entries[held:])
 
     async def _submit(
-        self, producer: BatchProducer, batch: Batch, topic: str, partition: int
+        self,
+        producer: BatchProducer,
+        batch: Batch,
+        topic: str,
+        partition: int,
+        entries: list[Entry],
     ) -> None:
+        """``entries``: the batch's records, dead-lettered if it is refused for its size."""
         batch.close()  # ready for the sender at once: no linger for a whole batch
         fut = await producer.send_batch(batch, topic, partition=partition)
-        fut.add_done_callback(functools.partial(self._delivered, topic, partition))
+        fut.add_done_callback(functools.partial(self._delivered, topic, partition, entries))
 
-    def _delivered(self, topic: str, partition: int, fut: asyncio.Future[Any]) -> None:
+    def _delivered(
+        self, topic: str, partition: int, entries: list[Entry], fut: asyncio.Future[Any]
+    ) -> None:
         if fut.cancelled() or fut.exception() is None:
             return
         error = fut.exception()
         assert error is not None
+        if isinstance(error, TOO_LARGE) and topic != self.dead_letter_topic:
+            for key, value, _ in entries:
+                size = len(key or b"") + len(value or b"")
+                self._refuse(topic, partition, key, size, "broker-refused", repr(error))
+            return
         selfmetrics.ERRORS.labels("produce").inc()
         log.critical(
             "a batch for %s[%d] was not written, stopping the worker: %r", topic, partition, error
         )
         self.crash(error)
+
+    def _refuse(
+        self,
+        topic: str,
+        partition: int | None,
+        key: bytes | None,
+        size: int,
+        cause: OutputRefusalCause,
+        error: str,
+    ) -> None:
+        """A record not written for its size: counted, logged, and a small ``output.refused``
+        record queued for the dead-letter topic in its place (under the same key)."""
+        selfmetrics.OUTPUTS_REFUSED.labels(cause).inc()
+        shown = cut(key.decode(errors="replace")) if key is not None else None
+        log.error(
+            "a %d-byte record for %s (key %.80r) not written for its size (%s; the worker sends "
+            "at most %d bytes%s): dead-lettered in its place",
+            size,
+            topic,
+            shown,
+            cause,
+            self.max_record_bytes,
+            f", the producer said {error}" if error else "",
+        )
+        refused = OutputRefused(
+            topic=topic,
+            partition=partition,
+            key=shown,
+            size_bytes=size,
+            limit_bytes=self.max_record_bytes,
+            cause=cause,
+            error=cut(error),
+            ts_ms=int(self.clock() * 1000),
+        )
+        dead_key = (shown if shown is not None else topic).encode()
+        self.add(self.dead_letter_topic, dead_key, codec.encode(refused), None, "OutputRefused")

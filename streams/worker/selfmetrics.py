@@ -10,6 +10,13 @@ ERRORS = Counter("gpuattr_worker_errors_total", "Errors by kind", ["kind"])
 DEAD_LETTERED = Counter(
     "gpuattr_worker_dead_lettered_total", "Inputs sent to the dead-letter topic", ["topic"]
 )
+OUTPUTS_REFUSED = Counter(
+    "gpuattr_worker_outputs_refused_total",
+    "Outputs and changelog records not written for their size, dead-lettered as output.refused "
+    "(too-large: over the worker's max_record_bytes; broker-refused: the producer or broker said "
+    "too large)",
+    ["cause"],
+)
 TABLE_KEYS = Gauge(
     "gpuattr_worker_table_keys", "Keys held in this worker's table partitions", ["table"]
 )

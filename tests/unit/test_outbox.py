@@ -1,7 +1,8 @@
 """The worker's outbox: outputs and changelog records go to the producer as whole per-partition
 batches, in the order they were queued, each to the partition a keyed send would have chosen;
 a drain starts at a size bound or after the linger, and before a commit; a batch the producer
-gives up on stops the worker."""
+gives up on stops the worker; a record too large is dead-lettered small in its place (never sent,
+or refused by the broker), and the worker goes on."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.producer.message_accumulator import BatchBuilder
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from contract import codec
+from contract.outputs import OutputRefused
 from streams.worker.outbox import Outbox, partition_of
 from streams.worker.publisher import Publisher
 
@@ -94,6 +99,9 @@ class FakeProducer:
         return self.later[topic]
 
 
+MAX = 1 << 20  # the most bytes a record may have: none of these tests' but the size tests' reach it
+
+
 def keyed(key: bytes, parts: int) -> int:
     return int(DefaultPartitioner()(key, list(range(parts)), []))
 
@@ -112,7 +120,15 @@ def producer(**topics: set[int]) -> FakeProducer:
 
 async def test_records_go_as_one_batch_per_partition_in_the_order_queued() -> None:
     prod = producer(out=set(range(8)))
-    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, max_bytes=1 << 20, linger_s=60)
+    outbox = Outbox(
+        lambda: prod,
+        lambda e: None,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
     keys = [f"node-a/GPU-{i}".encode() for i in range(20)]
     for i, key in enumerate(keys):
         outbox.add("out", key, b"v%d" % i)
@@ -135,7 +151,15 @@ async def test_records_go_as_one_batch_per_partition_in_the_order_queued() -> No
 async def test_a_full_batch_goes_and_the_partitions_next_records_follow_it() -> None:
     prod = producer()
     prod.batch_room = 2
-    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, max_bytes=1 << 20, linger_s=60)
+    outbox = Outbox(
+        lambda: prod,
+        lambda e: None,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
     for i in range(5):
         outbox.add("changelog", b"k", b"%d" % i, partition=0)
     await outbox.drain()
@@ -149,7 +173,15 @@ async def test_a_full_batch_goes_and_the_partitions_next_records_follow_it() -> 
 async def test_a_topic_the_producer_does_not_know_yet_is_partitioned_at_the_drain() -> None:
     prod = producer()
     prod.later["new"] = set(range(4))
-    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, max_bytes=1 << 20, linger_s=60)
+    outbox = Outbox(
+        lambda: prod,
+        lambda e: None,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
     outbox.add("new", b"node-b", b"x")
     await outbox.drain()
     outbox.add("new", b"node-b", b"y")  # now known: partitioned when queued
@@ -162,7 +194,15 @@ async def test_a_topic_the_producer_does_not_know_yet_is_partitioned_at_the_drai
 
 async def test_a_drain_starts_at_the_bound_without_the_caller_waiting() -> None:
     prod = producer()
-    outbox = Outbox(lambda: prod, lambda e: None, max_records=3, max_bytes=1 << 20, linger_s=60)
+    outbox = Outbox(
+        lambda: prod,
+        lambda e: None,
+        max_records=3,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
     for i in range(3):
         outbox.add("changelog", b"k", b"%d" % i, partition=0)
     assert prod.sent == []  # started, not run: add() never awaits
@@ -174,7 +214,15 @@ async def test_a_drain_starts_at_the_bound_without_the_caller_waiting() -> None:
 async def test_the_caller_waits_past_twice_the_bound_and_order_holds_across_drains() -> None:
     prod = producer()
     prod.gate = asyncio.Event()  # the accumulator is busy: a drain stays under way
-    outbox = Outbox(lambda: prod, lambda e: None, max_records=2, max_bytes=1 << 20, linger_s=60)
+    outbox = Outbox(
+        lambda: prod,
+        lambda e: None,
+        max_records=2,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
     outbox.add("c", b"k", b"0", partition=0)
     outbox.add("c", b"k", b"1", partition=0)  # the bound: a drain starts
     await asyncio.sleep(0)  # it takes the queue and waits at the gate
@@ -193,7 +241,15 @@ async def test_the_caller_waits_past_twice_the_bound_and_order_holds_across_drai
 
 async def test_the_linger_drains_a_worker_that_is_not_saturated() -> None:
     prod = producer()
-    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, max_bytes=1 << 20, linger_s=0.01)
+    outbox = Outbox(
+        lambda: prod,
+        lambda e: None,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=0.01,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
     outbox.add("c", b"k", b"v", partition=0)
     await asyncio.wait_for(prod.submitted.wait(), 5)
     assert prod.sent == [("c", 0, [(b"k", b"v")])]
@@ -210,6 +266,8 @@ async def test_each_record_is_stamped_with_the_time_it_was_queued_not_the_drains
         max_records=100,
         max_bytes=1 << 20,
         linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
         clock=lambda: now[0],
     )
     outbox.add("out", b"a", b"1", partition=0)
@@ -237,6 +295,8 @@ async def test_the_stamp_is_what_aiokafkas_batch_builder_takes() -> None:
         max_records=100,
         max_bytes=1 << 20,
         linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
         clock=lambda: 1_700_000_000.1234,
     )
     outbox.add("out", b"a", b"1", partition=0)
@@ -251,7 +311,15 @@ async def test_the_stamp_is_what_aiokafkas_batch_builder_takes() -> None:
 
 async def test_outputs_are_counted_by_kind_when_handed_over() -> None:
     prod = producer(t=set(range(2)))
-    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, max_bytes=1 << 20, linger_s=60)
+    outbox = Outbox(
+        lambda: prod,
+        lambda e: None,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
     publisher = Publisher(outbox, lambda out: "t", lambda out: out.encode(), lambda out: None)
     before = counted("str")
     await publisher.publish_all(["a", "b"])
@@ -264,7 +332,15 @@ async def test_outputs_are_counted_by_kind_when_handed_over() -> None:
 async def test_a_batch_the_producer_gives_up_on_stops_the_worker() -> None:
     prod = producer()
     crashed: list[BaseException] = []
-    outbox = Outbox(lambda: prod, crashed.append, max_records=100, max_bytes=1 << 20, linger_s=60)
+    outbox = Outbox(
+        lambda: prod,
+        crashed.append,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
     before = errors()
     outbox.add("c", b"k", b"v", partition=0)
     await outbox.drain()
@@ -288,7 +364,15 @@ async def test_a_drain_that_fails_in_the_background_stops_the_worker() -> None:
         crashed.append(exc)
         stopped.set()
 
-    outbox = Outbox(lambda: prod, crash, max_records=1, max_bytes=1 << 20, linger_s=60)
+    outbox = Outbox(
+        lambda: prod,
+        crash,
+        max_records=1,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
     before = errors()
     outbox.add("c", b"k", b"v", partition=0)
     await asyncio.wait_for(stopped.wait(), 5)
@@ -299,7 +383,15 @@ async def test_a_drain_that_fails_in_the_background_stops_the_worker() -> None:
 async def test_a_drain_starts_at_the_byte_bound_and_the_caller_waits_past_twice_it() -> None:
     prod = producer()
     prod.gate = asyncio.Event()
-    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, max_bytes=10, linger_s=60)
+    outbox = Outbox(
+        lambda: prod,
+        lambda e: None,
+        max_records=100,
+        max_bytes=10,
+        linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
     outbox.add("c", b"k", b"x" * 10, partition=0)  # the byte bound: a drain starts
     await asyncio.sleep(0)  # it takes the queue and waits at the gate
     outbox.add("c", b"k", b"y" * 20, partition=0)  # twice the bytes queued behind it
@@ -314,7 +406,15 @@ async def test_a_drain_starts_at_the_byte_bound_and_the_caller_waits_past_twice_
 
 async def test_a_topic_that_grows_is_partitioned_afresh_after_a_drain() -> None:
     prod = producer(out={0, 1})
-    outbox = Outbox(lambda: prod, lambda e: None, max_records=100, max_bytes=1 << 20, linger_s=60)
+    outbox = Outbox(
+        lambda: prod,
+        lambda e: None,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
     key = next(k for k in (b"k%d" % i for i in range(100)) if keyed(k, 2) != keyed(k, 16))
     outbox.add("out", key, b"before")
     await outbox.drain()
@@ -325,3 +425,81 @@ async def test_a_topic_that_grows_is_partitioned_afresh_after_a_drain() -> None:
         (keyed(key, 2), [(key, b"before")]),
         (keyed(key, 16), [(key, b"after")]),
     ]
+
+
+def refusals(cause: str) -> float:
+    labels = {"cause": cause}
+    return REGISTRY.get_sample_value("gpuattr_worker_outputs_refused_total", labels) or 0.0
+
+
+def dead_letters(prod: FakeProducer) -> list[OutputRefused]:
+    records = [r for topic, _, batch in prod.sent if topic == "dead" for r in batch]
+    return [codec.decode(value) for _, value in records if value is not None]
+
+
+async def test_a_record_over_the_size_limit_is_not_sent_but_dead_lettered_small() -> None:
+    prod = producer(flags={0, 1}, dead={0, 1})
+    crashed: list[BaseException] = []
+    outbox = Outbox(
+        lambda: prod,
+        crashed.append,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=1000,
+        dead_letter_topic="dead",
+    )
+    before = refusals("too-large")
+    outbox.add("flags", b"gpu-a", b"x" * 1_120_000, kind="TelemetryRefused")
+    outbox.add("flags", b"gpu-a", b"y" * 10, kind="TelemetryRefused")  # the next still goes
+    await outbox.drain()
+    assert [(t, [v for _, v in r]) for t, _, r in prod.sent if t == "flags"] == [
+        ("flags", [b"y" * 10])
+    ]
+    (letter,) = dead_letters(prod)
+    assert (letter.topic, letter.key, letter.size_bytes, letter.limit_bytes, letter.cause) == (
+        "flags",
+        "gpu-a",
+        1_120_005,
+        1000,
+        "too-large",
+    )
+    assert max(len(v or b"") for _, _, r in prod.sent for _, v in r) < 1000
+    assert refusals("too-large") == before + 1
+    assert crashed == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [MessageSizeTooLargeError(), RecordListTooLargeError(), RecordTooLargeError()],
+    ids=["message-too-large", "record-list-too-large", "record-too-large"],
+)
+async def test_a_batch_the_broker_refuses_for_its_size_is_dead_lettered_not_a_crash(
+    error: Exception,
+) -> None:
+    prod = producer(dead={0})
+    crashed: list[BaseException] = []
+    outbox = Outbox(
+        lambda: prod,
+        crashed.append,
+        max_records=100,
+        max_bytes=1 << 20,
+        linger_s=60,
+        max_record_bytes=MAX,
+        dead_letter_topic="dead",
+    )
+    before, failed = refusals("broker-refused"), errors()
+    outbox.add("c", b"k1", b"v" * 50, partition=2)
+    outbox.add("c", b"k2", b"w" * 60, partition=2)
+    await outbox.drain()
+    prod.futures[0].set_exception(error)
+    await asyncio.sleep(0)  # the done callbacks run on the loop
+    await outbox.drain()  # the dead letters queued in their place
+    assert crashed == []
+    assert [(d.topic, d.partition, d.key, d.size_bytes, d.cause) for d in dead_letters(prod)] == [
+        ("c", 2, "k1", 52, "broker-refused"),
+        ("c", 2, "k2", 62, "broker-refused"),
+    ]
+    assert all(type(error).__name__ in d.error for d in dead_letters(prod))
+    assert refusals("broker-refused") == before + 2
+    assert errors() == failed  # not a produce failure: nothing stops

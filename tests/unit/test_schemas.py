@@ -24,7 +24,7 @@ from contract.inputs import (
     SupplyHolder,
 )
 from contract.inputs import DeviceAssignment as A
-from contract.outputs import DeadLetter, Telemetry, TelemetryRefused
+from contract.outputs import DeadLetter, OutputRefused, Telemetry, TelemetryRefused
 from contract.schemas import OUTPUTS, file_name, json_schema
 from infra.settings import AlertSettings
 from streams.core.alerts import step
@@ -115,6 +115,7 @@ def test_real_payloads_validate_and_broken_ones_do_not() -> None:
         refused,
         *alerts,
         DeadLetter("t", 0, 1, "k", "not JSON", "AA==", 1),
+        OutputRefused("gpuattr.flags", 3, "gpu-a", 1_120_000, 1_000_000, "too-large", "", 1),
         DeliveryFailure("idle-1", "webhook", 8, "HTTP 500", "{}", 0, 3, 1),
     ]
     assert {codec.kind_of(r).kind for r in records} == set(OUTPUTS)
