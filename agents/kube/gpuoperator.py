@@ -51,11 +51,17 @@ def _str(value: Any) -> str:
 
 
 INT32 = 2**31  # restartCount and exitCode are int32 in the API: anything else is not a count
+INT64 = 2**63  # metadata.generation is int64
+
+
+def _int(value: Any, bound: int) -> int | None:
+    """An integer of the API's width; a bool (an int to Python) or a wider number is none."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and -bound <= value < bound
+    return value if ok else None
 
 
 def _int32(value: Any) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and -INT32 <= value < INT32
-    return value if ok else None
+    return _int(value, INT32)
 
 
 def _count(value: Any) -> int:
@@ -187,7 +193,6 @@ def cluster_policy(
     strategy = _str(_map(spec.get("mig")).get("strategy")) or None
     state = _str(status.get("state"))
     conditions = (_condition(c) for c in _list(status.get("conditions")))
-    generation = meta.get("generation")
     return ClusterPolicyRecord(
         name=name,
         ts_ms=ts_ms,
@@ -197,7 +202,7 @@ def cluster_policy(
         state=POLICY_STATES.get(state, ""),
         namespace=_str(status.get("namespace")),
         conditions=tuple(c for c in conditions if c is not None),
-        generation=generation if isinstance(generation, int) else None,
+        generation=_int(meta.get("generation"), INT64),
         deleted=deleted,
         resource_version=_str(meta.get("resourceVersion")),
     )

@@ -420,6 +420,19 @@ def test_any_mangled_policy_is_a_record_or_none(obj: dict[str, Any]) -> None:
         assert codec.decode(codec.encode(got)) == got
 
 
+@pytest.mark.parametrize(
+    ("generation", "expected"),
+    [(3, 3), (False, None), (True, None), (2**63, None), ("3", None)],
+    ids=["int", "false", "true", "beyond-int64", "string"],
+)
+def test_a_policy_generation_is_an_int64_or_none(generation: object, expected: int | None) -> None:
+    meta = {**SEED_POLICY["metadata"], "generation": generation}
+    got = cluster_policy({**SEED_POLICY, "metadata": meta}, ts_ms=1)
+    assert got is not None
+    assert got.generation == expected
+    assert codec.decode(codec.encode(got)) == got
+
+
 def test_restart_counts_beyond_int32_are_not_counts() -> None:
     status = {**VALIDATOR["status"], "containerStatuses": [waiting("v", "CrashLoopBackOff", 2**62)]}
     got = operand_pod({**VALIDATOR, "status": status})
