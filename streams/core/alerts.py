@@ -14,7 +14,9 @@ the exporter's last-XID value changes while the device is watched (a value alrea
 first sight is history: reported in events, never fired), resolves after a quiet period without
 a new XID, and is resolved — never inherited — when the holders change. A device that is gone
 resolves whatever is open. Events without a reading (``telemetry.status: unknown``) neither
-start nor end an idle window.
+start nor end an idle window, unless they show a gap without readings longer than
+``reading_gap_s`` (:func:`streams.core.episodes.gap_ended`): that ends it, and the next reading
+starts a new one — unknown is never idle.
 
 No alert is lost at any crash point. A state change reaches its changelog and the alert it
 caused reaches the alerts topic through different partitions: a worker can die after the first
@@ -46,6 +48,7 @@ from streams.core.episodes import (
     HolderId,
     alert_id,
     episode_holders,
+    gap_ended,
     holder_ids,
     make_alert,
     named,
@@ -99,21 +102,25 @@ def _step_idle(
 ) -> tuple[DeviceAlerts, list[Alert]]:
     """``who``: the event's :func:`holder_ids`."""
     util = ev.usage.util_pct if ev.telemetry.status == "measured" else None
-    if ev.state == "unknown" and ev.origin != "gone":
+    ep = s.idle
+    gap = gap_ended(ev, p) if ep is not None else None
+    if gap is None and ev.state == "unknown" and ev.origin != "gone":
         return s, []  # holders unknown: neither start nor end an episode
     held = bool(ev.holders) and ev.state != "mig-parent"
-    ep = s.idle
     # built only for an alert: most events fire or resolve nothing
     fig = partial(AlertFigures, util_pct=util, util_threshold_pct=p.idle_threshold_pct)
     out: list[Alert] = []
     if ep is not None and (
-        ev.origin == "gone"
+        gap is not None
+        or ev.origin == "gone"
         or not held
         or not same_holders(ep.holders, who)
         or (util is not None and util >= p.idle_threshold_pct + p.idle_hysteresis_pct)
     ):
         if ep.firing:
-            if ev.origin == "gone":
+            if gap is not None:
+                why = gap
+            elif ev.origin == "gone":
                 why = f"the device is gone ({ev.telemetry.reason})"
             elif not held:
                 why = "holders left"
@@ -138,7 +145,7 @@ def _step_idle(
     if ev.origin == "gone" or not held or util is None or util >= p.idle_threshold_pct:
         return s, out  # no reading, busy, or inside the hysteresis band: nothing to start
     if ep is None:
-        return replace(s, idle=Episode(ev.ts_ms, holders=who)), out
+        return replace(s, idle=Episode(ev.ts_ms, holders=who, named=ev.holders)), out
     cooled = s.idle_resolved_ms is None or ev.ts_ms - s.idle_resolved_ms >= p.cooldown_s * 1000
     if not ep.firing and ev.ts_ms - ep.since_ms >= p.idle_window_s * 1000 and cooled:
         minutes = (ev.ts_ms - ep.since_ms) / 60000
@@ -146,7 +153,7 @@ def _step_idle(
             f"idle: {named(ev)} below {p.idle_threshold_pct:g}% utilization for "
             f"{minutes:.1f} min (now {util:g}%)"
         )
-        return replace(s, idle=replace(ep, firing=True, holders=who)), [
+        return replace(s, idle=replace(ep, firing=True, holders=who, named=ev.holders)), [
             *out,
             make_alert(ev, "idle", True, ep.since_ms, fig(), p.idle_window_s, summary),
         ]
@@ -238,7 +245,7 @@ def _step_xid(
         return s, out
     summary = f"XID {xid} on {ev.node} {ev.device_uuid}; owners: {named(ev)}"
     alert = make_alert(ev, "xid", True, ev.ts_ms, AlertFigures(xid=xid), None, summary)
-    return replace(s, xid=Episode(ev.ts_ms, True, who, xid)), [*out, alert]
+    return replace(s, xid=Episode(ev.ts_ms, True, who, xid, named=ev.holders)), [*out, alert]
 
 
 #: a device's low-efficiency and health alert states before they hold anything (immutable)

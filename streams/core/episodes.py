@@ -2,7 +2,13 @@
 holds the device, an alert's id and its record. Pure.
 
 An episode belongs to the holders it started under (:func:`same_holders`): when they change, it
-ends — resolved if it had fired — and is never inherited by the next holders.
+ends — resolved if it had fired — and is never inherited by the next holders. It remembers them
+in full (``named``), so an alert resolved by the device's last event (a node deleted: the event
+names nobody) still names them, with their UIDs.
+
+A window measures only what was measured (:func:`gap_ended`): an idle, low-efficiency or thermal
+episode never spans a gap without readings longer than ``reading_gap_s``; the event that shows
+such a gap ends it (resolved if it had fired), and the next reading starts a new one.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from dataclasses import dataclass
 
 from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Holder
 from contract.records import fast_init
+from infra.settings import AlertSettings
 
 #: a pod holding the device, as episodes remember it: (namespace, pod, uid or "")
 HolderId = tuple[str, str, str]
@@ -28,6 +35,9 @@ class Episode:
     value: int | None = None  # XID: the code that fired
     #: memory-fault, pcie-replays: the event time of the last rise (additive)
     last_ms: int | None = None
+    #: the holders in full as the episode last saw them (additive): what an alert resolved by
+    #: an event that names nobody (the device's last) names
+    named: tuple[Holder, ...] = ()
 
 
 def holder_ids(ev: AttributionEvent) -> tuple[HolderId, ...]:
@@ -92,7 +102,10 @@ def named(ev: AttributionEvent) -> str:
 
 
 def episode_holders(ep: Episode, ev: AttributionEvent) -> tuple[Holder, ...]:
-    """The holders an episode's alert names: the event's, when they are the episode's."""
+    """The holders an episode's alert names: the event's, when they are the episode's; at the
+    device's last event (``gone``: a node deleted names nobody), the episode's own."""
+    if ev.origin == "gone" and not ev.holders:
+        return ep.named
     return ev.holders if same_holders(ep.holders, holder_ids(ev)) else ()
 
 
@@ -108,3 +121,24 @@ def who_of(ep: Episode, ev: AttributionEvent) -> str:
 
 def gone_reason(ev: AttributionEvent) -> str:
     return f"the device is gone ({ev.telemetry.reason})"
+
+
+def unread_ms(ev: AttributionEvent) -> int | None:
+    """How long the device has gone without a reading at this event: since its last trusted
+    sample, else since the cause of the silence began. ``None`` for an event that carries a
+    reading, the device's last event, and one that says nothing of when the readings stopped."""
+    t = ev.telemetry
+    if t.status == "measured" or ev.origin == "gone":
+        return None
+    since = t.last_sample_ms if t.last_sample_ms is not None else t.since_ms
+    return None if since is None else ev.ts_ms - since
+
+
+def gap_ended(ev: AttributionEvent, p: AlertSettings) -> str | None:
+    """Why a measured window ends at this event: it shows a gap without readings longer than
+    ``reading_gap_s`` (``None``: it does not). Unknown is never idle, inefficient or hot."""
+    gap = unread_ms(ev)
+    if gap is None or gap <= p.reading_gap_s * 1000:
+        return None
+    cause = f", {ev.telemetry.cause}" if ev.telemetry.cause else ""
+    return f"no reading for {gap / 1000:.0f}s{cause} (a window spans at most {p.reading_gap_s:g}s)"

@@ -14,7 +14,9 @@
   ``health_quiet_s`` under that rate.
 
 Each belongs to the holders it fired under: when they change it is resolved, never inherited
-(the new holders start their own window); a device gone resolves all three. An increase that is
+(the new holders start their own window); a device gone resolves all three. An event that shows
+a gap without readings longer than ``reading_gap_s`` ends the thermal window
+(:func:`streams.core.episodes.gap_ended`). An increase that is
 not known — the agent's first scrape, a counter that reset (``health.counter_resets``) — is
 never a rise: an exporter restart fires nothing. Events without a reading, or whose holders are
 unknown, change nothing. State changes only on a transition, a rise, or a remap-failure flip:
@@ -33,6 +35,7 @@ from infra.settings import AlertSettings
 from streams.core.episodes import (
     Episode,
     episode_holders,
+    gap_ended,
     gone_reason,
     holder_ids,
     make_alert,
@@ -134,7 +137,7 @@ def _step_thermal(
     fig = partial(_thermal_figures, h, p)  # built only for an alert
     out: list[Alert] = []
     if ep is not None:
-        why = _ends(ep, ev, "heat")
+        why = _ends(ep, ev, "heat") or gap_ended(ev, p)
         if why is None and h is not None and _clear(h, p):
             why = "every figure back under its threshold"
         if why is not None:
@@ -144,7 +147,7 @@ def _step_thermal(
     if not over:
         return ep, out  # no reading, cool, or inside the hysteresis band
     if ep is None:
-        return Episode(ev.ts_ms, holders=holder_ids(ev)), out
+        return Episode(ev.ts_ms, holders=holder_ids(ev), named=ev.holders), out
     if not ep.firing and ev.ts_ms - ep.since_ms >= p.thermal_window_s * 1000:
         minutes = (ev.ts_ms - ep.since_ms) / 60000
         summary = (
@@ -185,7 +188,10 @@ def _quiet_episode(
         return ep, out
     summary = f"{what}: {rise} on {ev.node} {ev.device_uuid}; owners: {named(ev)}"
     alert = make_alert(ev, kind, True, ev.ts_ms, fig(), None, summary)
-    return Episode(ev.ts_ms, True, holder_ids(ev), last_ms=ev.ts_ms), [*out, alert]
+    return Episode(ev.ts_ms, True, holder_ids(ev), last_ms=ev.ts_ms, named=ev.holders), [
+        *out,
+        alert,
+    ]
 
 
 def _memory_rise(h: Health, was_failed: bool | None) -> str | None:
@@ -218,7 +224,12 @@ def step(
 ) -> tuple[HealthAlerts, list[Alert]]:
     """Advance one device's health alerts by one attribution event."""
     if ev.state == "unknown" and ev.origin != "gone":
-        return s, []  # holders unknown: nobody to join a change to
+        why = gap_ended(ev, p) if s.thermal is not None else None
+        if why is None:
+            return s, []  # holders unknown: nobody to join a change to
+        fig = partial(_thermal_figures, None, p)
+        ended = _resolved(ev, "thermal", s.thermal, fig, p.thermal_window_s, "thermal", why)
+        return replace(s, thermal=None), ended  # a gap ends the heat window, whoever holds it
     h = ev.health if ev.telemetry.status == "measured" and ev.origin != "gone" else None
     thermal, out = _step_thermal(s.thermal, ev, h, p)
     memory_fig = partial(  # the figures, built only for an alert
