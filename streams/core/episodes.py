@@ -6,6 +6,11 @@ ends — resolved if it had fired — and is never inherited by the next holders
 in full (``named``), so an alert resolved by the device's last event (a node deleted: the event
 names nobody) still names them, with their UIDs.
 
+A fault measured over a scrape interval (an XID, a memory fault, PCIe replays: what changed
+from the previous reading to this one) belongs to whoever held the device in that interval: when
+the holders changed since the previous reading (:func:`handed_over`), its alert names both the
+holders before and after, and is never opened on the successor alone.
+
 A window measures only what was measured (:func:`gap_ended`): an idle, low-efficiency or thermal
 episode never spans a gap without readings longer than ``reading_gap_s``; the event that shows
 such a gap ends it (resolved if it had fired), and the next reading starts a new one.
@@ -38,6 +43,9 @@ class Episode:
     #: the holders in full as the episode last saw them (additive): what an alert resolved by
     #: an event that names nobody (the device's last) names
     named: tuple[Holder, ...] = ()
+    #: a fault measured over a hand-over: the holders before it, named beside the episode's own
+    #: (additive)
+    before: tuple[Holder, ...] = ()
 
 
 def holder_ids(ev: AttributionEvent) -> tuple[HolderId, ...]:
@@ -103,17 +111,46 @@ def named(ev: AttributionEvent) -> str:
 
 def episode_holders(ep: Episode, ev: AttributionEvent) -> tuple[Holder, ...]:
     """The holders an episode's alert names: the event's, when they are the episode's; at the
-    device's last event (``gone``: a node deleted names nobody), the episode's own."""
+    device's last event (``gone``: a node deleted names nobody), the episode's own. A fault
+    measured over a hand-over names the holders before it too (:func:`fault_holders`)."""
     if ev.origin == "gone" and not ev.holders:
-        return ep.named
-    return ev.holders if same_holders(ep.holders, holder_ids(ev)) else ()
+        return (*ep.before, *ep.named)
+    if not same_holders(ep.holders, holder_ids(ev)):
+        return ()
+    return (*ep.before, *ev.holders) if ep.before else ev.holders
+
+
+def handed_over(previous: tuple[Holder, ...] | None, ev: AttributionEvent) -> tuple[Holder, ...]:
+    """The holders of the device's previous reading (``previous``) when they are not this
+    event's: the interval the event's counters and last-XID value measure spans a hand-over,
+    and a fault in it may be theirs. ``()`` when the holders are the same, or not known."""
+    if not previous or ev.state == "unknown":
+        return ()
+    ids = tuple(sorted({(h.namespace, h.pod, h.uid or "") for h in previous}))
+    return () if same_holders(ids, holder_ids(ev)) else previous
+
+
+def fault_holders(ev: AttributionEvent, before: tuple[Holder, ...]) -> tuple[Holder, ...]:
+    """Whom a fault measured over the interval up to this event names: the holders before a
+    hand-over the interval spans (``before``, :func:`handed_over`) and the event's."""
+    return (*before, *ev.holders) if before else ev.holders
+
+
+def fault_owners(ev: AttributionEvent, before: tuple[Holder, ...]) -> str:
+    """The owners a fault's summary names (:func:`fault_holders`)."""
+    if not before:
+        return named(ev)
+    pods = ", ".join(sorted({f"{h.namespace}/{h.pod}" for h in before}))
+    return f"{pods} until a hand-over within the interval, then {named(ev)}"
 
 
 def who_of(ep: Episode, ev: AttributionEvent) -> str:
     """The episode's holders by name (the event's may be others by now)."""
     if same_holders(ep.holders, holder_ids(ev)):
-        return named(ev)
-    pods = sorted({f"{ns}/{pod}" for ns, pod, _ in ep.holders})
+        return fault_owners(ev, ep.before)
+    pods = sorted(
+        {f"{ns}/{pod}" for ns, pod, _ in ep.holders} | {f"{h.namespace}/{h.pod}" for h in ep.before}
+    )
     if not pods:
         return f"nobody on {ev.device_uuid}"
     return f"{', '.join(pods)} on {ev.device_uuid}"

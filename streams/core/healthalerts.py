@@ -13,7 +13,9 @@
 - ``pcie-replays``: replays at or over ``pcie_replays_per_min`` fire; it resolves after
   ``health_quiet_s`` under that rate.
 
-Each belongs to the holders it fired under: when they change it is resolved, never inherited
+A memory fault or PCIe replays measured over a scrape interval that spans a hand-over names
+the holders before and after it (:func:`streams.core.episodes.handed_over`). Each belongs to the
+holders it fired under: when they change it is resolved, never inherited
 (the new holders start their own window); a device gone resolves all three. An event that shows
 a gap without readings longer than ``reading_gap_s`` ends the thermal window
 (:func:`streams.core.episodes.gap_ended`). An increase that is
@@ -29,12 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Health
+from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Health, Holder
 from contract.records import fast_init, replace
 from infra.settings import AlertSettings
 from streams.core.episodes import (
     Episode,
     episode_holders,
+    fault_holders,
+    fault_owners,
     gap_ended,
     gone_reason,
     holder_ids,
@@ -170,8 +174,10 @@ def _quiet_episode(
     fig: Callable[[], AlertFigures],
     p: AlertSettings,
     what: str,
+    before: tuple[Holder, ...] = (),
 ) -> tuple[Episode | None, list[Alert]]:
-    """One rise-driven episode: ``rise`` describes this event's rise (``None``: none)."""
+    """One rise-driven episode: ``rise`` describes this event's rise (``None``: none);
+    ``before``: the holders before a hand-over the rise's interval spans."""
     out: list[Alert] = []
     if ep is not None:
         why = _ends(ep, ev, what)
@@ -186,12 +192,11 @@ def _quiet_episode(
         ep = None
     if rise is None or ev.origin == "gone":
         return ep, out
-    summary = f"{what}: {rise} on {ev.node} {ev.device_uuid}; owners: {named(ev)}"
-    alert = make_alert(ev, kind, True, ev.ts_ms, fig(), None, summary)
-    return Episode(ev.ts_ms, True, holder_ids(ev), last_ms=ev.ts_ms, named=ev.holders), [
-        *out,
-        alert,
-    ]
+    owners = fault_owners(ev, before)
+    summary = f"{what}: {rise} on {ev.node} {ev.device_uuid}; owners: {owners}"
+    alert = make_alert(ev, kind, True, ev.ts_ms, fig(), None, summary, fault_holders(ev, before))
+    opened = Episode(ev.ts_ms, True, holder_ids(ev), last_ms=ev.ts_ms, named=ev.holders)
+    return replace(opened, before=before) if before else opened, [*out, alert]
 
 
 def _memory_rise(h: Health, was_failed: bool | None) -> str | None:
@@ -220,9 +225,10 @@ def _pcie_rise(h: Health, p: AlertSettings) -> str | None:
 
 
 def step(
-    s: HealthAlerts, ev: AttributionEvent, p: AlertSettings
+    s: HealthAlerts, ev: AttributionEvent, p: AlertSettings, before: tuple[Holder, ...] = ()
 ) -> tuple[HealthAlerts, list[Alert]]:
-    """Advance one device's health alerts by one attribution event."""
+    """Advance one device's health alerts by one attribution event (``before``: the holders
+    before a hand-over since the previous reading, :func:`streams.core.episodes.handed_over`)."""
     if ev.state == "unknown" and ev.origin != "gone":
         why = gap_ended(ev, p) if s.thermal is not None else None
         if why is None:
@@ -240,7 +246,7 @@ def step(
     )
     rise = _memory_rise(h, s.remap_failed) if h is not None else None
     memory, memory_out = _quiet_episode(
-        s.memory_fault, ev, rise, "memory-fault", memory_fig, p, "memory fault"
+        s.memory_fault, ev, rise, "memory-fault", memory_fig, p, "memory fault", before
     )
     pcie_fig = partial(
         AlertFigures,
@@ -249,7 +255,7 @@ def step(
     )
     pcie_rise = _pcie_rise(h, p) if h is not None else None
     pcie, pcie_out = _quiet_episode(
-        s.pcie, ev, pcie_rise, "pcie-replays", pcie_fig, p, "PCIe replays"
+        s.pcie, ev, pcie_rise, "pcie-replays", pcie_fig, p, "PCIe replays", before
     )
     failed = s.remap_failed
     if h is not None and h.row_remap_failure is not None:
