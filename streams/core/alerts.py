@@ -106,12 +106,17 @@ class DeviceAlerts:
 
 
 def _step_idle(
-    s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings, who: tuple[HolderId, ...]
+    s: DeviceAlerts,
+    ev: AttributionEvent,
+    p: AlertSettings,
+    who: tuple[HolderId, ...],
+    gap: str | None,
 ) -> tuple[DeviceAlerts, list[Alert]]:
-    """``who``: the event's :func:`holder_ids`."""
+    """``who``: the event's :func:`holder_ids`; ``gap``: why a gap without readings ends the
+    window at this event (:func:`gap_ended`), or ``None``."""
     util = ev.usage.util_pct if ev.telemetry.status == "measured" else None
     ep = s.idle
-    gap = gap_ended(ev, p) if ep is not None else None
+    gap = gap if ep is not None else None
     if gap is None and ev.state == "unknown" and ev.origin != "gone":
         return s, []  # holders unknown: neither start nor end an episode
     held = bool(ev.holders) and ev.state != "mig-parent"
@@ -269,9 +274,14 @@ _NO_HEALTH_ALERTS = HealthAlerts()
 
 
 def step(
-    state: DeviceAlerts | None, ev: AttributionEvent, policy: AlertSettings
+    state: DeviceAlerts | None,
+    ev: AttributionEvent,
+    policy: AlertSettings,
+    previous_ms: int | None = None,
 ) -> tuple[DeviceAlerts, list[Alert]]:
-    """Advance one device's alert state by one attribution event.
+    """Advance one device's alert state by one attribution event (``previous_ms``: for a
+    sample's event, the time of the agent's previous scrape of the device, where known: a gap
+    without readings since then longer than ``reading_gap_s`` restarts the windows).
 
     An event no later than the last change applied (a replay after a crash) changes nothing and
     returns the alerts it caused the first time, if any (see the module docstring)."""
@@ -288,15 +298,16 @@ def step(
     who = holder_ids(ev)
     measured = ev.telemetry.status == "measured" and ev.origin != "gone"
     handed = handed_over(before.read_by, ev) if measured else ()
-    s, idle = _step_idle(before, ev, policy, who)
+    gap = gap_ended(ev, policy, previous_ms)  # decided once for the idle, low-eff, heat windows
+    s, idle = _step_idle(before, ev, policy, who, gap)
     s, orphan = _step_orphan(s, ev, policy)
     s, xid = _step_xid(s, ev, policy, who, handed)
     low_eff_was = s.low_eff or _NO_LOW_EFFICIENCY
-    low_eff, low = step_low_efficiency(low_eff_was, ev, policy)
+    low_eff, low = step_low_efficiency(low_eff_was, ev, policy, gap)
     if low_eff is not low_eff_was and low_eff != low_eff_was:
         s = replace(s, low_eff=low_eff)
     health_was = s.health or _NO_HEALTH_ALERTS
-    health, sick = step_health(health_was, ev, policy, handed)
+    health, sick = step_health(health_was, ev, policy, handed, gap)
     if health is not health_was and health != health_was:
         s = replace(s, health=health)
     if measured and ev.state != "unknown" and _read_by_moved(s.read_by, who):

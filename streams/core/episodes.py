@@ -160,21 +160,25 @@ def gone_reason(ev: AttributionEvent) -> str:
     return f"the device is gone ({ev.telemetry.reason})"
 
 
-def unread_ms(ev: AttributionEvent) -> int | None:
-    """How long the device has gone without a reading at this event: since its last trusted
-    sample, else since the cause of the silence began. ``None`` for an event that carries a
-    reading, the device's last event, and one that says nothing of when the readings stopped."""
+def unread_ms(ev: AttributionEvent, previous_ms: int | None = None) -> int | None:
+    """How long the device went without a reading up to this event. An event without one: since
+    its last trusted sample, else since the cause of the silence began. A reading: since the
+    device's previous one (``previous_ms``, the agent's previous scrape of it, where known).
+    ``None`` for the device's last event, and where nothing says when the readings stopped."""
     t = ev.telemetry
-    if t.status == "measured" or ev.origin == "gone":
+    if ev.origin == "gone":
         return None
+    if t.status == "measured":
+        return None if previous_ms is None else ev.ts_ms - previous_ms
     since = t.last_sample_ms if t.last_sample_ms is not None else t.since_ms
     return None if since is None else ev.ts_ms - since
 
 
-def gap_ended(ev: AttributionEvent, p: AlertSettings) -> str | None:
+def gap_ended(ev: AttributionEvent, p: AlertSettings, previous_ms: int | None = None) -> str | None:
     """Why a measured window ends at this event: it shows a gap without readings longer than
-    ``reading_gap_s`` (``None``: it does not). Unknown is never idle, inefficient or hot."""
-    gap = unread_ms(ev)
+    ``reading_gap_s`` (``None``: it does not; ``previous_ms``: :func:`unread_ms`). A reading
+    after such a gap starts a new window. Unknown is never idle, inefficient or hot."""
+    gap = unread_ms(ev, previous_ms)
     if gap is None or gap <= p.reading_gap_s * 1000:
         return None
     cause = f", {ev.telemetry.cause}" if ev.telemetry.cause else ""

@@ -39,7 +39,6 @@ from streams.core.episodes import (
     episode_holders,
     fault_holders,
     fault_owners,
-    gap_ended,
     gone_reason,
     holder_ids,
     make_alert,
@@ -136,12 +135,12 @@ def _clear(h: Health, p: AlertSettings) -> bool:
 
 
 def _step_thermal(
-    ep: Episode | None, ev: AttributionEvent, h: Health | None, p: AlertSettings
+    ep: Episode | None, ev: AttributionEvent, h: Health | None, p: AlertSettings, gap: str | None
 ) -> tuple[Episode | None, list[Alert]]:
     fig = partial(_thermal_figures, h, p)  # built only for an alert
     out: list[Alert] = []
     if ep is not None:
-        why = _ends(ep, ev, "heat") or gap_ended(ev, p)
+        why = _ends(ep, ev, "heat") or gap
         if why is None and h is not None and _clear(h, p):
             why = "every figure back under its threshold"
         if why is not None:
@@ -225,19 +224,26 @@ def _pcie_rise(h: Health, p: AlertSettings) -> str | None:
 
 
 def step(
-    s: HealthAlerts, ev: AttributionEvent, p: AlertSettings, before: tuple[Holder, ...] = ()
+    s: HealthAlerts,
+    ev: AttributionEvent,
+    p: AlertSettings,
+    before: tuple[Holder, ...] = (),
+    gap: str | None = None,
 ) -> tuple[HealthAlerts, list[Alert]]:
     """Advance one device's health alerts by one attribution event (``before``: the holders
-    before a hand-over since the previous reading, :func:`streams.core.episodes.handed_over`)."""
+    before a hand-over since the previous reading, :func:`streams.core.episodes.handed_over`;
+    ``gap``: why a gap without readings ends the heat window here,
+    :func:`streams.core.episodes.gap_ended`)."""
     if ev.state == "unknown" and ev.origin != "gone":
-        why = gap_ended(ev, p) if s.thermal is not None else None
-        if why is None:
+        hot = s.thermal
+        why = gap if hot is not None else None
+        if hot is None or why is None:
             return s, []  # holders unknown: nobody to join a change to
         fig = partial(_thermal_figures, None, p)
-        ended = _resolved(ev, "thermal", s.thermal, fig, p.thermal_window_s, "thermal", why)
+        ended = _resolved(ev, "thermal", hot, fig, p.thermal_window_s, "thermal", why)
         return replace(s, thermal=None), ended  # a gap ends the heat window, whoever holds it
     h = ev.health if ev.telemetry.status == "measured" and ev.origin != "gone" else None
-    thermal, out = _step_thermal(s.thermal, ev, h, p)
+    thermal, out = _step_thermal(s.thermal, ev, h, p, gap)
     memory_fig = partial(  # the figures, built only for an alert
         AlertFigures,
         uncorrectable_remapped_rows=h.uncorrectable_remapped_rows if h else None,

@@ -30,7 +30,6 @@ from infra.settings import AlertSettings
 from streams.core.episodes import (
     Episode,
     episode_holders,
-    gap_ended,
     gone_reason,
     holder_ids,
     make_alert,
@@ -69,11 +68,12 @@ def _ended(
     busy: float | None,
     eff: float | None,
     p: AlertSettings,
+    gap: str | None,
 ) -> str | None:
     """Why the episode ends at this event, or ``None``."""
     if ev.origin == "gone":
         return gone_reason(ev)
-    if (gap := gap_ended(ev, p)) is not None:
+    if gap is not None:
         return gap
     if not held:
         return "holders left"
@@ -87,14 +87,11 @@ def _ended(
 
 
 def step(
-    s: LowEfficiency, ev: AttributionEvent, p: AlertSettings
+    s: LowEfficiency, ev: AttributionEvent, p: AlertSettings, gap: str | None = None
 ) -> tuple[LowEfficiency, list[Alert]]:
-    """Advance one device's low-efficiency state by one attribution event."""
-    if (
-        ev.state == "unknown"
-        and ev.origin != "gone"
-        and (s.episode is None or gap_ended(ev, p) is None)
-    ):
+    """Advance one device's low-efficiency state by one attribution event (``gap``: why a gap
+    without readings ends the window here, :func:`streams.core.episodes.gap_ended`)."""
+    if ev.state == "unknown" and ev.origin != "gone" and (s.episode is None or gap is None):
         return s, []  # holders unknown: neither start nor end an episode (but a gap ends it)
     measured = ev.telemetry.status == "measured"
     busy = ev.activity.busy_pct if measured else None
@@ -103,7 +100,7 @@ def step(
     fig = partial(_figures, busy, eff, ev, p)  # built only for an alert
     out: list[Alert] = []
     ep = s.episode
-    if ep is not None and (why := _ended(ep, ev, held, busy, eff, p)) is not None:
+    if ep is not None and (why := _ended(ep, ev, held, busy, eff, p, gap)) is not None:
         if ep.firing:
             summary = f"resolved: low efficiency: {who_of(ep, ev)}: {why}"
             out.append(

@@ -117,6 +117,34 @@ def test_a_gap_longer_than_the_bound_restarts_a_pending_window(
 
 
 @pytest.mark.parametrize(("kind", "reading"), KINDS)
+@pytest.mark.parametrize(
+    ("previous_s", "started_s"),
+    [
+        pytest.param(30, 7230, id="gap-of-two-hours-restarts"),
+        pytest.param(7200, 0, id="gap-within-the-bound-keeps-the-window"),
+        pytest.param(None, 0, id="previous-scrape-not-known"),
+    ],
+)
+def test_a_reading_after_a_gap_no_event_showed_restarts_the_window(
+    kind: str,
+    reading: tuple[float, float | None, float | None],
+    previous_s: int | None,
+    started_s: int,
+) -> None:
+    """Nothing came between two readings (no heartbeat): the reading's own interval since the
+    agent's previous scrape of the device says how long the device went unread."""
+    state, _ = run([ev(0, reading), ev(30, reading)])
+    previous_ms = None if previous_s is None else previous_s * 1000
+    state, alerts = step(state, ev(7230, reading), POLICY, previous_ms)
+    for t in range(7240, 7300, 10):
+        state, more = step(state, ev(t, reading), POLICY, (t - 10) * 1000)
+        alerts += more
+    assert [(a.kind, a.status, a.started_ms // 1000) for a in alerts] == [
+        (kind, "firing", started_s)
+    ]
+
+
+@pytest.mark.parametrize(("kind", "reading"), KINDS)
 def test_a_gap_longer_than_the_bound_resolves_a_firing_alert(
     kind: str, reading: tuple[float, float | None, float | None]
 ) -> None:
