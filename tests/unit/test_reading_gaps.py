@@ -30,6 +30,7 @@ from contract.outputs import (
 from infra.settings import AlertSettings
 from streams.core.alerts import DeviceAlerts, step
 from streams.core.processor import Output, Processor, Tables
+from streams.core.promseries import families
 from streams.core.tables import alert_key
 from streams.core.views import Filter, device_row, select
 
@@ -209,6 +210,8 @@ def test_two_hours_without_readings_are_not_idle_time_in_alerts_views_or_supply(
     row = device_row(during[-1], state)
     assert (row.idle_since_ms, row.idle_s) == (None, None)  # unknown is never idle
     assert select([row], Filter(idle=True)) == []
+    idle_series = [f for f in families([row]) if f.name == "gpuattr_device_idle_seconds"]
+    assert [f.samples for f in idle_series] == [[]]
     back = last + 125 * MIN
     outputs += p.handle(AgentStatus("n", back, (SourceStatus("dcgm", "ok", back),)))
     outputs += p.handle(idle_sample(back))  # one 0 % reading
@@ -238,3 +241,16 @@ def test_an_alert_resolved_by_the_node_deleted_names_its_holders_with_uids() -> 
     resolved = idle[1]
     assert "deleted" in resolved.summary
     assert [(h.namespace, h.pod, h.uid) for h in resolved.holders] == [("ml", "p0", "uid-p0")]
+
+
+def test_a_device_row_whose_latest_event_has_no_reading_is_not_idle() -> None:
+    """Inside the bound the idle episode is still open, but the row (and the series built from
+    it) shows only measured idle time."""
+    state, _ = run([ev(0, IDLE), ev(30, IDLE)])
+    assert state is not None
+    assert state.idle is not None
+    measured = device_row(ev(60, IDLE), state)
+    unknown = device_row(unread(90, 60), state)
+    assert (measured.idle_since_ms, measured.idle_s) == (0, 60.0)
+    assert (unknown.idle_since_ms, unknown.idle_s) == (None, None)
+    assert select([measured, unknown], Filter(idle=True)) == [measured]
