@@ -55,6 +55,7 @@ from streams.core.episodes import (
     gap_ended,
     handed_over,
     holder_ids,
+    ids_of,
     make_alert,
     named,
     same_holders,
@@ -325,7 +326,7 @@ def _read_by_moved(read_by: tuple[Holder, ...] | None, who: tuple[HolderId, ...]
     """The holders of this reading are not the ones remembered (a UID resolved counts)."""
     if read_by is None:
         return True
-    return tuple(sorted({(h.namespace, h.pod, h.uid or "") for h in read_by})) != who
+    return ids_of(read_by) != who
 
 
 def annotation_value(annotations: dict[str, str], name: str) -> float | None:

@@ -48,8 +48,12 @@ class Episode:
     before: tuple[Holder, ...] = ()
 
 
+def ids_of(holders: tuple[Holder, ...]) -> tuple[HolderId, ...]:
+    return tuple(sorted({(h.namespace, h.pod, h.uid or "") for h in holders}))
+
+
 def holder_ids(ev: AttributionEvent) -> tuple[HolderId, ...]:
-    return tuple(sorted({(h.namespace, h.pod, h.uid or "") for h in ev.holders}))
+    return ids_of(ev.holders)
 
 
 def same_holders(a: tuple[HolderId, ...], b: tuple[HolderId, ...]) -> bool:
@@ -126,8 +130,7 @@ def handed_over(previous: tuple[Holder, ...] | None, ev: AttributionEvent) -> tu
     and a fault in it may be theirs. ``()`` when the holders are the same, or not known."""
     if not previous or ev.state == "unknown":
         return ()
-    ids = tuple(sorted({(h.namespace, h.pod, h.uid or "") for h in previous}))
-    return () if same_holders(ids, holder_ids(ev)) else previous
+    return () if same_holders(ids_of(previous), holder_ids(ev)) else previous
 
 
 def fault_holders(ev: AttributionEvent, before: tuple[Holder, ...]) -> tuple[Holder, ...]:

@@ -13,16 +13,16 @@
 - ``pcie-replays``: replays at or over ``pcie_replays_per_min`` fire; it resolves after
   ``health_quiet_s`` under that rate.
 
-A memory fault or PCIe replays measured over a scrape interval that spans a hand-over names
-the holders before and after it (:func:`streams.core.episodes.handed_over`). Each belongs to the
-holders it fired under: when they change it is resolved, never inherited
-(the new holders start their own window); a device gone resolves all three. An event that shows
-a gap without readings longer than ``reading_gap_s`` ends the thermal window
-(:func:`streams.core.episodes.gap_ended`). An increase that is
-not known — the agent's first scrape, a counter that reset (``health.counter_resets``) — is
-never a rise: an exporter restart fires nothing. Events without a reading, or whose holders are
-unknown, change nothing. State changes only on a transition, a rise, or a remap-failure flip:
-a healthy device in steady state writes nothing.
+Each belongs to the holders it fired under: when they change it is resolved, never inherited
+(the new holders start their own window); a device gone resolves all three. A memory fault or
+PCIe replays measured over a scrape interval that spans a hand-over names the holders before and
+after it (:func:`streams.core.episodes.handed_over`). An event that shows a gap without readings
+longer than ``reading_gap_s`` ends the thermal window (:func:`streams.core.episodes.gap_ended`,
+decided by the caller). An increase that is not known — the agent's first scrape, a counter
+that reset (``health.counter_resets``) — is never a rise: an exporter restart fires nothing.
+Events without a reading, or whose holders are unknown, change nothing (but a gap's end). State
+changes only on a transition, a rise, or a remap-failure flip: a healthy device in steady state
+writes nothing.
 """
 
 from __future__ import annotations
