@@ -182,7 +182,8 @@ def gap_ended(ev: AttributionEvent, p: AlertSettings, previous_ms: int | None = 
     ``reading_gap_s`` (``None``: it does not; ``previous_ms``: :func:`unread_ms`). A reading
     after such a gap starts a new window. Unknown is never idle, inefficient or hot."""
     gap = unread_ms(ev, previous_ms)
-    if gap is None or gap <= p.reading_gap_s * 1000:
+    # at the bound already: a node reported silent (stale) after exactly that long ends it
+    if gap is None or gap < p.reading_gap_s * 1000:
         return None
     cause = f", {ev.telemetry.cause}" if ev.telemetry.cause else ""
     return f"no reading for {gap / 1000:.0f}s{cause} (a window spans at most {p.reading_gap_s:g}s)"

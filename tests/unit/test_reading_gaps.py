@@ -9,6 +9,7 @@ import pytest
 
 from contract.inputs import (
     AgentStatus,
+    ClockTick,
     DcgmSample,
     DeviceAssignment,
     NodeRecord,
@@ -29,6 +30,7 @@ from contract.outputs import (
 )
 from infra.settings import AlertSettings
 from streams.core.alerts import DeviceAlerts, step
+from streams.core.episodes import gap_ended
 from streams.core.processor import Output, Processor, Tables
 from streams.core.promseries import families
 from streams.core.tables import alert_key
@@ -163,7 +165,7 @@ def test_a_gap_longer_than_the_bound_resolves_a_firing_alert(
 def test_a_gap_within_the_bound_neither_starts_nor_ends_a_window(
     kind: str, reading: tuple[float, float | None, float | None]
 ) -> None:
-    events = [ev(0, reading), ev(10, reading), unread(100, 10), unread(190, 10)]
+    events = [ev(0, reading), ev(10, reading), unread(100, 10), unread(185, 10)]
     events += [ev(t, reading) for t in range(200, 260, 10)]  # 250 s: the window from 0 is over
     _, alerts = run(events)
     assert [(a.kind, a.status, a.started_ms // 1000, a.ts_ms // 1000) for a in alerts] == [
@@ -254,3 +256,46 @@ def test_a_device_row_whose_latest_event_has_no_reading_is_not_idle() -> None:
     assert (measured.idle_since_ms, measured.idle_s) == (0, 60.0)
     assert (unknown.idle_since_ms, unknown.idle_s) == (None, None)
     assert select([measured, unknown], Filter(idle=True)) == [measured]
+
+
+def test_a_node_reported_stale_ends_its_windows_and_its_return_starts_new_ones() -> None:
+    """The agent itself went silent (its restart loses the previous scrape: no interval)."""
+    p = Processor(Tables.in_memory(), POLICY.model_copy(update={"idle_window_s": 1800.0}))
+    p.handle(NodeRecord("n", 0, ()))
+    p.handle(PodRecord("n", 0, "uid-p0", "ml", "p0", 0))
+    p.handle(PodResourcesSnapshot("n", 0, (P0,)))
+    for t in range(0, 5 * MIN + 1, 30_000):
+        p.handle(idle_sample(t))
+    stale = p.handle(ClockTick(0, 8 * MIN + 30_000))  # silent over three minutes: stale
+    assert any(isinstance(o, AttributionEvent) and o.origin == "stale" for o in stale)
+    back = 9 * MIN
+    p.handle(AgentStatus("n", back, (SourceStatus("dcgm", "ok", back),)))
+    p.handle(idle_sample(back))
+    state = p.tables.alert_state.get(alert_key("n", G0))
+    assert state is not None
+    assert state.idle is not None
+    assert state.idle.since_ms == back
+
+
+@pytest.mark.parametrize(
+    ("event", "previous_ms", "ends"),
+    [
+        pytest.param(unread(250, 60), None, True, id="unknown-190s-since-the-last-sample"),
+        pytest.param(unread(240, 60), None, True, id="unknown-exactly-at-the-bound"),
+        pytest.param(unread(239, 60), None, False, id="unknown-inside-the-bound"),
+        pytest.param(ev(250, IDLE), 60_000, True, id="reading-190s-after-the-previous"),
+        pytest.param(ev(250, IDLE), 240_000, False, id="reading-10s-after-the-previous"),
+        pytest.param(ev(250, IDLE), None, False, id="reading-previous-not-known"),
+        pytest.param(
+            replace(unread(250, 60), telemetry=Telemetry("unknown", "unplaced", "no slot")),
+            None,
+            False,
+            id="unknown-nothing-says-since-when",
+        ),
+        pytest.param(
+            replace(unread(250, 60), origin="gone"), None, False, id="gone-resolves-by-itself"
+        ),
+    ],
+)
+def test_gap_ended(event: AttributionEvent, previous_ms: int | None, ends: bool) -> None:
+    assert (gap_ended(event, POLICY, previous_ms) is not None) is ends
