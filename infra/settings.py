@@ -245,6 +245,12 @@ class AlertSettings(BaseSettings):
     pcie_replays_per_min: float = Field(default=8.0, gt=0)
     #: a memory-fault or pcie-replays alert resolves after this long without a new rise
     health_quiet_s: float = Field(default=900.0, gt=0)
+    #: an idle, low-efficiency or thermal window never spans a gap without readings longer than
+    #: this: the event that shows one ends the episode (resolved if it had fired) and the next
+    #: reading starts a new one. Heartbeats show a gap (``GPUATTR_SPINE_HEARTBEAT_S``), so it is
+    #: a few of them: the default is three, the spine's default ``stale_after_s`` (keep it at
+    #: most that: a node reported stale then ends its windows)
+    reading_gap_s: float = Field(default=180.0, gt=0)
     #: demand-while-idle: a pod of a pool has waited this long while a GPU of the same pool
     #: has been allocated and measured idle this long (event time)
     demand_window_s: float = Field(default=900.0, gt=0)

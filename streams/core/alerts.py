@@ -12,9 +12,13 @@ holders change, it ends (resolved if it had fired) and a new window starts for t
 nobody is alerted for the time a GPU sat idle under its previous owner. An XID alert fires when
 the exporter's last-XID value changes while the device is watched (a value already there at
 first sight is history: reported in events, never fired), resolves after a quiet period without
-a new XID, and is resolved — never inherited — when the holders change. A device that is gone
+a new XID, and is resolved — never inherited — when the holders change. An XID first seen at
+a reading whose interval spans a hand-over (the holders of the previous reading, ``read_by``,
+are not this one's) names both the holders before and after. A device that is gone
 resolves whatever is open. Events without a reading (``telemetry.status: unknown``) neither
-start nor end an idle window.
+start nor end an idle window, unless they show a gap without readings longer than
+``reading_gap_s`` (:func:`streams.core.episodes.gap_ended`): that ends it, and the next reading
+starts a new one — unknown is never idle.
 
 No alert is lost at any crash point. A state change reaches its changelog and the alert it
 caused reaches the alerts topic through different partitions: a worker can die after the first
@@ -38,7 +42,7 @@ from contract.annotations import (
     LOW_EFF_WINDOW_S,
     override,
 )
-from contract.outputs import Alert, AlertFigures, AttributionEvent
+from contract.outputs import Alert, AlertFigures, AttributionEvent, Holder
 from contract.records import fast_init, replace
 from infra.settings import AlertSettings
 from streams.core.episodes import (
@@ -46,7 +50,12 @@ from streams.core.episodes import (
     HolderId,
     alert_id,
     episode_holders,
+    fault_holders,
+    fault_owners,
+    gap_ended,
+    handed_over,
     holder_ids,
+    ids_of,
     make_alert,
     named,
     same_holders,
@@ -92,28 +101,40 @@ class DeviceAlerts:
     low_eff: LowEfficiency | None = None
     #: additive (issue 29): thermal, memory-fault, pcie-replays (:mod:`streams.core.healthalerts`)
     health: HealthAlerts | None = None
+    #: additive: the holders at the device's last reading (written when they change): a fault
+    #: the next reading measures over a hand-over names them too (:func:`handed_over`)
+    read_by: tuple[Holder, ...] | None = None
 
 
 def _step_idle(
-    s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings, who: tuple[HolderId, ...]
+    s: DeviceAlerts,
+    ev: AttributionEvent,
+    p: AlertSettings,
+    who: tuple[HolderId, ...],
+    gap: str | None,
 ) -> tuple[DeviceAlerts, list[Alert]]:
-    """``who``: the event's :func:`holder_ids`."""
+    """``who``: the event's :func:`holder_ids`; ``gap``: why a gap without readings ends the
+    window at this event (:func:`gap_ended`), or ``None``."""
     util = ev.usage.util_pct if ev.telemetry.status == "measured" else None
-    if ev.state == "unknown" and ev.origin != "gone":
+    ep = s.idle
+    gap = gap if ep is not None else None
+    if gap is None and ev.state == "unknown" and ev.origin != "gone":
         return s, []  # holders unknown: neither start nor end an episode
     held = bool(ev.holders) and ev.state != "mig-parent"
-    ep = s.idle
     # built only for an alert: most events fire or resolve nothing
     fig = partial(AlertFigures, util_pct=util, util_threshold_pct=p.idle_threshold_pct)
     out: list[Alert] = []
     if ep is not None and (
-        ev.origin == "gone"
+        gap is not None
+        or ev.origin == "gone"
         or not held
         or not same_holders(ep.holders, who)
         or (util is not None and util >= p.idle_threshold_pct + p.idle_hysteresis_pct)
     ):
         if ep.firing:
-            if ev.origin == "gone":
+            if gap is not None:
+                why = gap
+            elif ev.origin == "gone":
                 why = f"the device is gone ({ev.telemetry.reason})"
             elif not held:
                 why = "holders left"
@@ -138,7 +159,7 @@ def _step_idle(
     if ev.origin == "gone" or not held or util is None or util >= p.idle_threshold_pct:
         return s, out  # no reading, busy, or inside the hysteresis band: nothing to start
     if ep is None:
-        return replace(s, idle=Episode(ev.ts_ms, holders=who)), out
+        return replace(s, idle=Episode(ev.ts_ms, holders=who, named=ev.holders)), out
     cooled = s.idle_resolved_ms is None or ev.ts_ms - s.idle_resolved_ms >= p.cooldown_s * 1000
     if not ep.firing and ev.ts_ms - ep.since_ms >= p.idle_window_s * 1000 and cooled:
         minutes = (ev.ts_ms - ep.since_ms) / 60000
@@ -146,7 +167,7 @@ def _step_idle(
             f"idle: {named(ev)} below {p.idle_threshold_pct:g}% utilization for "
             f"{minutes:.1f} min (now {util:g}%)"
         )
-        return replace(s, idle=replace(ep, firing=True, holders=who)), [
+        return replace(s, idle=replace(ep, firing=True, holders=who, named=ev.holders)), [
             *out,
             make_alert(ev, "idle", True, ep.since_ms, fig(), p.idle_window_s, summary),
         ]
@@ -200,9 +221,14 @@ def _step_orphan(
 
 
 def _step_xid(
-    s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings, who: tuple[HolderId, ...]
+    s: DeviceAlerts,
+    ev: AttributionEvent,
+    p: AlertSettings,
+    who: tuple[HolderId, ...],
+    before: tuple[Holder, ...],
 ) -> tuple[DeviceAlerts, list[Alert]]:
-    """``who``: the event's :func:`holder_ids`."""
+    """``who``: the event's :func:`holder_ids`; ``before``: the holders before a hand-over since
+    the previous reading (:func:`handed_over`), whose XID this may be."""
     out: list[Alert] = []
     ep = s.xid
     xid = ev.usage.xid if ev.telemetry.status == "measured" else None
@@ -236,9 +262,11 @@ def _step_xid(
         # 0: the exporter restarted (the last-XID value reset); at first sight: history, the
         # XID happened before we watched, under holders we cannot name
         return s, out
-    summary = f"XID {xid} on {ev.node} {ev.device_uuid}; owners: {named(ev)}"
-    alert = make_alert(ev, "xid", True, ev.ts_ms, AlertFigures(xid=xid), None, summary)
-    return replace(s, xid=Episode(ev.ts_ms, True, who, xid)), [*out, alert]
+    summary = f"XID {xid} on {ev.node} {ev.device_uuid}; owners: {fault_owners(ev, before)}"
+    fig = AlertFigures(xid=xid)
+    alert = make_alert(ev, "xid", True, ev.ts_ms, fig, None, summary, fault_holders(ev, before))
+    episode = Episode(ev.ts_ms, True, who, xid, named=ev.holders, before=before)
+    return replace(s, xid=episode), [*out, alert]
 
 
 #: a device's low-efficiency and health alert states before they hold anything (immutable)
@@ -247,9 +275,14 @@ _NO_HEALTH_ALERTS = HealthAlerts()
 
 
 def step(
-    state: DeviceAlerts | None, ev: AttributionEvent, policy: AlertSettings
+    state: DeviceAlerts | None,
+    ev: AttributionEvent,
+    policy: AlertSettings,
+    previous_ms: int | None = None,
 ) -> tuple[DeviceAlerts, list[Alert]]:
-    """Advance one device's alert state by one attribution event.
+    """Advance one device's alert state by one attribution event (``previous_ms``: for a
+    sample's event, the time of the agent's previous scrape of the device, where known: a gap
+    without readings since then longer than ``reading_gap_s`` restarts the windows).
 
     An event no later than the last change applied (a replay after a crash) changes nothing and
     returns the alerts it caused the first time, if any (see the module docstring)."""
@@ -264,17 +297,22 @@ def step(
             # be behind the node's), unless it was applied already
             return before, replayed
     who = holder_ids(ev)
-    s, idle = _step_idle(before, ev, policy, who)
+    measured = ev.telemetry.status == "measured" and ev.origin != "gone"
+    handed = handed_over(before.read_by, ev) if measured else ()
+    gap = gap_ended(ev, policy, previous_ms)  # decided once for the idle, low-eff, heat windows
+    s, idle = _step_idle(before, ev, policy, who, gap)
     s, orphan = _step_orphan(s, ev, policy)
-    s, xid = _step_xid(s, ev, policy, who)
+    s, xid = _step_xid(s, ev, policy, who, handed)
     low_eff_was = s.low_eff or _NO_LOW_EFFICIENCY
-    low_eff, low = step_low_efficiency(low_eff_was, ev, policy)
+    low_eff, low = step_low_efficiency(low_eff_was, ev, policy, gap)
     if low_eff is not low_eff_was and low_eff != low_eff_was:
         s = replace(s, low_eff=low_eff)
     health_was = s.health or _NO_HEALTH_ALERTS
-    health, sick = step_health(health_was, ev, policy)
+    health, sick = step_health(health_was, ev, policy, handed, gap)
     if health is not health_was and health != health_was:
         s = replace(s, health=health)
+    if measured and ev.state != "unknown" and _read_by_moved(s.read_by, who):
+        s = replace(s, read_by=ev.holders)
     alerts = [*idle, *orphan, *xid, *low, *sick]
     if s is before or s == before:
         return before, alerts  # nothing changed (and so nothing fired): no table write
@@ -282,6 +320,13 @@ def step(
         emission = Emission(ev.ts_ms, tuple(alerts), gone)
         s = replace(s, emitted=(emission, *s.emitted)[:EMITTED_MAX])
     return replace(s, seen_ms=max(ev.ts_ms, before.seen_ms or ev.ts_ms)), alerts
+
+
+def _read_by_moved(read_by: tuple[Holder, ...] | None, who: tuple[HolderId, ...]) -> bool:
+    """The holders of this reading are not the ones remembered (a UID resolved counts)."""
+    if read_by is None:
+        return True
+    return ids_of(read_by) != who
 
 
 def annotation_value(annotations: dict[str, str], name: str) -> float | None:

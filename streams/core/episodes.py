@@ -2,7 +2,18 @@
 holds the device, an alert's id and its record. Pure.
 
 An episode belongs to the holders it started under (:func:`same_holders`): when they change, it
-ends — resolved if it had fired — and is never inherited by the next holders.
+ends — resolved if it had fired — and is never inherited by the next holders. It remembers them
+in full (``named``), so an alert resolved by the device's last event (a node deleted: the event
+names nobody) still names them, with their UIDs.
+
+A fault measured over a scrape interval (an XID, a memory fault, PCIe replays: what changed
+from the previous reading to this one) belongs to whoever held the device in that interval: when
+the holders changed since the previous reading (:func:`handed_over`), its alert names both the
+holders before and after, and is never opened on the successor alone.
+
+A window measures only what was measured (:func:`gap_ended`): an idle, low-efficiency or thermal
+episode never spans a gap without readings longer than ``reading_gap_s``; the event that shows
+such a gap ends it (resolved if it had fired), and the next reading starts a new one.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ from dataclasses import dataclass
 
 from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Holder
 from contract.records import fast_init
+from infra.settings import AlertSettings
 
 #: a pod holding the device, as episodes remember it: (namespace, pod, uid or "")
 HolderId = tuple[str, str, str]
@@ -28,10 +40,20 @@ class Episode:
     value: int | None = None  # XID: the code that fired
     #: memory-fault, pcie-replays: the event time of the last rise (additive)
     last_ms: int | None = None
+    #: the holders in full as the episode last saw them (additive): what an alert resolved by
+    #: an event that names nobody (the device's last) names
+    named: tuple[Holder, ...] = ()
+    #: a fault measured over a hand-over: the holders before it, named beside the episode's own
+    #: (additive)
+    before: tuple[Holder, ...] = ()
+
+
+def ids_of(holders: tuple[Holder, ...]) -> tuple[HolderId, ...]:
+    return tuple(sorted({(h.namespace, h.pod, h.uid or "") for h in holders}))
 
 
 def holder_ids(ev: AttributionEvent) -> tuple[HolderId, ...]:
-    return tuple(sorted({(h.namespace, h.pod, h.uid or "") for h in ev.holders}))
+    return ids_of(ev.holders)
 
 
 def same_holders(a: tuple[HolderId, ...], b: tuple[HolderId, ...]) -> bool:
@@ -92,15 +114,46 @@ def named(ev: AttributionEvent) -> str:
 
 
 def episode_holders(ep: Episode, ev: AttributionEvent) -> tuple[Holder, ...]:
-    """The holders an episode's alert names: the event's, when they are the episode's."""
-    return ev.holders if same_holders(ep.holders, holder_ids(ev)) else ()
+    """The holders an episode's alert names: the event's, when they are the episode's; at the
+    device's last event (``gone``: a node deleted names nobody), the episode's own. A fault
+    measured over a hand-over names the holders before it too (:func:`fault_holders`)."""
+    if ev.origin == "gone" and not ev.holders:
+        return (*ep.before, *ep.named)
+    if not same_holders(ep.holders, holder_ids(ev)):
+        return ()
+    return (*ep.before, *ev.holders) if ep.before else ev.holders
+
+
+def handed_over(previous: tuple[Holder, ...] | None, ev: AttributionEvent) -> tuple[Holder, ...]:
+    """The holders of the device's previous reading (``previous``) when they are not this
+    event's: the interval the event's counters and last-XID value measure spans a hand-over,
+    and a fault in it may be theirs. ``()`` when the holders are the same, or not known."""
+    if not previous or ev.state == "unknown":
+        return ()
+    return () if same_holders(ids_of(previous), holder_ids(ev)) else previous
+
+
+def fault_holders(ev: AttributionEvent, before: tuple[Holder, ...]) -> tuple[Holder, ...]:
+    """Whom a fault measured over the interval up to this event names: the holders before a
+    hand-over the interval spans (``before``, :func:`handed_over`) and the event's."""
+    return (*before, *ev.holders) if before else ev.holders
+
+
+def fault_owners(ev: AttributionEvent, before: tuple[Holder, ...]) -> str:
+    """The owners a fault's summary names (:func:`fault_holders`)."""
+    if not before:
+        return named(ev)
+    pods = ", ".join(sorted({f"{h.namespace}/{h.pod}" for h in before}))
+    return f"{pods} until a hand-over within the interval, then {named(ev)}"
 
 
 def who_of(ep: Episode, ev: AttributionEvent) -> str:
     """The episode's holders by name (the event's may be others by now)."""
     if same_holders(ep.holders, holder_ids(ev)):
-        return named(ev)
-    pods = sorted({f"{ns}/{pod}" for ns, pod, _ in ep.holders})
+        return fault_owners(ev, ep.before)
+    pods = sorted(
+        {f"{ns}/{pod}" for ns, pod, _ in ep.holders} | {f"{h.namespace}/{h.pod}" for h in ep.before}
+    )
     if not pods:
         return f"nobody on {ev.device_uuid}"
     return f"{', '.join(pods)} on {ev.device_uuid}"
@@ -108,3 +161,29 @@ def who_of(ep: Episode, ev: AttributionEvent) -> str:
 
 def gone_reason(ev: AttributionEvent) -> str:
     return f"the device is gone ({ev.telemetry.reason})"
+
+
+def unread_ms(ev: AttributionEvent, previous_ms: int | None = None) -> int | None:
+    """How long the device went without a reading up to this event. An event without one: since
+    its last trusted sample, else since the cause of the silence began. A reading: since the
+    device's previous one (``previous_ms``, the agent's previous scrape of it, where known).
+    ``None`` for the device's last event, and where nothing says when the readings stopped."""
+    t = ev.telemetry
+    if ev.origin == "gone":
+        return None
+    if t.status == "measured":
+        return None if previous_ms is None else ev.ts_ms - previous_ms
+    since = t.last_sample_ms if t.last_sample_ms is not None else t.since_ms
+    return None if since is None else ev.ts_ms - since
+
+
+def gap_ended(ev: AttributionEvent, p: AlertSettings, previous_ms: int | None = None) -> str | None:
+    """Why a measured window ends at this event: it shows a gap without readings longer than
+    ``reading_gap_s`` (``None``: it does not; ``previous_ms``: :func:`unread_ms`). A reading
+    after such a gap starts a new window. Unknown is never idle, inefficient or hot."""
+    gap = unread_ms(ev, previous_ms)
+    # at the bound already: a node reported silent (stale) after exactly that long ends it
+    if gap is None or gap < p.reading_gap_s * 1000:
+        return None
+    cause = f", {ev.telemetry.cause}" if ev.telemetry.cause else ""
+    return f"no reading for {gap / 1000:.0f}s{cause} (a window spans at most {p.reading_gap_s:g}s)"

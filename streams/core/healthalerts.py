@@ -14,11 +14,15 @@
   ``health_quiet_s`` under that rate.
 
 Each belongs to the holders it fired under: when they change it is resolved, never inherited
-(the new holders start their own window); a device gone resolves all three. An increase that is
-not known — the agent's first scrape, a counter that reset (``health.counter_resets``) — is
-never a rise: an exporter restart fires nothing. Events without a reading, or whose holders are
-unknown, change nothing. State changes only on a transition, a rise, or a remap-failure flip:
-a healthy device in steady state writes nothing.
+(the new holders start their own window); a device gone resolves all three. A memory fault or
+PCIe replays measured over a scrape interval that spans a hand-over names the holders before and
+after it (:func:`streams.core.episodes.handed_over`). An event that shows a gap without readings
+longer than ``reading_gap_s`` ends the thermal window (:func:`streams.core.episodes.gap_ended`,
+decided by the caller). An increase that is not known — the agent's first scrape, a counter
+that reset (``health.counter_resets``) — is never a rise: an exporter restart fires nothing.
+Events without a reading, or whose holders are unknown, change nothing (but a gap's end). State
+changes only on a transition, a rise, or a remap-failure flip: a healthy device in steady state
+writes nothing.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Health
+from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Health, Holder
 from contract.records import fast_init, replace
 from infra.settings import AlertSettings
 from streams.core.episodes import (
     Episode,
     episode_holders,
+    fault_holders,
+    fault_owners,
     gone_reason,
     holder_ids,
     make_alert,
@@ -129,12 +135,12 @@ def _clear(h: Health, p: AlertSettings) -> bool:
 
 
 def _step_thermal(
-    ep: Episode | None, ev: AttributionEvent, h: Health | None, p: AlertSettings
+    ep: Episode | None, ev: AttributionEvent, h: Health | None, p: AlertSettings, gap: str | None
 ) -> tuple[Episode | None, list[Alert]]:
     fig = partial(_thermal_figures, h, p)  # built only for an alert
     out: list[Alert] = []
     if ep is not None:
-        why = _ends(ep, ev, "heat")
+        why = _ends(ep, ev, "heat") or gap
         if why is None and h is not None and _clear(h, p):
             why = "every figure back under its threshold"
         if why is not None:
@@ -144,7 +150,7 @@ def _step_thermal(
     if not over:
         return ep, out  # no reading, cool, or inside the hysteresis band
     if ep is None:
-        return Episode(ev.ts_ms, holders=holder_ids(ev)), out
+        return Episode(ev.ts_ms, holders=holder_ids(ev), named=ev.holders), out
     if not ep.firing and ev.ts_ms - ep.since_ms >= p.thermal_window_s * 1000:
         minutes = (ev.ts_ms - ep.since_ms) / 60000
         summary = (
@@ -167,8 +173,10 @@ def _quiet_episode(
     fig: Callable[[], AlertFigures],
     p: AlertSettings,
     what: str,
+    before: tuple[Holder, ...] = (),
 ) -> tuple[Episode | None, list[Alert]]:
-    """One rise-driven episode: ``rise`` describes this event's rise (``None``: none)."""
+    """One rise-driven episode: ``rise`` describes this event's rise (``None``: none);
+    ``before``: the holders before a hand-over the rise's interval spans."""
     out: list[Alert] = []
     if ep is not None:
         why = _ends(ep, ev, what)
@@ -183,9 +191,11 @@ def _quiet_episode(
         ep = None
     if rise is None or ev.origin == "gone":
         return ep, out
-    summary = f"{what}: {rise} on {ev.node} {ev.device_uuid}; owners: {named(ev)}"
-    alert = make_alert(ev, kind, True, ev.ts_ms, fig(), None, summary)
-    return Episode(ev.ts_ms, True, holder_ids(ev), last_ms=ev.ts_ms), [*out, alert]
+    owners = fault_owners(ev, before)
+    summary = f"{what}: {rise} on {ev.node} {ev.device_uuid}; owners: {owners}"
+    alert = make_alert(ev, kind, True, ev.ts_ms, fig(), None, summary, fault_holders(ev, before))
+    opened = Episode(ev.ts_ms, True, holder_ids(ev), last_ms=ev.ts_ms, named=ev.holders)
+    return replace(opened, before=before) if before else opened, [*out, alert]
 
 
 def _memory_rise(h: Health, was_failed: bool | None) -> str | None:
@@ -214,13 +224,26 @@ def _pcie_rise(h: Health, p: AlertSettings) -> str | None:
 
 
 def step(
-    s: HealthAlerts, ev: AttributionEvent, p: AlertSettings
+    s: HealthAlerts,
+    ev: AttributionEvent,
+    p: AlertSettings,
+    before: tuple[Holder, ...] = (),
+    gap: str | None = None,
 ) -> tuple[HealthAlerts, list[Alert]]:
-    """Advance one device's health alerts by one attribution event."""
+    """Advance one device's health alerts by one attribution event (``before``: the holders
+    before a hand-over since the previous reading, :func:`streams.core.episodes.handed_over`;
+    ``gap``: why a gap without readings ends the heat window here,
+    :func:`streams.core.episodes.gap_ended`)."""
     if ev.state == "unknown" and ev.origin != "gone":
-        return s, []  # holders unknown: nobody to join a change to
+        hot = s.thermal
+        why = gap if hot is not None else None
+        if hot is None or why is None:
+            return s, []  # holders unknown: nobody to join a change to
+        fig = partial(_thermal_figures, None, p)
+        ended = _resolved(ev, "thermal", hot, fig, p.thermal_window_s, "thermal", why)
+        return replace(s, thermal=None), ended  # a gap ends the heat window, whoever holds it
     h = ev.health if ev.telemetry.status == "measured" and ev.origin != "gone" else None
-    thermal, out = _step_thermal(s.thermal, ev, h, p)
+    thermal, out = _step_thermal(s.thermal, ev, h, p, gap)
     memory_fig = partial(  # the figures, built only for an alert
         AlertFigures,
         uncorrectable_remapped_rows=h.uncorrectable_remapped_rows if h else None,
@@ -229,7 +252,7 @@ def step(
     )
     rise = _memory_rise(h, s.remap_failed) if h is not None else None
     memory, memory_out = _quiet_episode(
-        s.memory_fault, ev, rise, "memory-fault", memory_fig, p, "memory fault"
+        s.memory_fault, ev, rise, "memory-fault", memory_fig, p, "memory fault", before
     )
     pcie_fig = partial(
         AlertFigures,
@@ -238,7 +261,7 @@ def step(
     )
     pcie_rise = _pcie_rise(h, p) if h is not None else None
     pcie, pcie_out = _quiet_episode(
-        s.pcie, ev, pcie_rise, "pcie-replays", pcie_fig, p, "PCIe replays"
+        s.pcie, ev, pcie_rise, "pcie-replays", pcie_fig, p, "PCIe replays", before
     )
     failed = s.remap_failed
     if h is not None and h.row_remap_failure is not None:

@@ -12,10 +12,11 @@ holds the next firing back, as for idle.
 An event whose effective activity is unknown (no profiling field exported, no reading) neither
 starts an episode nor ends one by its effective figure: busy alone says nothing of efficiency.
 Busy falling out of the band does end it, whatever effective says: that is the idle alert's
-ground. The idle alert's band (busy under its threshold + hysteresis) is below this one's
-(busy - hysteresis; the settings' validator and :func:`streams.core.alerts.policy_for` keep it
-so), so on any reading at most one of the two has an episode open: they never describe the same
-episode.
+ground. An event that shows a gap without readings longer than ``reading_gap_s`` ends it
+(:func:`streams.core.episodes.gap_ended`). The idle alert's band (busy under its threshold +
+hysteresis) is below this one's (busy - hysteresis; the settings' validator and
+:func:`streams.core.alerts.policy_for` keep it so), so on any reading at most one of the two
+has an episode open: they never describe the same episode.
 """
 
 from __future__ import annotations
@@ -67,10 +68,13 @@ def _ended(
     busy: float | None,
     eff: float | None,
     p: AlertSettings,
+    gap: str | None,
 ) -> str | None:
     """Why the episode ends at this event, or ``None``."""
     if ev.origin == "gone":
         return gone_reason(ev)
+    if gap is not None:
+        return gap
     if not held:
         return "holders left"
     if not same_holders(ep.holders, holder_ids(ev)):
@@ -83,11 +87,12 @@ def _ended(
 
 
 def step(
-    s: LowEfficiency, ev: AttributionEvent, p: AlertSettings
+    s: LowEfficiency, ev: AttributionEvent, p: AlertSettings, gap: str | None = None
 ) -> tuple[LowEfficiency, list[Alert]]:
-    """Advance one device's low-efficiency state by one attribution event."""
-    if ev.state == "unknown" and ev.origin != "gone":
-        return s, []  # holders unknown: neither start nor end an episode
+    """Advance one device's low-efficiency state by one attribution event (``gap``: why a gap
+    without readings ends the window here, :func:`streams.core.episodes.gap_ended`)."""
+    if ev.state == "unknown" and ev.origin != "gone" and (s.episode is None or gap is None):
+        return s, []  # holders unknown: neither start nor end an episode (but a gap ends it)
     measured = ev.telemetry.status == "measured"
     busy = ev.activity.busy_pct if measured else None
     eff = ev.activity.effective_pct if measured else None
@@ -95,7 +100,7 @@ def step(
     fig = partial(_figures, busy, eff, ev, p)  # built only for an alert
     out: list[Alert] = []
     ep = s.episode
-    if ep is not None and (why := _ended(ep, ev, held, busy, eff, p)) is not None:
+    if ep is not None and (why := _ended(ep, ev, held, busy, eff, p, gap)) is not None:
         if ep.firing:
             summary = f"resolved: low efficiency: {who_of(ep, ev)}: {why}"
             out.append(
@@ -122,7 +127,8 @@ def step(
     ):
         return s, out  # no reading, effective, or inside a hysteresis band: nothing to start
     if ep is None:
-        return LowEfficiency(Episode(ev.ts_ms, holders=holder_ids(ev)), s.resolved_ms), out
+        started = Episode(ev.ts_ms, holders=holder_ids(ev), named=ev.holders)
+        return LowEfficiency(started, s.resolved_ms), out
     cooled = s.resolved_ms is None or ev.ts_ms - s.resolved_ms >= p.cooldown_s * 1000
     if not ep.firing and ev.ts_ms - ep.since_ms >= p.low_eff_window_s * 1000 and cooled:
         minutes = (ev.ts_ms - ep.since_ms) / 60000
@@ -131,7 +137,7 @@ def step(
             f"low efficiency: {named(ev)} busy {busy:g}% (GPU_UTIL) but effective activity "
             f"{eff:g}% ({source}), under {p.low_eff_threshold_pct:g}% for {minutes:.1f} min"
         )
-        fired = Episode(ep.since_ms, True, holder_ids(ev))
+        fired = Episode(ep.since_ms, True, holder_ids(ev), named=ev.holders)
         return LowEfficiency(fired, s.resolved_ms), [
             *out,
             make_alert(ev, "low-efficiency", True, ep.since_ms, fig(), p.low_eff_window_s, summary),

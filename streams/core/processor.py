@@ -488,20 +488,26 @@ class Processor:
             event, flags, annotations = sample_event(
                 self.tables, view, sample, self.policy, self.frames
             )
-            outputs += [event, *flags, *self._alerts(event, annotations)]
+            since = sample.since_last
+            previous_ms = sample.ts_ms - since.interval_ms if since is not None else None
+            outputs += [event, *flags, *self._alerts(event, annotations, previous_ms)]
         return outputs
 
     def _alerts(
-        self, event: AttributionEvent, annotations: Sequence[dict[str, str]] | None = None
+        self,
+        event: AttributionEvent,
+        annotations: Sequence[dict[str, str]] | None = None,
+        previous_ms: int | None = None,
     ) -> list[Alert]:
         """The device's alert step after ``event`` (``annotations``: its holders' pod
-        annotations, :func:`streams.core.pods.holder_annotations`, when the caller has them)."""
+        annotations, :func:`streams.core.pods.holder_annotations`, when the caller has them;
+        ``previous_ms``: a sample's previous scrape of the device, where the agent knew it)."""
         t = self.tables
         key = alert_key(event.node, event.device_uuid)
         if annotations is None:
             annotations = holder_annotations(t.pods.get, event.node, event.holders)
         old = t.alert_state.get(key)
-        new, alerts = step(old, event, policy_for(self.policy, annotations))
+        new, alerts = step(old, event, policy_for(self.policy, annotations), previous_ms)
         if new is not old and new != old:
             t.alert_state[key] = new
             if _idle_of(old) != _idle_of(new) and _idle(old) != _idle(new):

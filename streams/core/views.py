@@ -2,7 +2,8 @@
 
 Pure functions over frozen records. A row joins the device's latest attribution event (who holds
 it, what the hardware measured) with its alert state (how long it has been idle, what is open).
-Idle time is event time: the latest sample's ``ts_ms`` minus the start of the idle episode.
+Idle time is event time: the latest sample's ``ts_ms`` minus the start of the idle episode; a
+device whose latest event carries no reading (usage unknown) is never idle here.
 
 Honesty carries through: a shared device's row has every holder and one device-wide usage
 figure (``usage_scope``), never a per-pod split; ``allocation_share`` is labelled as allocation.
@@ -164,6 +165,8 @@ def _effective_reason(event: AttributionEvent) -> str | None:
 
 def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRow:
     idle = alerts.idle if alerts else None
+    # idle time is measured time: a device whose latest event has no reading is not idle here
+    idle_now = idle if event.telemetry.status == "measured" else None
     open_alerts = []
     if idle is not None and idle.firing:
         open_alerts.append("idle")
@@ -198,8 +201,8 @@ def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRo
         util_pct=event.usage.util_pct,
         fb_used_mib=event.usage.fb_used_mib,
         fb_free_mib=event.usage.fb_free_mib,
-        idle_since_ms=idle.since_ms if idle else None,
-        idle_s=(event.ts_ms - idle.since_ms) / 1000 if idle else None,
+        idle_since_ms=idle_now.since_ms if idle_now else None,
+        idle_s=(event.ts_ms - idle_now.since_ms) / 1000 if idle_now else None,
         open_alerts=tuple(open_alerts),
         ts_ms=event.ts_ms,
         summary=event.summary,
