@@ -261,6 +261,10 @@ class SpineSettings(BaseSettings):
     heartbeat_s: float = Field(default=60.0, gt=0)
     stale_after_s: float = Field(default=180.0, gt=0)
     node_ttl_s: float = Field(default=600.0, gt=0)
+    #: a tick or record further ahead of its partition's accepted event time than this is
+    #: refused (dead-lettered) until another source confirms the jump; keep it under
+    #: ``stale_after_s`` less 15 s, so a clock skewed within it makes no talking node stale
+    max_clock_jump_s: float = Field(default=120.0, gt=0)
 
     @model_validator(mode="after")
     def _ordered(self) -> SpineSettings:
@@ -268,6 +272,10 @@ class SpineSettings(BaseSettings):
             raise ValueError(
                 "GPUATTR_SPINE_HEARTBEAT_S <= GPUATTR_SPINE_STALE_AFTER_S < "
                 "GPUATTR_SPINE_NODE_TTL_S is required"
+            )
+        if self.max_clock_jump_s >= self.node_ttl_s:
+            raise ValueError(
+                "GPUATTR_SPINE_MAX_CLOCK_JUMP_S < GPUATTR_SPINE_NODE_TTL_S is required"
             )
         return self
 

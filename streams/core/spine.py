@@ -105,6 +105,8 @@ class Spine:
         self.alerts = alerts
         self.node_gone = node_gone
         self._pending: dict[str, NodeState] = {}
+        #: per partition, the first refused jump ahead not yet confirmed, and whose it was
+        self._ahead: dict[int, tuple[int, str]] = {}
 
     def describe(
         self,
@@ -169,7 +171,7 @@ class Spine:
         key = str(partition)
         if new == old:
             return
-        if new.nodes or new.gone:
+        if new.nodes or new.gone or new.clock_ms is not None or new.ticks:
             self.tables.partition_nodes[key] = new
         elif key in self.tables.partition_nodes:
             del self.tables.partition_nodes[key]
@@ -337,10 +339,41 @@ class Spine:
 
     # --- the partition's clock
 
-    def tick(self, partition: int, ts_ms: int) -> list[Event]:
-        """Nodes silent too long go stale, then leave (with every key they have); a tick
-        processed again emits what it caused again."""
+    def clock(self, partition: int, ts_ms: int, by: str) -> str | None:
+        """A record of ``by`` (a node, or the cluster role) at ``ts_ms`` read from
+        ``partition``: accepted (``None``; the partition's clock moves to it), or why it is
+        refused — too far ahead of the partition's accepted event time
+        (:func:`streams.core.lifetimes.jump`), unless another source's record was as far ahead.
+        A refused record changes no table: the jump it waits to have confirmed is held here,
+        in memory (a worker that restarts meets two sources again)."""
         index = self._index(partition)
+        ahead = lifetimes.jump(index.clock_ms, ts_ms, self.life)
+        if ahead is not None:
+            pending = self._ahead.get(partition)
+            if (
+                pending is None
+                or pending[1] == by
+                or not lifetimes.confirms(pending[0], ts_ms, self.life)
+            ):
+                if pending is None or pending[1] != by:
+                    self._ahead[partition] = (ts_ms, by)
+                bound_s = self.life.max_clock_jump_ms / 1000
+                return (
+                    f"{by} at {ts_ms} is {ahead / 1000:.0f}s ahead of partition {partition}'s "
+                    f"event time {index.clock_ms} (more than {bound_s:.0f}s)"
+                )
+        if (pending := self._ahead.get(partition)) is not None and pending[0] <= ts_ms:
+            del self._ahead[partition]
+        self._put_index(partition, index, index.clocked(ts_ms, self.life.quantum_ms))
+        return None
+
+    def tick(self, partition: int, ts_ms: int) -> list[Event]:
+        """Nodes silent too long go stale, then leave (with every key they have) once they are
+        past their TTL at this tick and the accepted one before it; a tick processed again
+        emits what it caused again."""
+        index = self._index(partition)
+        before = index.tick_before(ts_ms)
+        self._put_index(partition, index, index.ticked(ts_ms))
         outputs: list[Event] = []
         for g in index.gone:
             if g.ts_ms == ts_ms:  # processed again: what this tick's leaving emitted
@@ -356,7 +389,12 @@ class Spine:
                 continue
             # last_ms lags the node's true last record by up to a quantum: judge it that much
             # later, so a node is never called silent early
-            phase = lifetimes.phase(state.last_ms + self.life.quantum_ms, ts_ms, self.life)
+            judged = state.last_ms + self.life.quantum_ms
+            phase = lifetimes.phase(judged, ts_ms, self.life)
+            if phase == "gone" and (
+                before is None or lifetimes.phase(judged, before, self.life) != "gone"
+            ):
+                phase = "stale"  # past its TTL at one tick only: gone at the next
             if phase == "gone":
                 silent_s = (ts_ms - state.last_ms) / 1000
                 why = f"no record from the node's agent for {silent_s:.0f}s (its TTL)"

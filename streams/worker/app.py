@@ -107,6 +107,7 @@ def lifetimes_of(spine: SpineSettings) -> Lifetimes:
         heartbeat_ms=int(spine.heartbeat_s * 1000),
         stale_after_ms=int(spine.stale_after_s * 1000),
         node_ttl_ms=int(spine.node_ttl_s * 1000),
+        max_clock_jump_ms=int(spine.max_clock_jump_s * 1000),
     )
 
 
