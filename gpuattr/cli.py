@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from infra.acls import DEFAULT_PRINCIPALS, ROLES
 from infra.settings import (
     AlertSettings,
+    ClusterKeySettings,
     ClusterSettings,
     DcgmSettings,
     InventorySettings,
@@ -198,7 +199,7 @@ def _run_worker(
         wait_for_coordinator(kafka.bootstrap, worker.app_id, **client_options(kafka))
     ):
         logging.getLogger(__name__).warning("no coordinator yet for %s; starting", worker.app_id)
-    app = build_app(kafka, worker, alerts, spine)
+    app = build_app(kafka, worker, alerts, spine, ClusterKeySettings())
     _tune_gc(worker.gc_threshold)
     Worker(app, loglevel=worker.loglevel, quiet=True).execute_from_commandline()
     return 0

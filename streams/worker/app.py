@@ -35,7 +35,13 @@ from contract.outputs import (
 )
 from contract.topics import DEMAND_TABLES, TABLES, TopicRole
 from infra.kafka import client_options
-from infra.settings import AlertSettings, KafkaSettings, SpineSettings, WorkerSettings
+from infra.settings import (
+    AlertSettings,
+    ClusterKeySettings,
+    KafkaSettings,
+    SpineSettings,
+    WorkerSettings,
+)
 from streams.core.demandstage import DemandOutput, DemandStage, DemandTables
 from streams.core.lifetimes import Lifetimes
 from streams.core.processor import Output, Processor, Tables
@@ -116,6 +122,7 @@ def build_app(
     worker: WorkerSettings,
     alerts: AlertSettings,
     spine: SpineSettings | None = None,
+    signing: ClusterKeySettings | None = None,
 ) -> faust.App:
     """Create the worker's Faust app from explicit settings."""
     if not kafka.bootstrap:
@@ -222,14 +229,24 @@ def build_app(
     )
     publisher = Publisher(app.outbox, topics_by_type(names), output_key, output_value)
 
-    record_loop = RecordLoop(processor, publisher.publish_all, dead_letter, live, stop=app._crash)
+    cluster_key = (signing or ClusterKeySettings()).key()
+    if cluster_key is None:
+        log.warning(
+            "GPUATTR_CLUSTER_SIGNING_KEY unset: clock ticks, ClusterPolicies and pending-pod "
+            "lists are honoured unsigned (any writer of the input topics can send them)"
+        )
+    record_loop = RecordLoop(
+        processor, publisher.publish_all, dead_letter, live, app._crash, cluster_key
+    )
 
     async def node_events(stream: Any) -> None:
         await record_loop.run(stream.events())
 
     app.agent(inputs, name="node-events")(node_events)
 
-    demand_loop = DemandLoop(stage, publisher.publish, dead_letter, live_demand, stop=app._crash)
+    demand_loop = DemandLoop(
+        stage, publisher.publish, dead_letter, live_demand, app._crash, cluster_key
+    )
 
     async def demand_events_agent(stream: Any) -> None:
         await demand_loop.run(stream.events())
