@@ -113,10 +113,41 @@ def jump(clock_ms: int | None, ts_ms: int, life: Lifetimes) -> int | None:
     return ahead if ahead > life.max_clock_jump_ms + life.quantum_ms else None
 
 
-def confirms(pending_ms: int | None, ts_ms: int, life: Lifetimes) -> bool:
-    """A refused jump ahead to ``pending_ms`` is confirmed by another source's record at
-    ``ts_ms``, within the bound of it."""
-    return pending_ms is not None and abs(ts_ms - pending_ms) <= life.max_clock_jump_ms
+#: a partition's first refused jump ahead not yet confirmed: its time, and whose it was
+Pending = tuple[int, str] | None
+
+
+def admit(
+    clock_ms: int | None, ts_ms: int, by: str, pending: Pending, life: Lifetimes
+) -> tuple[int | None, Pending]:
+    """A record of source ``by`` (a node, the cluster role) at ``ts_ms`` against its
+    partition's accepted clock: how far past the bound ahead it is (``None``: accepted), and
+    the partition's pending jump after it. A jump is accepted once a record of another source
+    confirms it (within the bound of it): the whole cluster back after a long stop moves the
+    clock, one skewed or forged source never does."""
+    if jump(clock_ms, ts_ms, life) is not None:
+        confirmed = (
+            pending is not None
+            and pending[1] != by
+            and abs(ts_ms - pending[0]) <= life.max_clock_jump_ms
+        )
+        if not confirmed:
+            keep = pending is not None and pending[1] == by  # its source repeating it
+            assert clock_ms is not None  # a jump is measured from a clock
+            return ts_ms - clock_ms, pending if keep else (ts_ms, by)
+    if pending is not None and pending[0] <= ts_ms:
+        pending = None
+    return None, pending
+
+
+def jumped(
+    by: str, ts_ms: int, ahead: int, partition: int, clock: int | None, life: Lifetimes
+) -> str:
+    """Why a record too far ahead of its partition's clock is refused (both stages')."""
+    return (
+        f"{by} at {ts_ms} is {ahead / 1000:.0f}s ahead of partition {partition}'s event time "
+        f"{clock} (more than {life.max_clock_jump_ms / 1000:.0f}s)"
+    )
 
 
 def heartbeat_due(last_heartbeat_ms: int, now_ms: int, life: Lifetimes) -> bool:

@@ -342,28 +342,19 @@ class Spine:
     def clock(self, partition: int, ts_ms: int, by: str) -> str | None:
         """A record of ``by`` (a node, or the cluster role) at ``ts_ms`` read from
         ``partition``: accepted (``None``; the partition's clock moves to it), or why it is
-        refused — too far ahead of the partition's accepted event time
-        (:func:`streams.core.lifetimes.jump`), unless another source's record was as far ahead.
-        A refused record changes no table: the jump it waits to have confirmed is held here,
-        in memory (a worker that restarts meets two sources again)."""
+        refused — too far ahead of the partition's accepted event time, unconfirmed
+        (:func:`streams.core.lifetimes.admit`). A refused record changes no table: the jump it
+        waits to have confirmed is held here, in memory (a worker that restarts meets two
+        sources again)."""
         index = self._index(partition)
-        ahead = lifetimes.jump(index.clock_ms, ts_ms, self.life)
+        pending = self._ahead.get(partition)
+        ahead, pending = lifetimes.admit(index.clock_ms, ts_ms, by, pending, self.life)
+        if pending is None:
+            self._ahead.pop(partition, None)
+        else:
+            self._ahead[partition] = pending
         if ahead is not None:
-            pending = self._ahead.get(partition)
-            if (
-                pending is None
-                or pending[1] == by
-                or not lifetimes.confirms(pending[0], ts_ms, self.life)
-            ):
-                if pending is None or pending[1] != by:
-                    self._ahead[partition] = (ts_ms, by)
-                bound_s = self.life.max_clock_jump_ms / 1000
-                return (
-                    f"{by} at {ts_ms} is {ahead / 1000:.0f}s ahead of partition {partition}'s "
-                    f"event time {index.clock_ms} (more than {bound_s:.0f}s)"
-                )
-        if (pending := self._ahead.get(partition)) is not None and pending[0] <= ts_ms:
-            del self._ahead[partition]
+            return lifetimes.jumped(by, ts_ms, ahead, partition, index.clock_ms, self.life)
         self._put_index(partition, index, index.clocked(ts_ms, self.life.quantum_ms))
         return None
 

@@ -184,10 +184,11 @@ def build_app(
         )
 
     tables = Tables(**{field: table(name) for field, name in TABLES.items()})
-    processor = Processor(tables, alerts, lifetimes_of(spine or SpineSettings()))
+    life = lifetimes_of(spine or SpineSettings())
+    processor = Processor(tables, alerts, life)
     live = LiveDevices()
     demand_tables = DemandTables(**{field: table(name) for field, name in DEMAND_TABLES.items()})
-    stage = DemandStage(demand_tables, alerts.demand_window_s, worker.demand_supply_every_s)
+    stage = DemandStage(demand_tables, alerts.demand_window_s, worker.demand_supply_every_s, life)
     app.demand_stage = stage
     live_demand = LiveDemand()  # the demand stage's records, for the API and /metrics
 

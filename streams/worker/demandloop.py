@@ -15,7 +15,12 @@ from collections.abc import AsyncIterable, Awaitable, Callable
 from contract import codec
 from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList
 from contract.outputs import PoolDemand, PoolDemandRetired
-from streams.core.demandstage import DemandOutput, DemandStage, UnusableDemandRecord
+from streams.core.demandstage import (
+    DemandClockJump,
+    DemandOutput,
+    DemandStage,
+    UnusableDemandRecord,
+)
 from streams.worker import selfmetrics
 from streams.worker.livedemand import LiveDemand
 from streams.worker.loop import DeadLetterFn, Event, Stop, defect, unsigned
@@ -66,6 +71,10 @@ class DemandLoop:
             return
         try:
             outputs = self.stage.handle(record, msg.partition, msg.key)
+        except DemandClockJump as exc:
+            selfmetrics.ERRORS.labels("clock-jump").inc()
+            await self.dead_letter(event, f"refused: {exc}")
+            return
         except UnusableDemandRecord as exc:
             selfmetrics.ERRORS.labels("unusable").inc()
             await self.dead_letter(event, f"unusable: {exc}")

@@ -10,12 +10,34 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract.inputs import AgentStatus, ClockTick, PodRecord, SourceStatus
+from contract.inputs import (
+    AgentStatus,
+    ClockTick,
+    NodeSupply,
+    PodRecord,
+    SourceStatus,
+    SupplyDevice,
+)
 from streams.core import nodestate
+from streams.core.demandstage import DemandClockJump, DemandStage, DemandTables
 from streams.core.lifetimes import QUANTUM_MS
 from streams.core.nodestate import NodeState
 from streams.core.processor import ClockJump, Output, Processor, UnusableRecord
-from tests.unit.test_spine import G0, G1, G2, MIN, NODE, OTHER, S_, T0, events, feed, new, scrape
+from tests.unit.test_spine import (
+    G0,
+    G1,
+    G2,
+    LIFE,
+    MIN,
+    NODE,
+    OTHER,
+    S_,
+    T0,
+    events,
+    feed,
+    new,
+    scrape,
+)
 from tests.unit.test_spine import setup as node_setup
 
 #: a quantum's start, as the node's times are kept
@@ -167,3 +189,21 @@ def test_late_and_shuffled_records_never_change_a_live_nodes_phase(
         assert state.last_ms >= last
         assert not state.stale
         last = state.last_ms
+
+
+# --- the demand stage's partitions: the same bound
+
+
+def test_the_demand_stage_refuses_a_tick_far_ahead_until_a_node_confirms_it() -> None:
+    stage = DemandStage(DemandTables(), 900.0, life=LIFE)
+    stage.handle(NodeSupply(T0, NODE, "nvidia.com/gpu", (SupplyDevice(G0),)), 0, b"nvidia.com/gpu")
+    before = DemandTables(**{k: dict(v) for k, v in vars(stage.tables).items()})
+    with pytest.raises(DemandClockJump, match=r"the cluster role at \d+ is 90\ds ahead"):
+        stage.handle(ClockTick(0, T0 + 15 * MIN), 0, None)
+    assert vars(stage.tables) == vars(before)  # refused whole
+    stage.handle(ClockTick(0, T0 + MIN), 0, None)  # within the bound
+    supply = NodeSupply(T0 + 15 * MIN + S_, NODE, "nvidia.com/gpu", (SupplyDevice(G0),))
+    stage.handle(supply, 0, b"nvidia.com/gpu")  # a node as far ahead: confirmed
+    assert stage.tables.demand_partitions["0"].clock_ms == T0 + 15 * MIN + S_ - (
+        (T0 + 15 * MIN + S_) % QUANTUM_MS
+    )
