@@ -206,12 +206,12 @@ class Processor:
             self._check_scrape(record)  # before any state changes: all or nothing
         if isinstance(record, ResourceClaimRecord | ResourceSliceRecord):
             _check_quantities(record)
-        self._clock(partition, ts_ms, f"node {node!r}")
         if (gone := self.spine.late(node, ts_ms, partition)) is not None:
             raise UnusableRecord(  # bad input, dead-lettered: it predates the node's leaving
                 f"{type(record).__name__} of {node!r} at {ts_ms} predates the node leaving at "
                 f"{gone.ts_ms} ({gone.why})"
             )
+        self._clock(partition, ts_ms, f"node {node!r}")  # the last check: it moves the clock
         self.spine.heard(node, ts_ms, partition)
         before = self._state(node)
         outputs = self._apply(record)
