@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError
 
 from agents.selfmetrics import RECORDS_PUBLISHED, SOURCE_ERRORS
 from agents.types import AgentRecord
-from contract import codec
+from contract import codec, signature
 from contract.inputs import (
     ClockTick,
     ClusterPolicyRecord,
@@ -46,9 +46,14 @@ DEMAND_ROLE: TopicRole = "demand-events"
 class Publisher:
     """Owns one producer; ``publish`` is the agents' ``Emit``."""
 
-    def __init__(self, kafka: KafkaSettings, *, max_backoff_s: float = 10.0) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, *, max_backoff_s: float = 10.0, signing_key: bytes | None = None
+    ) -> None:
+        """``signing_key``: the cluster role's, which signs every record it sends
+        (:mod:`contract.signature`); an agent's publisher has none."""
         self._kafka = kafka
         self._max_backoff_s = max_backoff_s
+        self._signing_key = signing_key
         self._producer: AIOKafkaProducer | None = None
 
     async def start(self) -> None:
@@ -130,10 +135,17 @@ class Publisher:
             raise RuntimeError("publisher not started")
         topic = self._kafka.topic(role)
         value = codec.encode(record)
+        headers = (
+            [(signature.HEADER, signature.sign(self._signing_key, value))]
+            if self._signing_key is not None
+            else None
+        )
         backoff = Backoff(0.1, self._max_backoff_s)
         while True:
             try:
-                await self._producer.send_and_wait(topic, value=value, key=key, partition=partition)
+                await self._producer.send_and_wait(
+                    topic, value=value, key=key, partition=partition, headers=headers
+                )
             except KafkaError as exc:
                 SOURCE_ERRORS.labels("kafka", type(exc).__name__).inc()
                 delay = backoff.next_delay()

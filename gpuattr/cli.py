@@ -20,6 +20,7 @@ from infra.acls import DEFAULT_PRINCIPALS, ROLES
 from infra.settings import (
     AlertSettings,
     ApiSettings,
+    ClusterKeySettings,
     ClusterSettings,
     DcgmSettings,
     InventorySettings,
@@ -205,7 +206,9 @@ def _run_worker(
         wait_for_coordinator(kafka.bootstrap, worker.app_id, **client_options(kafka))
     ):
         logging.getLogger(__name__).warning("no coordinator yet for %s; starting", worker.app_id)
-    app = build_app(kafka, worker, alerts, spine, ApiSettings(), KubeSettings())
+    app = build_app(
+        kafka, worker, alerts, spine, ApiSettings(), KubeSettings(), ClusterKeySettings()
+    )
     _tune_gc(worker.gc_threshold)
     Worker(app, loglevel=worker.loglevel, quiet=True).execute_from_commandline()
     return 0

@@ -58,6 +58,7 @@ DEMO_SPINE = {
     "GPUATTR_SPINE_HEARTBEAT_S": "10",
     "GPUATTR_SPINE_STALE_AFTER_S": "30",
     "GPUATTR_SPINE_NODE_TTL_S": "60",
+    "GPUATTR_SPINE_MAX_CLOCK_JUMP_S": "20",
 }
 DEMO_TICK_S = 2.0
 #: how long the scenario waits for its roles to start (a busy 2-core box: ~10-30 s), and how often
@@ -226,6 +227,8 @@ async def run_demo(
                 kafka.bootstrap, topic_specs(kafka, app_id), **client_options(kafka)
             )
             sink_group = f"{app_id}-sink"
+            # the cluster role signs its ticks and policies with it, the worker checks them
+            signing = {"GPUATTR_CLUSTER_SIGNING_KEY": secrets.token_hex(32)}
             if secure:
                 rules = role_acls(kafka, app_id, sink_group)
                 every = [acl for acls in rules.values() for acl in acls]
@@ -249,13 +252,18 @@ async def run_demo(
                         ),
                         **DEMO_ALERTS,
                         **DEMO_SPINE,
+                        **signing,
                     },
                     root / "worker.log",
                 ),
                 Child(
                     "cluster",
                     ["cluster"],
-                    {**kafka_env(role["cluster"]), **sim.endpoints()[0].cluster_env(DEMO_TICK_S)},
+                    {
+                        **kafka_env(role["cluster"]),
+                        **sim.endpoints()[0].cluster_env(DEMO_TICK_S),
+                        **signing,
+                    },
                     root / "cluster.log",
                 ),
             ]

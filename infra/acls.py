@@ -17,6 +17,8 @@ that the two agree.
   ``flags``, ``node-status``, ``demand`` and ``demand-events``, without a group.
 
 Nothing else: with ``allow.everyone.if.no.acl.found=false`` every other request is denied.
+An ACL grants a topic, not a record kind: what only the cluster role may send (its ticks,
+ClusterPolicies, pending-pod lists) carries its signature instead (:mod:`contract.signature`).
 """
 
 from __future__ import annotations

@@ -35,6 +35,16 @@ def is_placeholder(value: SecretStr) -> bool:
     return text.lower() in PLACEHOLDER_SECRETS or (text.startswith("<") and text.endswith(">"))
 
 
+def check_signing_key(setting: str, key: SecretStr) -> None:
+    """A signing key is real: a placeholder or short key is refused at start (naming the
+    setting, never its value)."""
+    if is_placeholder(key) or len(key.get_secret_value()) < MIN_SIGNING_KEY_CHARS:
+        raise ValueError(
+            f"{setting} is a placeholder or shorter than {MIN_SIGNING_KEY_CHARS} characters: "
+            "set a random key (e.g. `openssl rand -hex 32`)"
+        )
+
+
 class KafkaSettings(BaseSettings):
     """Where Kafka is and how to talk to it. No bootstrap → the embedded local broker."""
 
@@ -194,6 +204,27 @@ class ClusterSettings(BaseSettings):
         return self
 
 
+class ClusterKeySettings(BaseSettings):
+    """The key the cluster role signs its records with and the workers check them by
+    (:mod:`contract.signature`): the cluster role's and every worker's, the same. Unset: the
+    cluster role signs nothing and a worker honours unsigned ticks and policies (it says so
+    at start); a placeholder or short key is refused."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_CLUSTER_", frozen=True)
+
+    signing_key: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _real(self) -> ClusterKeySettings:
+        if self.signing_key is not None and self.signing_key.get_secret_value():
+            check_signing_key("GPUATTR_CLUSTER_SIGNING_KEY", self.signing_key)
+        return self
+
+    def key(self) -> bytes | None:
+        secret = self.signing_key.get_secret_value() if self.signing_key is not None else ""
+        return secret.encode() if secret else None
+
+
 class InventorySettings(BaseSettings):
     """Where the agent reads the node's device inventory when NVML is not available."""
 
@@ -277,6 +308,10 @@ class SpineSettings(BaseSettings):
     heartbeat_s: float = Field(default=60.0, gt=0)
     stale_after_s: float = Field(default=180.0, gt=0)
     node_ttl_s: float = Field(default=600.0, gt=0)
+    #: a tick or record further ahead of its partition's accepted event time than this is
+    #: refused (dead-lettered) until another source confirms the jump; keep it under
+    #: ``stale_after_s`` less 15 s, so a clock skewed within it makes no talking node stale
+    max_clock_jump_s: float = Field(default=120.0, gt=0)
 
     @model_validator(mode="after")
     def _ordered(self) -> SpineSettings:
@@ -322,12 +357,7 @@ class SinkSettings(BaseSettings):
         refused at start (naming the setting, never its value)."""
         key = self.webhook_secret
         if key is not None and key.get_secret_value():
-            if is_placeholder(key) or len(key.get_secret_value()) < MIN_SIGNING_KEY_CHARS:
-                raise ValueError(
-                    "GPUATTR_SINK_WEBHOOK_SECRET is a placeholder or shorter than "
-                    f"{MIN_SIGNING_KEY_CHARS} characters: set a random key "
-                    "(e.g. `openssl rand -hex 32`)"
-                )
+            check_signing_key("GPUATTR_SINK_WEBHOOK_SECRET", key)
         elif self.webhook_url is not None and self.webhook_url.get_secret_value():
             raise ValueError("GPUATTR_SINK_WEBHOOK_URL needs GPUATTR_SINK_WEBHOOK_SECRET")
         return self

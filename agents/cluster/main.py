@@ -26,7 +26,13 @@ from agents.kube.watch import ClusterNodeWatcher, make_api_client
 from agents.publish import Publisher
 from agents.types import NowMs
 from infra.observe import ObservabilityServer
-from infra.settings import ClusterSettings, KafkaSettings, KubeSettings, ObserveSettings
+from infra.settings import (
+    ClusterKeySettings,
+    ClusterSettings,
+    KafkaSettings,
+    KubeSettings,
+    ObserveSettings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +47,20 @@ class ClusterRoleSettings:
     kube: KubeSettings
     cluster: ClusterSettings
     observe: ObserveSettings = field(default_factory=ObserveSettings)
+    signing: ClusterKeySettings = field(default_factory=ClusterKeySettings)
 
 
 async def run_cluster(settings: ClusterRoleSettings, now_ms: NowMs = wall_clock_ms) -> None:
-    async with Publisher(settings.kafka) as publisher, contextlib.AsyncExitStack() as stack:
+    signing_key = settings.signing.key()
+    if signing_key is None:
+        log.warning(
+            "GPUATTR_CLUSTER_SIGNING_KEY unset: clock ticks and policies go out unsigned "
+            "(a worker with the key refuses them)"
+        )
+    async with (
+        Publisher(settings.kafka, signing_key=signing_key) as publisher,
+        contextlib.AsyncExitStack() as stack,
+    ):
         if settings.observe.cluster_port:
             server = ObservabilityServer(
                 settings.observe.host, settings.observe.cluster_port, {"kafka": publisher.started}

@@ -55,8 +55,9 @@ from dataclasses import dataclass, field, fields
 from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList, pool_resource
 from contract.outputs import Alert, PoolDemand, PoolDemandRetired
 from contract.records import fast_init, replace
-from streams.core import demand, demandalerts, replays
+from streams.core import demand, demandalerts, lifetimes, replays
 from streams.core.demand import Waiter
+from streams.core.lifetimes import Lifetimes
 from streams.core.spine import fingerprint
 from streams.core.supplyindex import SupplyIndex
 
@@ -73,6 +74,10 @@ ALERTS_REMEMBERED = 16
 
 class UnusableDemandRecord(ValueError):
     """A well-formed record that has no place on the demand-events topic under its key."""
+
+
+class DemandClockJump(UnusableDemandRecord):
+    """A record further ahead of its partition's event time than the jump bound allows."""
 
 
 @fast_init
@@ -125,6 +130,9 @@ class ResourceDemand:
 @dataclass(frozen=True, slots=True)
 class PartitionResources:
     resources: tuple[str, ...] = ()
+    #: additive: the partition's accepted event time (quantized; None: none yet, or a value
+    #: written before it was kept): a record further ahead than the jump bound is refused
+    clock_ms: int | None = None
 
 
 @dataclass
@@ -188,10 +196,20 @@ def key_resource(key: bytes | None, record: object) -> str | None:
 class DemandStage:
     """Applies demand-events records to :class:`DemandTables` and returns what to publish."""
 
-    def __init__(self, tables: DemandTables, window_s: float, supply_every_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        tables: DemandTables,
+        window_s: float,
+        supply_every_s: float = 0.0,
+        life: Lifetimes | None = None,
+    ) -> None:
         """``supply_every_s``: a pool's record whose answer did not move is sent at most once
-        per this much event time (:func:`streams.core.demand.due`; 0: every change at once)."""
+        per this much event time (:func:`streams.core.demand.due`; 0: every change at once).
+        ``life``: its jump bound checks each record against its partition's time, as the
+        spine's (:func:`streams.core.lifetimes.admit`)."""
         self.tables = tables
+        self.life = life or Lifetimes()
+        self._ahead: dict[int, lifetimes.Pending] = {}  # as the spine's: a memo, not state
         self.window_ms = int(window_s * 1000)
         self.every_ms = int(supply_every_s * 1000)
         self._dirty = False  # the record being applied changed a pod or node key
@@ -201,6 +219,7 @@ class DemandStage:
 
     def handle(self, record: object, partition: int, key: bytes | None) -> list[DemandOutput]:
         resource = key_resource(key, record)
+        self._clock(partition, record, resource)
         if resource is not None:
             self._index(partition, resource)
             assert isinstance(record, PendingPod | NodeSupply)
@@ -210,6 +229,28 @@ class DemandStage:
         for r in self.resources(partition):
             out += self._resource(r, record, record.ts_ms)
         return out
+
+    def _clock(self, partition: int, record: object, resource: str | None) -> None:
+        """The record's time against its partition's, before any table changes: too far ahead
+        (unconfirmed), it is refused. A node's supply is the node's time; the rest the cluster
+        role's."""
+        assert isinstance(record, ClockTick | PendingPodList | PendingPod | NodeSupply)
+        by = f"node {record.node!r}" if isinstance(record, NodeSupply) else "the cluster role"
+        held = self.tables.demand_partitions.get(str(partition)) or PartitionResources()
+        pending = self._ahead.get(partition)
+        ahead, pending = lifetimes.admit(held.clock_ms, record.ts_ms, by, pending, self.life)
+        if pending is None:
+            self._ahead.pop(partition, None)
+        else:
+            self._ahead[partition] = pending
+        if ahead is not None:
+            why = lifetimes.jumped(by, record.ts_ms, ahead, partition, held.clock_ms, self.life)
+            raise DemandClockJump(why)
+        if held.clock_ms is not None and record.ts_ms < held.clock_ms:
+            return
+        clock = lifetimes.quantized(held.clock_ms, record.ts_ms, self.life.quantum_ms)
+        if clock != held.clock_ms:
+            self.tables.demand_partitions[str(partition)] = replace(held, clock_ms=clock)
 
     def resources(self, partition: int) -> tuple[str, ...]:
         held = self.tables.demand_partitions.get(str(partition))
@@ -226,8 +267,8 @@ class DemandStage:
     def _index(self, partition: int, resource: str) -> None:
         held = self.tables.demand_partitions.get(str(partition)) or PartitionResources()
         if resource not in held.resources:
-            self.tables.demand_partitions[str(partition)] = PartitionResources(
-                _with(held.resources, resource)
+            self.tables.demand_partitions[str(partition)] = replace(
+                held, resources=_with(held.resources, resource)
             )
 
     # --- one resource

@@ -11,7 +11,11 @@ Pure, and the one owner of these rules (the modules that keep state call them):
   *stale* (its devices are reported once as such; nothing more is charged to their holders);
   silent for ``node_ttl_ms``, or deleted in the API, it is *gone*: its devices' last events go
   out and every key it has in every table is deleted (:func:`node_keys`). Silence is measured
-  against the partition's clock (``clock.tick``), never against a wall clock.
+  against the partition's clock (``clock.tick``), never against a wall clock, and a node
+  leaves only when it is past its TTL at two accepted ticks (no single record ages it out).
+* **Time is checked** (:func:`jump`): a tick or record further ahead of its partition's
+  accepted event time than ``max_clock_jump_ms`` is refused, until a record of another source
+  as far ahead confirms the jump (the whole cluster back after a long stop).
 * **Devices of a live node** leave when no source lists them any more (inventory, allocatable
   list, slices, holders, the last accepted scrape): a MIG reconfiguration's old instance UUIDs
   go, with their alert state.
@@ -47,6 +51,9 @@ class Lifetimes:
     heartbeat_ms: int = MINUTE_MS
     stale_after_ms: int = 3 * MINUTE_MS
     node_ttl_ms: int = 10 * MINUTE_MS
+    #: the furthest a tick or record may be ahead of its partition's accepted event time; under
+    #: ``stale_after_ms`` less a quantum, so a clock skewed within it makes no talking node stale
+    max_clock_jump_ms: int = 2 * MINUTE_MS
 
     @property
     def quantum_ms(self) -> int:
@@ -94,6 +101,53 @@ def phase(last_ms: int, now_ms: int, life: Lifetimes) -> Phase:
     if silent >= life.stale_after_ms:
         return "stale"
     return "live"
+
+
+def jump(clock_ms: int | None, ts_ms: int, life: Lifetimes) -> int | None:
+    """How far ``ts_ms`` is ahead of a partition's accepted clock ``clock_ms`` (a quantum's
+    start: it lags its latest record by up to a quantum), when that is past the bound; ``None``
+    when it is within it, or the partition has no clock yet."""
+    if clock_ms is None:
+        return None
+    ahead = ts_ms - clock_ms
+    return ahead if ahead > life.max_clock_jump_ms + life.quantum_ms else None
+
+
+#: a partition's first refused jump ahead not yet confirmed: its time, and whose it was
+Pending = tuple[int, str] | None
+
+
+def admit(
+    clock_ms: int | None, ts_ms: int, by: str, pending: Pending, life: Lifetimes
+) -> tuple[int | None, Pending]:
+    """A record of source ``by`` (a node, the cluster role) at ``ts_ms`` against its
+    partition's accepted clock: how far past the bound ahead it is (``None``: accepted), and
+    the partition's pending jump after it. A jump is accepted once a record of another source
+    confirms it (within the bound of it): the whole cluster back after a long stop moves the
+    clock, one skewed or forged source never does."""
+    if jump(clock_ms, ts_ms, life) is not None:
+        confirmed = (
+            pending is not None
+            and pending[1] != by
+            and abs(ts_ms - pending[0]) <= life.max_clock_jump_ms
+        )
+        if not confirmed:
+            keep = pending is not None and pending[1] == by  # its source repeating it
+            assert clock_ms is not None  # a jump is measured from a clock
+            return ts_ms - clock_ms, pending if keep else (ts_ms, by)
+    if pending is not None and pending[0] <= ts_ms:
+        pending = None
+    return None, pending
+
+
+def jumped(
+    by: str, ts_ms: int, ahead: int, partition: int, clock: int | None, life: Lifetimes
+) -> str:
+    """Why a record too far ahead of its partition's clock is refused (both stages')."""
+    return (
+        f"{by} at {ts_ms} is {ahead / 1000:.0f}s ahead of partition {partition}'s event time "
+        f"{clock} (more than {life.max_clock_jump_ms / 1000:.0f}s)"
+    )
 
 
 def heartbeat_due(last_heartbeat_ms: int, now_ms: int, life: Lifetimes) -> bool:

@@ -31,6 +31,8 @@ REMEMBERED = 4
 #: the 15 s quantum, past the longest a partition went uncommitted in a storm of rebalances (~50 s)
 SCRAPES_REMEMBERED = 8
 GONE_REMEMBERED = 16
+#: accepted ticks a partition remembers (:attr:`PartitionNodes.ticks`)
+TICKS_KEPT = 4
 
 Emitted = tuple[Alert, ...]
 
@@ -128,7 +130,11 @@ def first_record(ts_ms: int, partition: int) -> NodeState:
 
 
 def heard(state: NodeState, ts_ms: int, quantum_ms: int) -> NodeState:
-    """A record of the node arrived: it is live (no longer stale) as of ``ts_ms``."""
+    """A record of the node arrived: it is live (no longer stale) as of ``ts_ms``. A record
+    older than the latest (late: its collector retried it after an outage) says nothing about
+    the node's time: last heard never moves back, and a stale node stays stale."""
+    if ts_ms < state.last_ms:  # last_ms is a quantum's start: a record of its quantum is not older
+        return state
     last = quantized(state.last_ms, ts_ms, quantum_ms)
     if last == state.last_ms and not state.stale:
         return state
@@ -225,6 +231,13 @@ class PartitionNodes:
 
     nodes: tuple[str, ...] = ()
     gone: tuple[GoneNode, ...] = ()  # newest first
+    #: additive: the partition's accepted event time (quantized): the latest of the ticks and
+    #: records it accepted (None: none yet, or a value written before it was kept). A record
+    #: further ahead of it than the jump bound is refused (:func:`streams.core.lifetimes.jump`)
+    clock_ms: int | None = None
+    #: additive: the last accepted ticks' times, newest first: a node leaves only when it is
+    #: past its TTL at two of them (no single record ages a node out)
+    ticks: tuple[int, ...] = ()
 
     def with_node(self, node: str) -> PartitionNodes:
         if node in self.nodes:
@@ -232,9 +245,27 @@ class PartitionNodes:
         return replace(self, nodes=tuple(sorted({*self.nodes, node})))
 
     def left(self, gone: GoneNode) -> PartitionNodes:
-        return PartitionNodes(
-            tuple(n for n in self.nodes if n != gone.node), (gone, *self.gone)[:GONE_REMEMBERED]
+        return replace(
+            self,
+            nodes=tuple(n for n in self.nodes if n != gone.node),
+            gone=(gone, *self.gone)[:GONE_REMEMBERED],
         )
+
+    def clocked(self, ts_ms: int, quantum_ms: int) -> PartitionNodes:
+        """A record at ``ts_ms`` was accepted: the clock moves to it, never back."""
+        if self.clock_ms is not None and ts_ms < self.clock_ms:
+            return self
+        clock = quantized(self.clock_ms, ts_ms, quantum_ms)
+        return self if clock == self.clock_ms else replace(self, clock_ms=clock)
+
+    def ticked(self, ts_ms: int) -> PartitionNodes:
+        if ts_ms in self.ticks:
+            return self
+        return replace(self, ticks=tuple(sorted((*self.ticks, ts_ms), reverse=True)[:TICKS_KEPT]))
+
+    def tick_before(self, ts_ms: int) -> int | None:
+        """The latest accepted tick before ``ts_ms`` (a tick processed again finds the same)."""
+        return next((t for t in self.ticks if t < ts_ms), None)
 
     def gone_at(self, node: str, ts_ms: int) -> GoneNode | None:
         return next((g for g in self.gone if (g.node, g.ts_ms) == (node, ts_ms)), None)

@@ -81,7 +81,7 @@ from streams.core.sharing import LABEL_PRODUCT
 from streams.core.spine import Spine, fingerprint
 from streams.core.tables import Tables, alert_key, claim_key, holder_key
 
-__all__ = ["Output", "Processor", "Tables", "UnusableRecord", "inventory_of"]
+__all__ = ["ClockJump", "Output", "Processor", "Tables", "UnusableRecord", "inventory_of"]
 
 Output = (
     AttributionEvent
@@ -129,6 +129,14 @@ class UnusableRecord(ValueError):
     """A well-formed record that has no place on the input topic (bad input, not a defect)."""
 
 
+class ClockJump(UnusableRecord):
+    """A record further ahead of its partition's event time than the jump bound allows."""
+
+
+#: whose time a tick, a ClusterPolicy and a node's deletion carry (one clock: one source)
+CLUSTER_ROLE = "the cluster role"
+
+
 def inventory_of(record: DeviceInventory) -> Inventory:
     return Inventory(
         gpus={g.index: g.uuid for g in record.gpus},
@@ -173,17 +181,24 @@ class Processor:
 
     def _handle(self, record: object, partition: int) -> list[Output]:
         if isinstance(record, ClockTick):
+            if record.partition != partition:  # the partition aged is the one it was read from
+                raise UnusableRecord(
+                    f"clock.tick of partition {record.partition} read from partition {partition}"
+                )
+            self._clock(partition, record.ts_ms, CLUSTER_ROLE)
             return [
-                *self.spine.tick(record.partition, record.ts_ms),
-                *self._stack_tick(record),
-                *self._supply_tick(record),
+                *self.spine.tick(partition, record.ts_ms),
+                *self._stack_tick(record, partition),
+                *self._supply_tick(record, partition),
             ]
         if getattr(record, "node", None) == "":  # no node is named "": its keys would be ""
             raise UnusableRecord(f"{type(record).__name__} names no node")
         if isinstance(record, NodeRecord) and record.deleted:
+            self._clock(partition, record.ts_ms, CLUSTER_ROLE)
             why = "the node was deleted from the API"
             return list(self.spine.leave(record.node, record.ts_ms, why, partition))
         if isinstance(record, ClusterPolicyRecord):
+            self._clock(partition, record.ts_ms, CLUSTER_ROLE)
             return self._on_policy(record, partition)
         node = getattr(record, "node", None)
         ts_ms = getattr(record, "ts_ms", None)
@@ -198,6 +213,7 @@ class Processor:
                 f"{type(record).__name__} of {node!r} at {ts_ms} predates the node leaving at "
                 f"{gone.ts_ms} ({gone.why})"
             )
+        self._clock(partition, ts_ms, f"node {node!r}")  # the last check: it moves the clock
         self.spine.heard(node, ts_ms, partition)
         before = self._state(node)
         outputs = self._apply(record)
@@ -320,13 +336,18 @@ class Processor:
             t.node_stack[node] = nodestack.pending(old, episode)
         return list(alerts)
 
-    def _stack_tick(self, tick: ClockTick) -> list[Output]:
+    def _clock(self, partition: int, ts_ms: int, by: str) -> None:
+        """The record's time checked against its partition's (:meth:`Spine.clock`)."""
+        if (why := self.spine.clock(partition, ts_ms, by)) is not None:
+            raise ClockJump(why)
+
+    def _stack_tick(self, tick: ClockTick, partition: int) -> list[Output]:
         """The partition's clock: a node's pending ``stack-broken`` episode whose grace window
         has run out fires, and a fired one whose hold-down without holders has run out resolves,
         without waiting for a new record of the node. A tick processed again sends what it sent
         (:func:`streams.core.nodestack.alert_again`)."""
         t = self.tables
-        index = t.partition_nodes.get(str(tick.partition))
+        index = t.partition_nodes.get(str(partition))
         by = fingerprint(tick)
         outputs: list[Output] = []
         for node in index.nodes if index is not None else ():
@@ -426,10 +447,10 @@ class Processor:
             t.node_supply[node] = new
         return list(emit)
 
-    def _supply_tick(self, tick: ClockTick) -> list[Output]:
+    def _supply_tick(self, tick: ClockTick, partition: int) -> list[Output]:
         """The partition's clock: a node whose readings stopped (stale, silent) no longer calls
         its devices idle, without waiting for a record of its own."""
-        index = self.tables.partition_nodes.get(str(tick.partition))
+        index = self.tables.partition_nodes.get(str(partition))
         outputs: list[Output] = []
         for node in index.nodes if index is not None else ():
             outputs += self._supply(node, tick.ts_ms, tick, False)

@@ -106,6 +106,8 @@ class Spine:
         self.alerts = alerts
         self.node_gone = node_gone
         self._pending: dict[str, NodeState] = {}
+        #: per partition, the first refused jump ahead not yet confirmed, and whose it was
+        self._ahead: dict[int, tuple[int, str]] = {}
 
     def describe(
         self,
@@ -170,7 +172,7 @@ class Spine:
         key = str(partition)
         if new == old:
             return
-        if new.nodes or new.gone:
+        if new.nodes or new.gone or new.clock_ms is not None or new.ticks:
             self.tables.partition_nodes[key] = new
         elif key in self.tables.partition_nodes:
             del self.tables.partition_nodes[key]
@@ -348,10 +350,32 @@ class Spine:
 
     # --- the partition's clock
 
-    def tick(self, partition: int, ts_ms: int) -> list[Event]:
-        """Nodes silent too long go stale, then leave (with every key they have); a tick
-        processed again emits what it caused again."""
+    def clock(self, partition: int, ts_ms: int, by: str) -> str | None:
+        """A record of ``by`` (a node, or the cluster role) at ``ts_ms`` read from
+        ``partition``: accepted (``None``; the partition's clock moves to it), or why it is
+        refused — too far ahead of the partition's accepted event time, unconfirmed
+        (:func:`streams.core.lifetimes.admit`). A refused record changes no table: the jump it
+        waits to have confirmed is held here, in memory (a worker that restarts meets two
+        sources again)."""
         index = self._index(partition)
+        pending = self._ahead.get(partition)
+        ahead, pending = lifetimes.admit(index.clock_ms, ts_ms, by, pending, self.life)
+        if pending is None:
+            self._ahead.pop(partition, None)
+        else:
+            self._ahead[partition] = pending
+        if ahead is not None:
+            return lifetimes.jumped(by, ts_ms, ahead, partition, index.clock_ms, self.life)
+        self._put_index(partition, index, index.clocked(ts_ms, self.life.quantum_ms))
+        return None
+
+    def tick(self, partition: int, ts_ms: int) -> list[Event]:
+        """Nodes silent too long go stale, then leave (with every key they have) once they are
+        past their TTL at this tick and the accepted one before it; a tick processed again
+        emits what it caused again."""
+        index = self._index(partition)
+        before = index.tick_before(ts_ms)
+        self._put_index(partition, index, index.ticked(ts_ms))
         outputs: list[Event] = []
         for g in index.gone:
             if g.ts_ms == ts_ms:  # processed again: what this tick's leaving emitted
@@ -367,7 +391,12 @@ class Spine:
                 continue
             # last_ms lags the node's true last record by up to a quantum: judge it that much
             # later, so a node is never called silent early
-            phase = lifetimes.phase(state.last_ms + self.life.quantum_ms, ts_ms, self.life)
+            judged = state.last_ms + self.life.quantum_ms
+            phase = lifetimes.phase(judged, ts_ms, self.life)
+            if phase == "gone" and (
+                before is None or lifetimes.phase(judged, before, self.life) != "gone"
+            ):
+                phase = "stale"  # past its TTL at one tick only: gone at the next
             if phase == "gone":
                 silent_s = (ts_ms - state.last_ms) / 1000
                 why = f"no record from the node's agent for {silent_s:.0f}s (its TTL)"

@@ -40,6 +40,7 @@ from infra.kafka import client_options
 from infra.settings import (
     AlertSettings,
     ApiSettings,
+    ClusterKeySettings,
     KafkaSettings,
     KubeSettings,
     SpineSettings,
@@ -144,6 +145,7 @@ def lifetimes_of(spine: SpineSettings) -> Lifetimes:
         heartbeat_ms=int(spine.heartbeat_s * 1000),
         stale_after_ms=int(spine.stale_after_s * 1000),
         node_ttl_ms=int(spine.node_ttl_s * 1000),
+        max_clock_jump_ms=int(spine.max_clock_jump_s * 1000),
     )
 
 
@@ -154,6 +156,7 @@ def build_app(
     spine: SpineSettings | None = None,
     api: ApiSettings | None = None,
     kube: KubeSettings | None = None,
+    signing: ClusterKeySettings | None = None,
 ) -> faust.App:
     """Create the worker's Faust app from explicit settings."""
     if not kafka.bootstrap:
@@ -216,10 +219,11 @@ def build_app(
         )
 
     tables = Tables(**{field: table(name) for field, name in TABLES.items()})
-    processor = Processor(tables, alerts, lifetimes_of(spine or SpineSettings()))
+    life = lifetimes_of(spine or SpineSettings())
+    processor = Processor(tables, alerts, life)
     live = LiveDevices()
     demand_tables = DemandTables(**{field: table(name) for field, name in DEMAND_TABLES.items()})
-    stage = DemandStage(demand_tables, alerts.demand_window_s, worker.demand_supply_every_s)
+    stage = DemandStage(demand_tables, alerts.demand_window_s, worker.demand_supply_every_s, life)
     app.demand_stage = stage
     live_demand = LiveDemand()  # the demand stage's records, for the API and /metrics
 
@@ -255,14 +259,24 @@ def build_app(
     )
     publisher = Publisher(app.outbox, topics_by_type(names), output_key, output_value)
 
-    record_loop = RecordLoop(processor, publisher.publish_all, dead_letter, live, stop=app._crash)
+    cluster_key = (signing or ClusterKeySettings()).key()
+    if cluster_key is None:
+        log.warning(
+            "GPUATTR_CLUSTER_SIGNING_KEY unset: clock ticks, ClusterPolicies and pending-pod "
+            "lists are honoured unsigned (any writer of the input topics can send them)"
+        )
+    record_loop = RecordLoop(
+        processor, publisher.publish_all, dead_letter, live, app._crash, cluster_key
+    )
 
     async def node_events(stream: Any) -> None:
         await record_loop.run(stream.events())
 
     app.agent(inputs, name="node-events")(node_events)
 
-    demand_loop = DemandLoop(stage, publisher.publish, dead_letter, live_demand, stop=app._crash)
+    demand_loop = DemandLoop(
+        stage, publisher.publish, dead_letter, live_demand, app._crash, cluster_key
+    )
 
     async def demand_events_agent(stream: Any) -> None:
         await demand_loop.run(stream.events())

@@ -15,10 +15,15 @@ from collections.abc import AsyncIterable, Awaitable, Callable
 from contract import codec
 from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList
 from contract.outputs import PoolDemand, PoolDemandRetired
-from streams.core.demandstage import DemandOutput, DemandStage, UnusableDemandRecord
+from streams.core.demandstage import (
+    DemandClockJump,
+    DemandOutput,
+    DemandStage,
+    UnusableDemandRecord,
+)
 from streams.worker import selfmetrics
 from streams.worker.livedemand import LiveDemand
-from streams.worker.loop import DeadLetterFn, Event, Stop, defect
+from streams.worker.loop import DeadLetterFn, Event, Stop, defect, unsigned
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +39,10 @@ class DemandLoop:
         dead_letter: DeadLetterFn,
         live: LiveDemand,
         stop: Stop,
+        cluster_key: bytes | None = None,
     ) -> None:
         self.stage = stage
+        self.cluster_key = cluster_key  # with it, ticks and pending-pod lists must be signed
         self.publish = publish
         self.dead_letter = dead_letter
         self.live = live
@@ -54,12 +61,20 @@ class DemandLoop:
             selfmetrics.ERRORS.labels("decode").inc()
             await self.dead_letter(event, f"undecodable: {exc}")
             return
+        if (why := unsigned(self.cluster_key, record, event)) is not None:
+            selfmetrics.ERRORS.labels("unsigned").inc()
+            await self.dead_letter(event, f"refused: {why}")
+            return
         if not isinstance(record, DEMAND_INPUTS):
             selfmetrics.ERRORS.labels("unusable").inc()
             await self.dead_letter(event, f"unusable: {type(record).__name__} on demand-events")
             return
         try:
             outputs = self.stage.handle(record, msg.partition, msg.key)
+        except DemandClockJump as exc:
+            selfmetrics.ERRORS.labels("clock-jump").inc()
+            await self.dead_letter(event, f"refused: {exc}")
+            return
         except UnusableDemandRecord as exc:
             selfmetrics.ERRORS.labels("unusable").inc()
             await self.dead_letter(event, f"unusable: {exc}")

@@ -4,9 +4,11 @@
 dead-letter topic; tests drive it with a plain async generator of small fake events.
 The events only need the shape in :class:`Event`.
 
-Failure policy: bad *input* — a payload the codec cannot read, a record whose Kafka key is not
-the node its payload names (:func:`foreign_node`), or a record that has no place on the input
-topic — is dead-lettered with its reason, counted, and the loop goes on. Any other
+Failure policy: bad *input* — a payload the codec cannot read, a clock tick or ClusterPolicy
+not signed with the cluster role's key (:func:`unsigned`), a record whose Kafka key is not the
+node its payload names (:func:`foreign_node`), a record too far ahead of its partition's event
+time, or a record that has no place on the input topic — is dead-lettered with its reason,
+counted, and the loop goes on. Any other
 exception is a defect in our own code: dead-lettering it would drop a node's data silently. The
 loop counts it (``gpuattr_worker_errors_total{kind="defect"}``), logs it with its traceback,
 stops the worker (``stop``) and ends without acknowledging the record, so its offset is never
@@ -22,9 +24,9 @@ from collections import Counter
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from typing import Protocol
 
-from contract import codec
+from contract import codec, signature
 from contract.outputs import AttributionEvent, TelemetryRefused
-from streams.core.processor import Output, Processor, UnusableRecord
+from streams.core.processor import ClockJump, Output, Processor, UnusableRecord
 from streams.worker import selfmetrics
 from streams.worker.live import LiveDevices
 
@@ -45,6 +47,8 @@ class Message(Protocol):
     def key(self) -> bytes | None: ...
     @property
     def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> signature.Headers: ...
 
 
 class Event(Protocol):
@@ -76,6 +80,14 @@ def foreign_node(key: bytes | None, record: object) -> str | None:
     if key != node.encode():
         return f"key {key.decode(errors='replace')!r} but payload of node {node!r}"
     return None
+
+
+def unsigned(key: bytes | None, record: object, event: Event) -> str | None:
+    """Why a record of the cluster role's kinds is not honoured as its own (bad or no
+    signature: :mod:`contract.signature`); ``None`` when it is, or this worker has no key."""
+    if key is None:
+        return None
+    return signature.refusal(key, record, event.value, event.message.headers)
 
 
 class ProcessingDefect(RuntimeError):
@@ -114,8 +126,12 @@ class RecordLoop:
         dead_letter: DeadLetterFn,
         live: LiveDevices,
         stop: Stop,
+        cluster_key: bytes | None = None,
     ) -> None:
+        """``cluster_key``: the cluster role's signing key; with it, a clock tick or
+        ClusterPolicy is honoured only signed with it."""
         self.processor = processor
+        self.cluster_key = cluster_key
         self.publish_all = publish_all
         self.dead_letter = dead_letter
         self.live = live
@@ -146,12 +162,20 @@ class RecordLoop:
             selfmetrics.ERRORS.labels("decode").inc()
             await self.dead_letter(event, f"undecodable: {exc}")
             return
+        if (why := unsigned(self.cluster_key, record, event)) is not None:
+            selfmetrics.ERRORS.labels("unsigned").inc()
+            await self.dead_letter(event, f"refused: {why}")
+            return
         if (mismatch := foreign_node(event.message.key, record)) is not None:
             selfmetrics.ERRORS.labels("key-mismatch").inc()
             await self.dead_letter(event, f"refused: {mismatch}")
             return  # checked before the processor: no table changes
         try:
             outputs = self.processor.handle(record, event.message.partition)
+        except ClockJump as exc:
+            selfmetrics.ERRORS.labels("clock-jump").inc()
+            await self.dead_letter(event, f"refused: {exc}")
+            return
         except UnusableRecord as exc:
             selfmetrics.ERRORS.labels("unusable").inc()
             await self.dead_letter(event, f"unusable: {exc}")

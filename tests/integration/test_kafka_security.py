@@ -542,3 +542,7 @@ async def test_the_demo_runs_secured_with_one_user_per_role(tmp_path: Path) -> N
             others = set(DEFAULT_PRINCIPALS.values()) - {user}
             assert not any(f"Authenticated as {o} " in text for o in others), log.name
             assert "AuthorizationFailed" not in text, log.name
+            # the cluster role signs, the worker checks: no tick refused, no key missing
+            assert "GPUATTR_CLUSTER_SIGNING_KEY unset" not in text, log.name
+            assert "signature" not in text, log.name
+            assert "ahead of partition" not in text, log.name

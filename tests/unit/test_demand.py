@@ -48,6 +48,7 @@ from streams.core.demandstage import (
 )
 from streams.core.poolrows import pool_row
 from streams.core.state import TABLE_CODEC
+from tests.unit.test_spine import UNBOUNDED
 
 GPU = "nvidia.com/gpu"
 A100 = "NVIDIA-A100-SXM4-80GB"
@@ -311,7 +312,7 @@ def run(stage: DemandStage, *records: object) -> list[DemandOutput]:
 
 def new_stage() -> tuple[DemandStage, DemandTables]:
     tables = DemandTables()
-    return DemandStage(tables, WINDOW_S), tables
+    return DemandStage(tables, WINDOW_S, life=UNBOUNDED), tables  # ticks a window apart
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from streams.core.pods import (
     settle,
 )
 from streams.core.processor import Processor, Tables
+from tests.unit.test_spine import UNBOUNDED
 
 MIN = 60_000
 T0 = 1_700_000_000_000
@@ -73,7 +74,7 @@ def pod(name: str, uid: str, ts: int, *, deleted: bool = False) -> PodRecord:
 
 def test_processor_deletes_forgotten_keys_and_shrinks_the_index() -> None:
     t = tables()
-    p = Processor(t)
+    p = Processor(t, life=UNBOUNDED)
     p.handle(pod("job-1", "u1", T0))
     p.handle(pod("job-1", "u1", T0 + MIN, deleted=True))
     p.handle(pod("job-2", "u2", T0 + 2 * MIN))
@@ -91,7 +92,7 @@ def test_processor_deletes_forgotten_keys_and_shrinks_the_index() -> None:
 
 def test_relist_marks_vanished_gone_then_a_later_record_forgets_them() -> None:
     t = tables()
-    p = Processor(t)
+    p = Processor(t, life=UNBOUNDED)
     p.handle(pod("job-1", "u1", T0))
     p.handle(pod("job-2", "u2", T0))
     p.handle(PodListSnapshot("n1", T0 + MIN, ("u2",)))
@@ -103,7 +104,7 @@ def test_relist_marks_vanished_gone_then_a_later_record_forgets_them() -> None:
 
 def test_relist_rebuilds_an_index_written_before_the_gone_field() -> None:
     t = tables()
-    p = Processor(t)
+    p = Processor(t, life=UNBOUNDED)
     t.pods["n1/batch/job-1"] = PodNames((PodLife("u1", T0, T0 + MIN),))
     t.node_pods["n1"] = NodePods(("batch/job-1", "batch/missing"))  # as an older worker wrote it
     p.handle(PodListSnapshot("n1", T0 + 2 * MIN, ()))
@@ -114,7 +115,7 @@ def test_relist_rebuilds_an_index_written_before_the_gone_field() -> None:
 
 def test_an_empty_watched_node_stays_watched() -> None:
     t = tables()
-    p = Processor(t)
+    p = Processor(t, life=UNBOUNDED)
     p.handle(pod("job-1", "u1", T0, deleted=True))
     p.handle(pod("job-2", "u2", T0 + 20 * MIN, deleted=True))
     p.handle(PodListSnapshot("n1", T0 + 40 * MIN, ()))

@@ -32,6 +32,7 @@ from streams.core.alerts import step
 from streams.core.lifetimes import HISTORY_MS
 from streams.core.processor import Processor, Tables
 from streams.core.views import device_row, usage_text
+from tests.unit.test_spine import UNBOUNDED
 
 NODE = "dra-node"
 D = "gpu.nvidia.com"
@@ -291,7 +292,7 @@ def test_slices_deleted_while_claims_stay_allocated_keep_held_devices_where_they
 
 
 def test_a_republished_slice_decides_anew_and_a_remembered_device_leaves_with_its_holders() -> None:
-    processor = Processor(Tables.in_memory())
+    processor = Processor(Tables.in_memory(), life=UNBOUNDED)
     for record in SETUP:
         processor.handle(record)
     processor.handle(ResourceSliceRecord(NODE, T + 1, SLICE.name, D, NODE, 1, (), deleted=True))

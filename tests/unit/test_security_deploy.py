@@ -199,7 +199,9 @@ def test_each_role_has_its_own_account_secret_and_kafka_user(render: str) -> Non
         assert f"gpuattr-{role}" in users  # a KafkaUser with that role's ACLs
         if role == "sink":  # the sink alone holds the Slack and webhook secrets
             assert keys == KAFKA_IDENTITY | SINK_SECRETS
-        else:  # the agent, the cluster role and the worker: their Kafka credentials, nothing else
+        elif role in ("cluster", "worker"):  # and the key the cluster role signs its ticks with
+            assert keys == KAFKA_IDENTITY | {"GPUATTR_CLUSTER_SIGNING_KEY"}
+        else:  # the agent: its Kafka credentials, nothing else
             assert keys == KAFKA_IDENTITY
         assert account not in seen_accounts
         assert secret["metadata"]["name"] not in seen_secrets

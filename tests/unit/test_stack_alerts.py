@@ -66,6 +66,7 @@ from tests.unit.test_spine import (
     T0,
     TENANTS,
     TRAINER,
+    UNBOUNDED,
     feed,
     setup,
     uid,
@@ -426,7 +427,7 @@ def new(grace_s: float = 0.0, holddown_s: float = 0.0) -> Processor:
     policy = AlertSettings.model_construct(
         idle_window_s=120.0, cooldown_s=0.0, stack_grace_s=grace_s, stack_holddown_s=holddown_s
     )
-    return Processor(Tables.in_memory(), policy, LIFE)
+    return Processor(Tables.in_memory(), policy, UNBOUNDED)
 
 
 def crashing(ts: int, restarts: int = 12) -> OperandPods:

@@ -25,6 +25,7 @@ from contract.topics import TABLES
 from infra.settings import AlertSettings
 from streams.core import supply
 from streams.core.episodes import Episode
+from streams.core.lifetimes import Lifetimes
 from streams.core.processor import Output, Processor, Tables
 from streams.core.state import TABLE_CODEC
 from streams.core.supply import AllocatedDevice, NodeSupplyState, node_supply
@@ -440,9 +441,11 @@ class Counting(MutableMapping[str, object]):
         return len(self.data)
 
 
-def new(tables: Tables | None = None, cls: type[Processor] = Processor) -> Processor:
+def new(
+    tables: Tables | None = None, cls: type[Processor] = Processor, life: Lifetimes = LIFE
+) -> Processor:
     policy = AlertSettings.model_construct(idle_window_s=120.0, cooldown_s=0.0)
-    return cls(tables or Tables.in_memory(), policy, LIFE)
+    return cls(tables or Tables.in_memory(), policy, life)
 
 
 def with_product(ts: int = T0) -> list[object]:
@@ -583,7 +586,9 @@ def test_a_node_gone_withdraws_every_resource_deletes_its_key_and_says_so_again(
 def test_a_node_silent_past_its_ttl_withdraws_its_supply_and_the_tick_says_so_again() -> None:
     proc = new()
     feed(proc, with_product())
-    tick = ClockTick(0, T0 + 11 * MIN)
+    for minute in (2, 4, 6, 8, 10, 11):  # the partition's clock, within the jump bound
+        proc.handle(ClockTick(0, T0 + minute * MIN))
+    tick = ClockTick(0, T0 + 12 * MIN)  # past the TTL at two ticks
     out = supplies(proc.handle(tick))
     assert out == [NodeSupply(tick.ts_ms, NODE, GPU, gone=True)]
     assert supplies(proc.handle(tick)) == out

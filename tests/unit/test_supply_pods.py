@@ -18,7 +18,7 @@ from contract import codec
 from contract.inputs import OwnerRef, PodRecord, PodResourcesDiff, SupplyHolder
 from streams.core.processor import SUPPLY_INPUTS, Output, Processor, Tables
 from tests.unit.test_fuzz_processor import record_streams
-from tests.unit.test_spine import MIN, NODE, S_, T0, TRAINER, setup, uid
+from tests.unit.test_spine import MIN, NODE, S_, T0, TRAINER, UNBOUNDED, setup, uid
 from tests.unit.test_supply import Counting, new, supplies
 
 START_MS = 1_700_000_000_000
@@ -65,7 +65,7 @@ def test_a_new_life_of_a_holders_name_is_supplied_with_its_uid_and_workload() ->
 def test_a_holders_last_life_forgotten_is_supplied_without_its_uid() -> None:
     """The kubelet still lists a pod deleted longer ago than the node remembers it: another
     pod's record prunes the name, and the supply stops naming a UID it no longer knows."""
-    proc = new()
+    proc = new(life=UNBOUNDED)
     for r in setup():
         proc.handle(r)
     gone = PodRecord(NODE, T0 + S_, uid("trainer-0"), "ml", "trainer-0", T0, deleted=True)

@@ -48,6 +48,7 @@ class FakeMessage:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class Harness:
     live: LiveDevices = field(default_factory=LiveDevices)
     stopped: list[BaseException] = field(default_factory=list)
     state: Tables | None = None  # the tables of the last run
+    cluster_key: bytes | None = None  # the cluster role's signing key, when the worker has one
 
     def tables(self) -> Tables:
         t: dict[str, MutableMapping[str, Any]] = {
@@ -97,7 +99,12 @@ class Harness:
     async def run(self, events: Iterable[FakeEvent]) -> None:
         self.state = self.tables()
         loop = RecordLoop(
-            Processor(self.state), self.publish, self.dead_letter, self.live, self.stopped.append
+            Processor(self.state),
+            self.publish,
+            self.dead_letter,
+            self.live,
+            self.stopped.append,
+            self.cluster_key,
         )
         await loop.run(stream(events))
 

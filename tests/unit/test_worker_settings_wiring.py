@@ -8,7 +8,7 @@ from pathlib import Path
 import faust
 import pytest
 
-from infra.settings import AlertSettings, KafkaSettings, WorkerSettings
+from infra.settings import AlertSettings, KafkaSettings, SpineSettings, WorkerSettings
 from streams.worker.app import build_app
 
 
@@ -50,3 +50,15 @@ def test_the_demand_record_interval_reaches_the_demand_stage(
     assert WorkerSettings().demand_supply_every_s == 0.0  # every change, as before
     with pytest.raises(ValueError, match="demand_supply_every_s"):
         WorkerSettings(demand_supply_every_s=-1)
+
+
+def test_the_clock_jump_bound_reaches_both_stages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUATTR_SPINE_MAX_CLOCK_JUMP_S", "45")
+    settings = WorkerSettings(data_dir=tmp_path, web_enabled=False)
+    app = build_app(
+        KafkaSettings(bootstrap="localhost:1"), settings, AlertSettings(), SpineSettings()
+    )
+    assert app.demand_stage.life.max_clock_jump_ms == 45_000
+    assert SpineSettings.model_construct().max_clock_jump_s == 120.0  # shipped
