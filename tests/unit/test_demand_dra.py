@@ -16,6 +16,7 @@ from streams.core.demandstage import DemandOutput, DemandStage, DemandTables
 from streams.core.episodes import Episode
 from streams.core.poolrows import pool_line, pool_row
 from streams.core.supply import AllocatedDevice, node_supply
+from tests.unit.test_spine import UNBOUNDED
 
 WHOLE, MIG, EXAMPLE = "dra:gpu.nvidia.com", "dra:mig.nvidia.com", "dra:gpu.example.com"
 MIN = 60_000
@@ -129,7 +130,7 @@ def test_node_supply_splits_nvidias_whole_gpus_from_its_mig_devices() -> None:
 
 def test_idle_mig_slices_raise_no_alert_for_a_pod_that_takes_only_whole_gpus() -> None:
     supplies = supply_records(NVIDIA_NODE)
-    stage = DemandStage(DemandTables(), WINDOW_S)
+    stage = DemandStage(DemandTables(), WINDOW_S, life=UNBOUNDED)  # ticks a window apart
     pod = waiting("whole", GpuRequest(WHOLE, 1, claim="ml/whole-claim"))
     out = run(stage, WHOLE, supplies[WHOLE], pod, *ticks())
     assert not [o for o in out if isinstance(o, Alert)]  # its pool's one GPU is busy
@@ -139,7 +140,7 @@ def test_idle_mig_slices_raise_no_alert_for_a_pod_that_takes_only_whole_gpus() -
 
 def test_a_mig_class_pod_meets_the_idle_mig_supply() -> None:
     supplies = supply_records(NVIDIA_NODE)
-    stage = DemandStage(DemandTables(), WINDOW_S)
+    stage = DemandStage(DemandTables(), WINDOW_S, life=UNBOUNDED)  # ticks a window apart
     pod = waiting("small", GpuRequest(MIG, 1, mig_profile="1g.10gb", claim="ml/small-claim"))
     out = run(stage, MIG, supplies[MIG], pod, *ticks())
     fired = [o for o in out if isinstance(o, Alert) and o.status == "firing"]
@@ -158,7 +159,7 @@ def test_a_v1_supply_record_naming_mig_devices_by_their_driver_offers_none_as_wh
     payload = codec.encode(old).replace(b'"v":2', b'"v":1', 1)
     assert payload.startswith(b'{"schema":"pool.supply","v":1')
     read = codec.decode(payload)
-    stage = DemandStage(DemandTables(), WINDOW_S)
+    stage = DemandStage(DemandTables(), WINDOW_S, life=UNBOUNDED)  # ticks a window apart
     out = run(stage, WHOLE, read, waiting("whole", GpuRequest(WHOLE, 1)), *ticks())
     assert not [o for o in out if isinstance(o, Alert)]
     assert last_demand(out, WHOLE).allocated_gpus == 1
@@ -206,7 +207,7 @@ def test_a_claim_several_pods_share_is_one_demand(
 
 
 def test_the_stage_counts_two_pods_sharing_a_claim_once() -> None:
-    stage = DemandStage(DemandTables(), WINDOW_S)
+    stage = DemandStage(DemandTables(), WINDOW_S, life=UNBOUNDED)  # ticks a window apart
     one = GpuRequest(WHOLE, 1, claim="ml/shared-gpu")
     out = run(stage, WHOLE, waiting("a", one), waiting("b", one, ts=2))
     record = last_demand(out, WHOLE)

@@ -35,6 +35,7 @@ from streams.core.processor import Output, Processor, Tables
 from streams.core.promseries import families
 from streams.core.tables import alert_key
 from streams.core.views import Filter, device_row, select
+from tests.unit.test_spine import UNBOUNDED
 
 POLICY = AlertSettings(
     idle_window_s=60,
@@ -193,7 +194,10 @@ def exporter_down(ts_ms: int, since_ms: int) -> AgentStatus:
 
 
 def test_two_hours_without_readings_are_not_idle_time_in_alerts_views_or_supply() -> None:
-    p = Processor(Tables.in_memory(), POLICY.model_copy(update={"idle_window_s": 1800.0}))
+    # records minutes apart with no tick between them: no jump bound
+    p = Processor(
+        Tables.in_memory(), POLICY.model_copy(update={"idle_window_s": 1800.0}), UNBOUNDED
+    )
     p.handle(NodeRecord("n", 0, (("nvidia.com/gpu.product", "A100"),)))
     p.handle(PodRecord("n", 0, "uid-p0", "ml", "p0", 0))
     p.handle(PodResourcesSnapshot("n", 0, (P0,)))
@@ -260,7 +264,10 @@ def test_a_device_row_whose_latest_event_has_no_reading_is_not_idle() -> None:
 
 def test_a_node_reported_stale_ends_its_windows_and_its_return_starts_new_ones() -> None:
     """The agent itself went silent (its restart loses the previous scrape: no interval)."""
-    p = Processor(Tables.in_memory(), POLICY.model_copy(update={"idle_window_s": 1800.0}))
+    # records minutes apart with no tick between them: no jump bound
+    p = Processor(
+        Tables.in_memory(), POLICY.model_copy(update={"idle_window_s": 1800.0}), UNBOUNDED
+    )
     p.handle(NodeRecord("n", 0, ()))
     p.handle(PodRecord("n", 0, "uid-p0", "ml", "p0", 0))
     p.handle(PodResourcesSnapshot("n", 0, (P0,)))

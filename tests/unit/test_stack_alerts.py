@@ -801,6 +801,7 @@ def held_down_stream() -> list[object]:
         PodResourcesDiff(NODE, T0 + 3 * S_, (), every),  # nothing held: the hold-down starts
         ClockTick(0, T0 + 60 * S_),  # within it: nothing
         PodResourcesDiff(NODE, T0 + 70 * S_, (TRAINER,), ()),  # the next Job: the same episode
+        ClockTick(0, T0 + 160 * S_),  # the partition's clock, within the jump bound
         PodResourcesDiff(NODE, T0 + 250 * S_, (), (TRAINER,)),  # its end: the hold-down again
         agent(T0 + 300 * S_, "failing", "x"),
         ClockTick(0, T0 + 250 * S_ + HOLDDOWN),  # the hold-down has run out: resolves
