@@ -225,7 +225,9 @@ def blind() -> list[Any]:
             .title("Held GPUs without a reading, and why")
             .description(
                 "Allocation is the spine: a GPU a pod holds is here whether or not its "
-                "dcgm-exporter answers. Cause: exporter-unreachable, no-exporter (none on the "
+                "dcgm-exporter answers. Cause: exporter-unreachable, stack-broken (the exporter "
+                "waits on a broken plane of the GPU stack: the event's telemetry.plane names it), "
+                "no-exporter (none on the "
                 "node), scrape-refused (the answer was another node's), no-row, no-sample-yet, "
                 "samples-stopped, unplaced (a held device no GPU key places). Its usage is "
                 "unknown, never 0; the attribution events carry the full reason."
