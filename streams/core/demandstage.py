@@ -235,7 +235,7 @@ class DemandStage:
         (unconfirmed), it is refused. A node's supply is the node's time; the rest the cluster
         role's."""
         assert isinstance(record, ClockTick | PendingPodList | PendingPod | NodeSupply)
-        by = f"node {record.node!r}" if isinstance(record, NodeSupply) else "the cluster role"
+        by = f"node {record.node!r}" if isinstance(record, NodeSupply) else lifetimes.CLUSTER_ROLE
         held = self.tables.demand_partitions.get(str(partition)) or PartitionResources()
         pending = self._ahead.get(partition)
         ahead, pending = lifetimes.admit(held.clock_ms, record.ts_ms, by, pending, self.life)

@@ -116,6 +116,9 @@ def jump(clock_ms: int | None, ts_ms: int, life: Lifetimes) -> int | None:
 #: a partition's first refused jump ahead not yet confirmed: its time, and whose it was
 Pending = tuple[int, str] | None
 
+#: whose time a tick, a ClusterPolicy and a node's deletion carry (one clock: one source)
+CLUSTER_ROLE = "the cluster role"
+
 
 def admit(
     clock_ms: int | None, ts_ms: int, by: str, pending: Pending, life: Lifetimes
@@ -124,12 +127,14 @@ def admit(
     partition's accepted clock: how far past the bound ahead it is (``None``: accepted), and
     the partition's pending jump after it. A jump is accepted once a record of another source
     confirms it (within the bound of it): the whole cluster back after a long stop moves the
-    clock, one skewed or forged source never does."""
+    clock, one skewed or forged record never does. A node's own records confirm its jump once
+    they have kept it up for the bound (a node alone on its partition, back after a long silence
+    while no tick comes): a node's time ages no other node, the cluster role's ticks do, so the
+    cluster role's jump is confirmed by another source only."""
     if jump(clock_ms, ts_ms, life) is not None:
-        confirmed = (
-            pending is not None
-            and pending[1] != by
-            and abs(ts_ms - pending[0]) <= life.max_clock_jump_ms
+        confirmed = pending is not None and (
+            (pending[1] != by and abs(ts_ms - pending[0]) <= life.max_clock_jump_ms)
+            or (pending[1] == by != CLUSTER_ROLE and ts_ms - pending[0] >= life.max_clock_jump_ms)
         )
         if not confirmed:
             keep = pending is not None and pending[1] == by  # its source repeating it

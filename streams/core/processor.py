@@ -57,7 +57,7 @@ from streams.core.identity import (
     MigDevice,
     device_key,
 )
-from streams.core.lifetimes import Lifetimes
+from streams.core.lifetimes import CLUSTER_ROLE, Lifetimes
 from streams.core.nodestack import PartitionPolicies
 from streams.core.nodestate import NodeState
 from streams.core.nodeview import (
@@ -131,10 +131,6 @@ class UnusableRecord(ValueError):
 
 class ClockJump(UnusableRecord):
     """A record further ahead of its partition's event time than the jump bound allows."""
-
-
-#: whose time a tick, a ClusterPolicy and a node's deletion carry (one clock: one source)
-CLUSTER_ROLE = "the cluster role"
 
 
 def inventory_of(record: DeviceInventory) -> Inventory:

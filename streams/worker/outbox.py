@@ -39,8 +39,10 @@ in its place, counted (``gpuattr_worker_outputs_refused_total{cause="too-large"}
 A batch the producer or broker still refuses for its size (``MessageSizeTooLargeError``,
 ``RecordListTooLargeError``, ``RecordTooLargeError``) is dead-lettered the same way, record by
 record (``cause="broker-refused"``), and the worker goes on: the same input would make the same
-record again, so stopping would only crash-loop its partition. Any other failure still stops the
-worker.
+record again, so stopping would only crash-loop its partition. Those dead letters are queued when
+the batch's delivery fails, inside the producer's flush: the flush before a commit
+(:meth:`Outbox.settle`) drains and flushes again until none is left behind, so the commit covers
+them. Any other failure still stops the worker.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError
@@ -146,6 +148,7 @@ class Outbox:
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
+        self._refused = 0  # records dead-lettered for their size: settle() waits for theirs
         #: topic → its partitions, as the producer's metadata said since the last drain
         self._known: dict[str, tuple[int, ...]] = {}
 
@@ -204,6 +207,17 @@ class Outbox:
                 await self._hand_over(queues)
                 for kind, n in kinds.items():
                     selfmetrics.EVENTS_OUT.labels(kind).inc(n)
+
+    async def settle(self, flush: Callable[[], Awaitable[None]]) -> None:
+        """Drain, then ``flush`` (the producer's: every batch delivered or refused), and again
+        while a batch refused for its size queued its dead letters meanwhile: the commit after
+        this covers them too, so none is lost to a crash after it."""
+        while True:
+            refused = self._refused
+            await self.drain()
+            await flush()
+            if self._refused == refused:
+                return
 
     def _start(self) -> None:
         """A drain in the background (at most one task at a time; the lock orders them)."""
@@ -305,6 +319,7 @@ class Outbox:
     ) -> None:
         """A record not written for its size: counted, logged, and a small ``output.refused``
         record queued for the dead-letter topic in its place (under the same key)."""
+        self._refused += 1
         selfmetrics.OUTPUTS_REFUSED.labels(cause).inc()
         shown = cut(key.decode(errors="replace")) if key is not None else None
         log.error(

@@ -232,8 +232,9 @@ class Producer(driver.Producer):  # type: ignore[misc]
     async def flush(self) -> None:
         outbox = getattr(self.app, "outbox", None)
         if outbox is not None and self._producer is not None:
-            await outbox.drain()
-        await super().flush()
+            await outbox.settle(super().flush)
+        else:
+            await super().flush()
 
 
 class Transport(driver.Transport):  # type: ignore[misc]

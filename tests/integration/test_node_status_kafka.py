@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -156,7 +156,8 @@ async def test_node_status_on_kafka_disabled_by_intent_versus_crash_looping(
             collect(kafka, "attribution") as attribution,
             collect(kafka, "alerts") as alerts,
         ):
-            await publish(kafka, [*off, *crashing], READY_POLICY)
+            # stamped, as the cluster role stamps it, with the time of the nodes' records
+            await publish(kafka, [*off, *crashing], replace(READY_POLICY, ts_ms=T0))
 
             def settled() -> bool:
                 a, b = statuses(status, NODE), statuses(status, OTHER)

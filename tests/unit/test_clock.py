@@ -125,6 +125,26 @@ def test_a_node_record_far_ahead_is_refused_until_another_source_confirms_it() -
     assert proc.tables.node_state[NODE].last_ms > back
 
 
+def test_a_node_alone_on_its_partition_confirms_its_own_jump_after_the_bound() -> None:
+    """Back after a long silence while no tick comes: its records are refused for the bound, then
+    its own time is the partition's; a skewed cluster role's ticks never confirm themselves."""
+    proc = live()
+    back = T0 + 30 * MIN
+    refused = 0
+    for t in range(back, back + 3 * MIN, 15 * S_):
+        try:
+            proc.handle(status(t), 0)
+        except ClockJump:
+            refused += 1
+    assert refused == 8  # 120 s of its records, then confirmed by its own kept up
+    assert proc.tables.node_state[NODE].last_ms >= back + 2 * MIN
+    skewed = back + 3 * MIN + 15 * MIN
+    for t in range(skewed, skewed + 5 * MIN, 15 * S_):
+        with pytest.raises(ClockJump):
+            proc.handle(ClockTick(0, t), 0)
+    assert proc.tables.node_state[NODE].stale is False
+
+
 def test_a_tick_ages_the_partition_it_was_read_from() -> None:
     proc = live(partition=1)
     with pytest.raises(UnusableRecord, match=r"clock\.tick of partition 0 read from partition 1"):
