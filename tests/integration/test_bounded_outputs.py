@@ -29,9 +29,9 @@ from infra.settings import KafkaSettings, WorkerSettings
 from sim.exporter_rows import ExporterRow
 from sim.runner import SimulatedCluster
 from sim.scenario import gpu_uuid, load
-from streams.worker.outbox import Outbox
 from tests.helpers import wait_for, wait_for_async
 from tests.integration.pipeline import Pipeline, collect, pipeline
+from tests.unit.test_outbox import outbox_over
 from tests.unit.test_spine import scrape as old_agents_scrape
 
 pytestmark = pytest.mark.integration
@@ -164,12 +164,9 @@ async def test_a_record_the_broker_refuses_for_its_size_is_dead_lettered_not_a_c
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
     await producer.start()
     crashed: list[BaseException] = []
-    outbox = Outbox(
-        lambda: producer,
+    outbox = outbox_over(
+        producer,
         crashed.append,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=60,
         max_record_bytes=WorkerSettings().max_record_bytes,  # above the topic's 20,000
         dead_letter_topic=dead,
     )

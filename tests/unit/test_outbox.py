@@ -7,6 +7,7 @@ or refused by the broker), and the worker goes on."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,17 +119,24 @@ def producer(**topics: set[int]) -> FakeProducer:
     return FakeProducer(Client(Cluster(dict(topics))))
 
 
+def outbox_over(
+    prod: Any, crash: Callable[[BaseException], None] = lambda e: None, **bounds: Any
+) -> Outbox:
+    """An outbox over ``prod`` with roomy bounds, a long linger and a ``dead`` dead-letter topic;
+    a test names only the bounds it is about."""
+    settings: dict[str, Any] = {
+        "max_records": 100,
+        "max_bytes": 1 << 20,
+        "linger_s": 60,
+        "max_record_bytes": MAX,
+        "dead_letter_topic": "dead",
+    }
+    return Outbox(lambda: prod, crash, **(settings | bounds))
+
+
 async def test_records_go_as_one_batch_per_partition_in_the_order_queued() -> None:
     prod = producer(out=set(range(8)))
-    outbox = Outbox(
-        lambda: prod,
-        lambda e: None,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod)
     keys = [f"node-a/GPU-{i}".encode() for i in range(20)]
     for i, key in enumerate(keys):
         outbox.add("out", key, b"v%d" % i)
@@ -151,15 +159,7 @@ async def test_records_go_as_one_batch_per_partition_in_the_order_queued() -> No
 async def test_a_full_batch_goes_and_the_partitions_next_records_follow_it() -> None:
     prod = producer()
     prod.batch_room = 2
-    outbox = Outbox(
-        lambda: prod,
-        lambda e: None,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod)
     for i in range(5):
         outbox.add("changelog", b"k", b"%d" % i, partition=0)
     await outbox.drain()
@@ -173,15 +173,7 @@ async def test_a_full_batch_goes_and_the_partitions_next_records_follow_it() -> 
 async def test_a_topic_the_producer_does_not_know_yet_is_partitioned_at_the_drain() -> None:
     prod = producer()
     prod.later["new"] = set(range(4))
-    outbox = Outbox(
-        lambda: prod,
-        lambda e: None,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod)
     outbox.add("new", b"node-b", b"x")
     await outbox.drain()
     outbox.add("new", b"node-b", b"y")  # now known: partitioned when queued
@@ -194,15 +186,7 @@ async def test_a_topic_the_producer_does_not_know_yet_is_partitioned_at_the_drai
 
 async def test_a_drain_starts_at_the_bound_without_the_caller_waiting() -> None:
     prod = producer()
-    outbox = Outbox(
-        lambda: prod,
-        lambda e: None,
-        max_records=3,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod, max_records=3)
     for i in range(3):
         outbox.add("changelog", b"k", b"%d" % i, partition=0)
     assert prod.sent == []  # started, not run: add() never awaits
@@ -214,15 +198,7 @@ async def test_a_drain_starts_at_the_bound_without_the_caller_waiting() -> None:
 async def test_the_caller_waits_past_twice_the_bound_and_order_holds_across_drains() -> None:
     prod = producer()
     prod.gate = asyncio.Event()  # the accumulator is busy: a drain stays under way
-    outbox = Outbox(
-        lambda: prod,
-        lambda e: None,
-        max_records=2,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod, max_records=2)
     outbox.add("c", b"k", b"0", partition=0)
     outbox.add("c", b"k", b"1", partition=0)  # the bound: a drain starts
     await asyncio.sleep(0)  # it takes the queue and waits at the gate
@@ -241,15 +217,7 @@ async def test_the_caller_waits_past_twice_the_bound_and_order_holds_across_drai
 
 async def test_the_linger_drains_a_worker_that_is_not_saturated() -> None:
     prod = producer()
-    outbox = Outbox(
-        lambda: prod,
-        lambda e: None,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=0.01,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod, linger_s=0.01)
     outbox.add("c", b"k", b"v", partition=0)
     await asyncio.wait_for(prod.submitted.wait(), 5)
     assert prod.sent == [("c", 0, [(b"k", b"v")])]
@@ -260,16 +228,7 @@ async def test_each_record_is_stamped_with_the_time_it_was_queued_not_the_drains
     move it (the benchmark's span, and any consumer reading timestamps, see when work was done)."""
     now = [1_700_000_000.0]
     prod = producer(out={0, 1})
-    outbox = Outbox(
-        lambda: prod,
-        lambda e: None,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-        clock=lambda: now[0],
-    )
+    outbox = outbox_over(prod, clock=lambda: now[0])
     outbox.add("out", b"a", b"1", partition=0)
     now[0] += 0.25
     outbox.add("out", b"b", b"2", partition=0)
@@ -289,16 +248,7 @@ async def test_the_stamp_is_what_aiokafkas_batch_builder_takes() -> None:
     milliseconds, the type its pure-Python builder insists on) and writes it as the record's
     timestamp."""
     prod = producer(out={0})
-    outbox = Outbox(
-        lambda: prod,
-        lambda e: None,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-        clock=lambda: 1_700_000_000.1234,
-    )
+    outbox = outbox_over(prod, clock=lambda: 1_700_000_000.1234)
     outbox.add("out", b"a", b"1", partition=0)
     await outbox.drain()
     (batch,) = prod.batches
@@ -311,15 +261,7 @@ async def test_the_stamp_is_what_aiokafkas_batch_builder_takes() -> None:
 
 async def test_outputs_are_counted_by_kind_when_handed_over() -> None:
     prod = producer(t=set(range(2)))
-    outbox = Outbox(
-        lambda: prod,
-        lambda e: None,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod)
     publisher = Publisher(outbox, lambda out: "t", lambda out: out.encode(), lambda out: None)
     before = counted("str")
     await publisher.publish_all(["a", "b"])
@@ -332,15 +274,7 @@ async def test_outputs_are_counted_by_kind_when_handed_over() -> None:
 async def test_a_batch_the_producer_gives_up_on_stops_the_worker() -> None:
     prod = producer()
     crashed: list[BaseException] = []
-    outbox = Outbox(
-        lambda: prod,
-        crashed.append,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod, crashed.append)
     before = errors()
     outbox.add("c", b"k", b"v", partition=0)
     await outbox.drain()
@@ -364,15 +298,7 @@ async def test_a_drain_that_fails_in_the_background_stops_the_worker() -> None:
         crashed.append(exc)
         stopped.set()
 
-    outbox = Outbox(
-        lambda: prod,
-        crash,
-        max_records=1,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod, crash, max_records=1)
     before = errors()
     outbox.add("c", b"k", b"v", partition=0)
     await asyncio.wait_for(stopped.wait(), 5)
@@ -383,15 +309,7 @@ async def test_a_drain_that_fails_in_the_background_stops_the_worker() -> None:
 async def test_a_drain_starts_at_the_byte_bound_and_the_caller_waits_past_twice_it() -> None:
     prod = producer()
     prod.gate = asyncio.Event()
-    outbox = Outbox(
-        lambda: prod,
-        lambda e: None,
-        max_records=100,
-        max_bytes=10,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod, max_bytes=10)
     outbox.add("c", b"k", b"x" * 10, partition=0)  # the byte bound: a drain starts
     await asyncio.sleep(0)  # it takes the queue and waits at the gate
     outbox.add("c", b"k", b"y" * 20, partition=0)  # twice the bytes queued behind it
@@ -406,15 +324,7 @@ async def test_a_drain_starts_at_the_byte_bound_and_the_caller_waits_past_twice_
 
 async def test_a_topic_that_grows_is_partitioned_afresh_after_a_drain() -> None:
     prod = producer(out={0, 1})
-    outbox = Outbox(
-        lambda: prod,
-        lambda e: None,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod)
     key = next(k for k in (b"k%d" % i for i in range(100)) if keyed(k, 2) != keyed(k, 16))
     outbox.add("out", key, b"before")
     await outbox.drain()
@@ -440,15 +350,7 @@ def dead_letters(prod: FakeProducer) -> list[OutputRefused]:
 async def test_a_record_over_the_size_limit_is_not_sent_but_dead_lettered_small() -> None:
     prod = producer(flags={0, 1}, dead={0, 1})
     crashed: list[BaseException] = []
-    outbox = Outbox(
-        lambda: prod,
-        crashed.append,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=1000,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod, crashed.append, max_record_bytes=1000)
     before = refusals("too-large")
     outbox.add("flags", b"gpu-a", b"x" * 1_120_000, kind="TelemetryRefused")
     outbox.add("flags", b"gpu-a", b"y" * 10, kind="TelemetryRefused")  # the next still goes
@@ -479,15 +381,7 @@ async def test_a_batch_the_broker_refuses_for_its_size_is_dead_lettered_not_a_cr
 ) -> None:
     prod = producer(dead={0})
     crashed: list[BaseException] = []
-    outbox = Outbox(
-        lambda: prod,
-        crashed.append,
-        max_records=100,
-        max_bytes=1 << 20,
-        linger_s=60,
-        max_record_bytes=MAX,
-        dead_letter_topic="dead",
-    )
+    outbox = outbox_over(prod, crashed.append)
     before, failed = refusals("broker-refused"), errors()
     outbox.add("c", b"k1", b"v" * 50, partition=2)
     outbox.add("c", b"k2", b"w" * 60, partition=2)
