@@ -16,40 +16,21 @@ from contract.inputs import (
     PodResourcesSnapshot,
     SinceLast,
 )
-from contract.outputs import Alert, AttributionEvent, ExporterView, Health, Holder, Usage
+from contract.outputs import Alert, AttributionEvent, Health, Holder
 from infra.settings import AlertSettings
 from streams.core.alerts import DeviceAlerts, step
 from streams.core.processor import Output, Processor, Tables
+from tests.unit.test_alerts import H1, H2
+from tests.unit.test_alerts import ev as alerts_ev
 
 POLICY = AlertSettings(xid_quiet_s=60, health_quiet_s=60, pcie_replays_per_min=8)
-H1 = Holder("ml", "a", "c", "nvidia.com/gpu", ("GPU-1",), 1, 1.0, "uid-a", "resolved")
-H2 = replace(H1, pod="b", uid="uid-b")
 CLEAN = Health(ecc_dbe_increase=0.0, pcie_replays_per_min=0.0)
 
 
 def ev(
     ts_s: float, holders: tuple[Holder, ...], xid: int = 0, health: Health = CLEAN
 ) -> AttributionEvent:
-    return AttributionEvent(
-        node="n",
-        ts_ms=int(ts_s * 1000),
-        device_uuid="GPU-1",
-        gpu_uuid="GPU-1",
-        gpu_index=0,
-        model="A100",
-        mig=None,
-        state="exclusive" if holders else "unallocated",
-        sharing="none",
-        replicas=None,
-        tenant_count=len(holders),
-        holders=holders,
-        usage=Usage("device", 50.0, "DCGM_FI_DEV_GPU_UTIL", 500, 1000, 60, 30, xid),
-        credit="holder",
-        exporter=ExporterView((), True, ""),
-        notes=(),
-        summary="",
-        health=health,
-    )
+    return replace(alerts_ev(ts_s, 50.0, holders, xid=xid), health=health)
 
 
 def fired(events: list[AttributionEvent]) -> list[Alert]:

@@ -22,9 +22,7 @@ from contract.outputs import (
     Activity,
     Alert,
     AttributionEvent,
-    ExporterView,
     Health,
-    Holder,
     Telemetry,
     Usage,
 )
@@ -35,6 +33,7 @@ from streams.core.processor import Output, Processor, Tables
 from streams.core.promseries import families
 from streams.core.tables import alert_key
 from streams.core.views import Filter, device_row, select
+from tests.unit.test_alerts import ev as alerts_ev
 from tests.unit.test_spine import UNBOUNDED
 
 POLICY = AlertSettings(
@@ -43,7 +42,6 @@ POLICY = AlertSettings(
     thermal_window_s=60,
     cooldown_s=0,
 )  # reading_gap_s: its default, 180 s
-H1 = Holder("ml", "a", "c", "nvidia.com/gpu", ("GPU-1",), 1, 1.0, "uid-a", "resolved")
 IDLE = (1.0, None, None)  # busy, effective, GPU temperature
 WASTE = (100.0, 3.0, None)
 HOT = (80.0, None, 90.0)
@@ -51,24 +49,8 @@ HOT = (80.0, None, 90.0)
 
 def ev(ts_s: float, reading: tuple[float, float | None, float | None]) -> AttributionEvent:
     busy, effective, temp = reading
-    return AttributionEvent(
-        node="n",
-        ts_ms=int(ts_s * 1000),
-        device_uuid="GPU-1",
-        gpu_uuid="GPU-1",
-        gpu_index=0,
-        model="A100",
-        mig=None,
-        state="exclusive",
-        sharing="none",
-        replicas=None,
-        tenant_count=1,
-        holders=(H1,),
-        usage=Usage("device", busy, "DCGM_FI_DEV_GPU_UTIL", 500, 1000, 60, 30, 0),
-        credit="holder",
-        exporter=ExporterView((), True, ""),
-        notes=(),
-        summary="",
+    return replace(
+        alerts_ev(ts_s, busy),
         activity=Activity(busy_pct=busy, effective_pct=effective),
         health=Health(gpu_temp_c=temp),
     )
