@@ -146,7 +146,7 @@ class DcgmSample:
     #: fields whose rows for this device carried *different* values per pod (the exporter's
     #: per-process mode): those values are not a device-wide reading and are left out (None).
     exporter_split_fields: tuple[str, ...] = ()
-    # --- additive (issue 29): profiling ratios 0-1 (DCGM_FI_PROF_*, per MIG instance too)
+    # --- additive: profiling ratios 0-1 (DCGM_FI_PROF_*, per MIG instance too)
     sm_active: float | None = None
     sm_occupancy: float | None = None
     tensor_active: float | None = None
@@ -513,7 +513,7 @@ class ClusterPolicyRecord:
     resource_version: str = ""
 
 
-# --- demand (issue 30): GPUs asked for and not yet given, and the supply they could have had.
+# --- demand: GPUs asked for and not yet given, and the supply they could have had.
 # These travel on the demand-events topic, keyed by the pool's resource name
 # (:func:`contract.inputs.pool_resource`), where the workers' demand stage joins them.
 

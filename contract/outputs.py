@@ -251,7 +251,7 @@ class AttributionEvent:
     origin: Origin = "sample"
     telemetry: Telemetry = Telemetry()
     pods: tuple[PodShare, ...] = ()
-    #: additive (issue 29): busy versus effective, and the device's health; device-wide. On an
+    #: additive: busy versus effective, and the device's health; device-wide. On an
     #: event without a reading (``telemetry.status`` unknown) both stay at their empty defaults.
     activity: Activity = Activity()
     health: Health = Health()
@@ -356,7 +356,7 @@ class AlertFigures:
     fb_used_mib: float | None = None
     fb_threshold_mib: float | None = None
     xid: int | None = None
-    # additive (issue 29)
+    # additive
     effective_pct: float | None = None
     effective_threshold_pct: float | None = None
     effective_source: EffectiveSource | None = None
@@ -370,7 +370,7 @@ class AlertFigures:
     ecc_dbe_increase: float | None = None
     pcie_replays_per_min: float | None = None
     pcie_threshold_per_min: float | None = None
-    # additive (issue 30): a pool's demand while its allocated GPUs idle
+    # additive: a pool's demand while its allocated GPUs idle
     pending_pods: int | None = None
     gpus_requested: int | None = None
     oldest_wait_s: float | None = None
@@ -403,7 +403,7 @@ class Alert:
     #: additive (v1): a ``stack-broken`` alert's break (a node's alert: ``device_uuid`` and
     #: ``gpu_uuid`` are empty, ``holders`` are the pods on the GPUs it leaves without telemetry)
     stack: StackBreak | None = None
-    #: additive (issue 30): a ``demand-while-idle`` alert's pool (a pool's alert: ``node``,
+    #: additive: a ``demand-while-idle`` alert's pool (a pool's alert: ``node``,
     #: ``device_uuid`` and ``gpu_uuid`` are empty; ``holders`` are the idle GPUs' holders)
     demand: DemandBrief | None = None
 

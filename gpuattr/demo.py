@@ -45,11 +45,11 @@ DEMO_ALERTS = {  # seconds, not the production half hour: the demo shows alerts 
     "GPUATTR_ALERTS_COOLDOWN_S": "60",
     "GPUATTR_ALERTS_ORPHAN_WINDOW_S": "15",
     "GPUATTR_ALERTS_STACK_GRACE_S": "15",
-    # issue 29 (scenario efficiency): busy-but-ineffective, heat, memory faults and PCIe replays
+    # scenario efficiency: busy-but-ineffective, heat, memory faults and PCIe replays
     "GPUATTR_ALERTS_LOW_EFF_WINDOW_S": "20",
     "GPUATTR_ALERTS_THERMAL_WINDOW_S": "15",
     "GPUATTR_ALERTS_HEALTH_QUIET_S": "30",
-    # issue 30 (scenario demand): pods waiting for a pool while its allocated GPUs idle
+    # scenario demand: pods waiting for a pool while its allocated GPUs idle
     "GPUATTR_ALERTS_DEMAND_WINDOW_S": "20",
 }
 #: the allocation spine on the demo's clock: a heartbeat every 10 s, a silent node stale after

@@ -50,7 +50,7 @@ class Line:
     idle_share: float | None
     unmeasured_held_gpu_hours: float = 0.0
     mig_profile: str = ""  # "" for whole GPUs; a MIG profile's instance-hours apart
-    # additive (issue 29): effective hours, only where a profiling field measured them
+    # additive: effective hours, only where a profiling field measured them
     effective_gpu_hours: float | None = None
     effective_measured_held_gpu_hours: float = 0.0
 

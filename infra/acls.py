@@ -1,4 +1,4 @@
-"""Kafka ACLs: one principal per role, each allowed only what its role does (issue 27).
+"""Kafka ACLs: one principal per role, each allowed only what its role does.
 
 The one owner of the rule. ``gpuattr acls`` creates them on a cluster (as an admin principal),
 the embedded broker's tests create them the same way, and ``deploy/kustomize/base/kafka-users.yaml``

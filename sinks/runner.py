@@ -8,7 +8,7 @@ A backlog never gets the sink evicted: it takes at most ``batch_max`` alerts at 
 it delivers them (rate limits, retries while a destination is down can take minutes), it keeps
 polling Kafka with its partitions paused, so the group sees a live member.
 
-No fetched record is ever discarded, rebalance or not (issue 27). After a rebalance aiokafka
+No fetched record is ever discarded, rebalance or not. After a rebalance aiokafka
 builds fresh partition state, unpaused and positioned at the last commit; a keep-alive poll
 would fetch from it. So (1) a rebalance listener pauses every partition the group hands over
 while a batch is in delivery — it runs before the new partitions have a position, so before any

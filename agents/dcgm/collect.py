@@ -2,7 +2,7 @@
 
 The record (``dcgm.scrape``) carries one sample per GPU or MIG instance of the node: the agent
 reads the whole node at once, and one record instead of one per device spares the broker and
-the worker a per-record cost for every device (issue 16).
+the worker a per-record cost for every device.
 
 The collector never stops on a bad source: an exporter that is down, slow or answers an error
 status is counted (``SOURCE_ERRORS{source="dcgm"}``, ``SOURCE_UP``), logged once when it starts

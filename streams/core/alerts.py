@@ -97,9 +97,9 @@ class DeviceAlerts:
     seen_ms: int | None = None  # event time of the last event that changed this state
     emitted: tuple[Emission, ...] = ()  # newest first, at most EMITTED_MAX
     xid: Episode | None = None  # an open XID alert (additive)
-    #: additive (issue 29): the low-efficiency episode (:mod:`streams.core.lowefficiency`)
+    #: additive: the low-efficiency episode (:mod:`streams.core.lowefficiency`)
     low_eff: LowEfficiency | None = None
-    #: additive (issue 29): thermal, memory-fault, pcie-replays (:mod:`streams.core.healthalerts`)
+    #: additive: thermal, memory-fault, pcie-replays (:mod:`streams.core.healthalerts`)
     health: HealthAlerts | None = None
     #: additive: the holders at the device's last reading (written when they change): a fault
     #: the next reading measures over a hand-over names them too (:func:`handed_over`)

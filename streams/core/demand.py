@@ -26,7 +26,7 @@ they do (:func:`same`), and time alone never emits one.
 :data:`~contract.outputs.IDLE_LISTED` idle GPUs with their holders, so it is tens of KB on a
 large pool, and its supply side (the allocated, idle and unmeasured counts, the idle list) moves
 whenever any device of the pool starts or stops idling or changes hands: on every node's supply
-change, a rewrite of the whole pool per change, O(nodes) bytes each time (issue 31). A change of
+change, a rewrite of the whole pool per change, O(nodes) bytes each time. A change of
 the *answer* is sent at once: a new pool, anything on the demand side (who waits, for how many
 GPUs, since when), allocation appearing or all gone, and — while anybody waits — idle GPUs
 appearing or all gone. A change of the supply side's figures only is sent at most

@@ -102,7 +102,7 @@ class Emission:
     demands: tuple[PoolDemand, ...] = ()
     retired: tuple[str, ...] = ()
     alerts: tuple[Alert, ...] = ()
-    pools: tuple[str, ...] = ()  # additive (issue 31)
+    pools: tuple[str, ...] = ()  # additive
 
     def touched(self) -> tuple[str, ...]:
         """Every pool whose record it changed or retired, sorted."""

@@ -84,11 +84,11 @@ class NodeState:
     devices: tuple[tuple[str, str], ...] = ()
     departures: tuple[Departure, ...] = ()  # newest first
     claims: tuple[str, ...] = ()  # namespace/name of the node's claims kept in dra-claims
-    #: additive (issue 31): the event time of this life's first accepted scrape, exact (None:
+    #: additive: the event time of this life's first accepted scrape, exact (None:
     #: none yet, or a value written before it was kept). Before it, no sample had come, whatever
     #: came since: a record processed again after later scrapes says what it said the first time
     first_scrape_ms: int | None = None
-    #: additive (issue 31): the event time of the first accepted scrape of each of the node's
+    #: additive: the event time of the first accepted scrape of each of the node's
     #: last :data:`SCRAPES_REMEMBERED` quanta that had one, newest first (empty: none yet, or a
     #: value written before it was kept). ``scrape_ms`` is the latest scrape as the records
     #: came; a record processed again after later scrapes reads the one it read the first time
@@ -219,7 +219,7 @@ class GoneNode:
     why: str
     devices: tuple[tuple[str, str], ...] = ()
     alerts: Emitted = ()
-    #: additive (issue 30): the gone supply records it emitted (:mod:`streams.core.supply`)
+    #: additive: the gone supply records it emitted (:mod:`streams.core.supply`)
     supply: tuple[NodeSupply, ...] = ()
 
 

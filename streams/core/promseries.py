@@ -17,7 +17,7 @@ and shares with it, and ``gpuattr_device_telemetry_unknown{cause}`` says why the
 utilisation series. A stale device (its node fell silent) keeps only its info series, marked
 ``stale="true"``: nothing is charged for it; a device that is gone leaves.
 
-Busy versus effective (issue 29) is the device's too: ``gpuattr_device_effective_ratio`` (SM
+Busy versus effective is the device's too: ``gpuattr_device_effective_ratio`` (SM
 active, else graphics-engine active; ``source`` names the field) exists only where a profiling
 field gave a figure — absent is unknown, never 0, and never GPU_UTIL's figure
 (``gpuattr_device_utilization_ratio`` is busy). ``gpuattr_device_work{work}`` and

@@ -232,7 +232,7 @@ class NodeSupplyState:
     current: tuple[NodeSupply, ...] = ()
     emitted: tuple[Emission, ...] = ()
     measured: tuple[str, ...] = ()
-    stamped_ms: int = 0  # additive (issue 31)
+    stamped_ms: int = 0  # additive
 
     def stamp(self, ts_ms: int) -> int:
         """The event time of a record emitted now: never before the node's last emission."""

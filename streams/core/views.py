@@ -85,7 +85,7 @@ class DeviceRow:
     telemetry_cause: str | None = None
     telemetry_reason: str | None = None
     pods: tuple[PodShareRow, ...] = ()
-    # additive (issue 29): busy versus effective, device-wide; None: unknown (reason says why)
+    # additive: busy versus effective, device-wide; None: unknown (reason says why)
     busy_pct: float | None = None
     effective_pct: float | None = None
     effective_source: str | None = None

@@ -1,4 +1,4 @@
-"""Which workers the query API may call: verified peers only (issue 27).
+"""Which workers the query API may call: verified peers only.
 
 The group's metadata says where each worker's web server is: every member writes its own URL
 there when it joins, and any Kafka client allowed to join the group can write anything. A worker
