@@ -15,7 +15,7 @@ reported once by the watch (:class:`agents.kube.watch.ExporterWatcher`).
 
 No such pod is not an outage but nothing to read: the agent says so ("no dcgm-exporter pod on
 this node"), and the worker reports the node's GPUs with that reason. Whatever is scraped, the
-worker still checks the rows are this node's (:mod:`streams.core.telemetry`).
+worker still checks the rows are this node's (:mod:`streams.core.node.telemetry`).
 """
 
 from __future__ import annotations

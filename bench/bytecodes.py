@@ -1,5 +1,5 @@
 """The pure core's work per GPU sample counted, not timed: Python bytecodes executed and Python
-function calls made by :class:`streams.core.processor.Processor` on the benchmark fleet.
+function calls made by :class:`streams.core.flow.processor.Processor` on the benchmark fleet.
 
 ``python -m bench.bytecodes [--nodes 40 --intervals 12 --top 25]`` feeds the fleet's records
 (decoded as the worker decodes them) through the processor on in-memory tables, counts with
@@ -31,7 +31,7 @@ from contract import codec
 from contract.inputs import DcgmScrape
 from contract.topics import TABLES
 from infra.settings import AlertSettings
-from streams.core.processor import Processor, Tables
+from streams.core.flow.processor import Processor, Tables
 
 Where = tuple[str, str, int]  # file, function, first line
 

@@ -3,8 +3,9 @@ sample, no Kafka.
 
 ``python -m bench.core [--nodes 250 --intervals 8 --repeat 3]`` feeds the benchmark fleet's
 records (the same ``bench.run`` preloads) through :func:`contract.codec.decode`,
-:class:`streams.core.processor.Processor` on in-memory tables ("core"), the node supply it emits
-through :class:`streams.core.demandstage.DemandStage` ("demand", as the worker's second agent
+:class:`streams.core.flow.processor.Processor` on in-memory tables ("core"), the node supply it
+emits
+through :class:`streams.core.flow.demandstage.DemandStage` ("demand", as the worker's second agent
 does), :func:`contract.codec.encode` of every output ("encode") and the table codec of every table
 value written ("state": what the changelogs carry), in one process, and prints the CPU
 microseconds per GPU sample of each step (median [min, max] of the runs). Each run starts with
@@ -24,10 +25,10 @@ from contract import codec
 from contract.inputs import DcgmScrape, NodeSupply, pool_resource
 from contract.topics import DEMAND_TABLES, TABLES
 from infra.settings import AlertSettings, WorkerSettings
-from streams.core.demandstage import DemandStage, DemandTables
+from streams.core.flow.demandstage import DemandStage, DemandTables
+from streams.core.flow.processor import Processor, Tables
+from streams.core.flow.state import TABLE_CODEC
 from streams.core.memo import LiveMemo
-from streams.core.processor import Processor, Tables
-from streams.core.state import TABLE_CODEC
 from streams.worker.app import Published, output_value
 
 START_MS = 1_700_000_000_000

@@ -19,7 +19,7 @@ A worker's CPU (every thread) is read from its first record to its last. Per GPU
 bench fleet each figure is times the input records per sample (0.455 at the defaults: setup and
 churn records next to the scrapes). The workers run this module with ``--as-worker LEVEL``,
 which replaces :meth:`streams.worker.loop.RecordLoop.handle_event` or
-:meth:`streams.core.processor.Processor.handle` before the worker starts (bench code only: the
+:meth:`streams.core.flow.processor.Processor.handle` before the worker starts (bench code only: the
 worker has no setting for it).
 """
 
@@ -140,7 +140,7 @@ def as_worker(level: str) -> int:
     """Run ``gpuattr worker`` cut at ``level``; write the CPU read at its first and its last
     record (``COUNT_ENV``) to ``OUT_ENV``."""
     from gpuattr import cli
-    from streams.core.processor import Processor
+    from streams.core.flow.processor import Processor
     from streams.worker.loop import RecordLoop
 
     out, wanted = Path(os.environ[OUT_ENV]), int(os.environ[COUNT_ENV])

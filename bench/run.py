@@ -40,8 +40,8 @@ from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
 from infra.settings import KafkaSettings
 from infra.topics import topic_specs
+from streams.core.flow.processor import Processor, Tables
 from streams.core.lifetimes import HISTORY_MS
-from streams.core.processor import Processor, Tables
 
 PARTITIONS = 8
 #: the bench fleet's first event time

@@ -2,7 +2,7 @@
 
 No Kafka: Job pod lifecycles on a handful of nodes go through the agents' records (encoded and
 decoded with :mod:`contract.codec`, as the worker reads them) into
-:class:`streams.core.processor.Processor` over in-memory tables that count every assignment and
+:class:`streams.core.flow.processor.Processor` over in-memory tables that count every assignment and
 deletion and sum its encoded size (the bytes the changelog would be written).
 
 One lifecycle: a Job pod is created on a node, takes a GPU (a PodResources diff), is sampled by
@@ -55,8 +55,8 @@ from contract.inputs import (
     SourceStatus,
 )
 from sim.scenario import gpu_uuid
-from streams.core.processor import Processor, Tables
-from streams.core.state import TABLE_CODEC
+from streams.core.flow.processor import Processor, Tables
+from streams.core.flow.state import TABLE_CODEC
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 SECOND = 1000

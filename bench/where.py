@@ -33,7 +33,7 @@ from pathlib import Path
 from bench import kafka_io
 from bench.run import expected_events, preloaded, worker_children
 
-CORE = "core (streams.core.processor)"
+CORE = "core (streams.core.flow.processor)"
 
 #: (room, what claims a sample for it: a frame's function name starts with one of these, or
 #: its file's path contains one ending in "/", whether it is our own code); first match wins,

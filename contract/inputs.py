@@ -469,7 +469,7 @@ class OperandPods:
 @dataclass(frozen=True, slots=True)
 class OperandSpec:
     """``spec.<operand>.enabled`` of a ClusterPolicy as written: ``None`` when not set (the
-    operator's default applies, :mod:`streams.core.operatorstack` owns those)."""
+    operator's default applies, :mod:`streams.core.stack.operatorstack` owns those)."""
 
     operand: str  # the spec key: driver, toolkit, devicePlugin, dcgm, dcgmExporter, gfd, …
     enabled: bool | None = None
@@ -599,7 +599,8 @@ class SupplyHolder:
 class SupplyDevice:
     """One allocated device of a node, in the terms a pending pod asks for: its ``product``
     (the node's ``nvidia.com/gpu.product``) and MIG profile; ``idle_since_ms`` the start of its
-    measured idle episode (below the idle threshold, :mod:`streams.core.alerts`), ``None`` when
+    measured idle episode (below the idle threshold, :mod:`streams.core.alerts.alerts`), ``None``
+    when
     it is not idle or its usage is unknown (never counted as idle)."""
 
     device_uuid: str
@@ -686,5 +687,5 @@ READ_AND_LET_GO: tuple[type, ...] = (DcgmScrape, DcgmSample, ClockTick)
 #: labels, inventories, DRA objects, the demand stage's pending pods and supply), so its strings
 #: are interned once decoded (:mod:`contract.interning`). Interning a whole scrape would cost
 #: ~3 µs per sample for the few strings kept of it: the core interns those where it keeps them
-#: (device keys, the names an event carries: ``streams.core.attribution.attribute``)
+#: (device keys, the names an event carries: ``streams.core.devices.attribution.attribute``)
 KEPT: tuple[type, ...] = tuple(kind[0] for kind in KINDS.values() if kind[0] not in READ_AND_LET_GO)

@@ -50,7 +50,7 @@ TelemetryCause = Literal[
     "gone",  # the device or node left
     "unplaced",  # held, but not placeable on a GPU the exporter reports on
 ]
-#: how a pod's share of a device was decided (:mod:`streams.core.accounting`): the ``whole``
+#: how a pod's share of a device was decided (:mod:`streams.core.devices.accounting`): the ``whole``
 #: device; slots held over the device's ``replicas``; consumed over the device's ``capacity``
 #: (DRA consumable capacity); or, where no share exists (a claim shared by several pods, an
 #: unknown replica count), an ``equal-split`` between the pods holding it — stated as such
@@ -100,7 +100,8 @@ class Usage:
 #: which DCGM profiling field gave a device's effective activity: SM active where exported, else
 #: the graphics engine's active ratio. Never GPU_UTIL (any kernel running is not effective work).
 EffectiveSource = Literal["DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
-#: what kind of work the device did (:mod:`streams.core.efficiency` decides): tensor pipes busy
+#: what kind of work the device did (:mod:`streams.core.devices.efficiency` decides): tensor pipes
+#: busy
 #: (``tensor``); memory interface busy while compute stays low (``memory-bound``); SMs busy
 #: (``compute``); little of anything (``light``); ``unknown`` when no profiling field says
 WorkKind = Literal["tensor", "memory-bound", "compute", "light", "unknown"]
@@ -128,7 +129,8 @@ class Activity:
     work: WorkKind = "unknown"
 
 
-#: a device's health marks (:mod:`streams.core.health` decides): ``hot`` (GPU or memory temperature
+#: a device's health marks (:mod:`streams.core.devices.health` decides): ``hot`` (GPU or memory
+#: temperature
 #: at or over its threshold), ``throttled`` (thermal throttling time rising, or a thermal
 #: clock-event reason set), ``memory-fault`` (uncorrectable remapped rows or double-bit ECC errors
 #: rising, or row remapping failed), ``pcie-replays`` (PCIe replays rising fast)
@@ -408,7 +410,7 @@ class Alert:
     demand: DemandBrief | None = None
 
 
-#: the planes of a node's GPU stack, in dependency order (:mod:`streams.core.operatorstack`)
+#: the planes of a node's GPU stack, in dependency order (:mod:`streams.core.stack.operatorstack`)
 PlaneName = Literal[
     "driver",
     "container-toolkit",
@@ -603,7 +605,7 @@ class PoolDemand:
     ``idle_gpus`` counts them all, ``idle_latest_since_ms`` is when the most recent of them began
     idling). Emitted on change to the compacted demand topic, keyed by ``pool`` (a change of the
     supply-side figures alone at most once per ``GPUATTR_WORKER_DEMAND_SUPPLY_EVERY_S`` of event
-    time, :mod:`streams.core.demand`); a tombstone when
+    time, :mod:`streams.core.demand.demand`); a tombstone when
     nobody waits and nothing of the pool is allocated. A record is bounded whatever the pool's
     size (a record listing every idle GPU of a large pool outgrew Kafka's 1 MB message limit)."""
 

@@ -91,7 +91,7 @@ TOPICS: tuple[TopicDoc, ...] = (
 
 
 #: The worker's tables, changelog ``<app id>-<name>-changelog`` (compacted, the input topic's
-#: partition count, values in the codec): :class:`streams.core.processor.Tables` field → name
+#: partition count, values in the codec): :class:`streams.core.flow.processor.Tables` field → name
 TABLES: dict[str, str] = {
     "slot_holders": "slot-holders",
     "node_devices": "node-devices",
@@ -112,7 +112,7 @@ TABLES: dict[str, str] = {
 
 #: The demand stage's tables (a second agent of the same app, over demand-events; changelogs as
 #: above, the demand-events topic's partition count):
-#: :class:`streams.core.demandstage.DemandTables` field → name
+#: :class:`streams.core.flow.demandstage.DemandTables` field → name
 DEMAND_TABLES: dict[str, str] = {
     "demand_pods": "demand-pods",
     "demand_supply": "demand-supply",

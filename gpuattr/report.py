@@ -7,7 +7,7 @@ silent). A device's last event, and its events as stale or gone, count for nothi
 charged for a device nobody can vouch for.
 
 - ``held_gpu_hours``: time x each pod's share of the device — the one accounting figure
-  (``pods[].share``, :mod:`streams.core.accounting`), the same the Prometheus GPUs-held rule
+  (``pods[].share``, :mod:`streams.core.devices.accounting`), the same the Prometheus GPUs-held rule
   sums. An exclusive holder of a whole GPU counts 1 per hour; a tenant of a shared device its
   *allocation* share — it is not usage. MIG instances are kept apart from whole GPUs
   (``mig_profile``): an instance-hour is not a GPU-hour.

@@ -31,9 +31,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from streams.core.noderows import NODE_ROWS, NodeRow, node_line
-from streams.core.poolrows import POOL_ROWS, PoolRow, pool_line
-from streams.core.views import (
+from streams.present.noderows import NODE_ROWS, NodeRow, node_line
+from streams.present.poolrows import POOL_ROWS, PoolRow, pool_line
+from streams.present.views import (
     ROWS,
     SORT_KEYS,
     DeviceRow,

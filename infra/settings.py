@@ -236,7 +236,7 @@ class InventorySettings(BaseSettings):
 
 class AlertSettings(BaseSettings):
     """Alert thresholds and windows (event time), handed to the worker's alert decisions as they
-    are (:func:`streams.core.alerts.step`). Idle overrides per pod by annotation."""
+    are (:func:`streams.core.alerts.alerts.step`). Idle overrides per pod by annotation."""
 
     model_config = SettingsConfigDict(env_prefix="GPUATTR_ALERTS_", frozen=True)
 
@@ -480,7 +480,7 @@ class WorkerSettings(BaseSettings):
     #: allocation does not appear or run out, nor — while anybody waits — its idle GPUs; only
     #: figures and the idle list changed) is sent at most once per this much event time; 0: on
     #: every change. On a large pool the record is tens of KB and its figures move on nearly
-    #: every node's supply change (streams/core/demand.py, docs/BENCHMARKS.md)
+    #: every node's supply change (streams/core/demand/demand.py, docs/BENCHMARKS.md)
     demand_supply_every_s: float = Field(default=10.0, ge=0)
     #: the cyclic garbage collector: allocations between two young-generation collections
     #: (Python's default is 700). The worker's state is immutable records freed by reference

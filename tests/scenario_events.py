@@ -27,7 +27,7 @@ from sim import dra
 from sim.cluster import Cluster
 from sim.exporter_rows import render
 from sim.scenario import NodeSpec, Scenario
-from streams.core.processor import Output, Processor, Tables
+from streams.core.flow.processor import Output, Processor, Tables
 
 EPOCH_S = 1_700_000_000
 

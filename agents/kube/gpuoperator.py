@@ -4,7 +4,7 @@ gives no record.
 
 * Operand pods: the pods of the operator's namespace on this node that carry an ``app`` label
   (the operator labels every operand's pods ``app=<DaemonSet name>``); which plane each is, is
-  the worker's call (:mod:`streams.core.operatorstack`). Init containers keep the pod spec's
+  the worker's call (:mod:`streams.core.stack.operatorstack`). Init containers keep the pod spec's
   order — the validator's run ``driver-validation`` → ``toolkit-validation`` →
   ``cuda-validation`` → ``plugin-validation`` — with the ones not started yet included, so how
   far a pod got is readable.

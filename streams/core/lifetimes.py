@@ -171,7 +171,7 @@ class NodeKeys:
     dra_claims: tuple[str, ...]
 
 
-#: the tables keyed by the node alone (streams.core.processor.Tables fields)
+#: the tables keyed by the node alone (streams.core.flow.processor.Tables fields)
 PER_NODE_TABLES = (
     "node_devices",
     "inventories",

@@ -43,10 +43,10 @@ from faust.types import TP
 
 from infra.endpoints import endpoint
 from infra.observe import metrics_body
-from streams.core.noderows import NODE_ROWS, NodeRow, merge_nodes, node_row, ordered
-from streams.core.poolrows import POOL_ROWS, PoolRow, merge_pools, pool_row
-from streams.core.processor import Tables
-from streams.core.views import ROWS, DeviceRow, Filter, merge, select
+from streams.core.flow.processor import Tables
+from streams.present.noderows import NODE_ROWS, NodeRow, merge_nodes, node_row, ordered
+from streams.present.poolrows import POOL_ROWS, PoolRow, merge_pools, pool_row
+from streams.present.views import ROWS, DeviceRow, Filter, merge, select
 from streams.worker.apiauth import OPEN_PATHS, ApiGuard
 from streams.worker.live import LiveDevices
 from streams.worker.livedemand import LiveDemand

@@ -1,7 +1,8 @@
 """The Faust app factory: topics, tables and one thin agent over the node-keyed input topics.
 
 A second agent consumes ``demand-events`` (keyed by resource) into the demand stage
-(:mod:`streams.core.demandstage`, its own changelog tables, :data:`contract.topics.DEMAND_TABLES`),
+(:mod:`streams.core.flow.demandstage`, its own changelog tables,
+:data:`contract.topics.DEMAND_TABLES`),
 publishing each pool's demand record to the compacted ``demand`` topic (a retired pool's key
 gets a tombstone) and its ``demand-while-idle`` alerts to ``alerts``.
 
@@ -46,9 +47,9 @@ from infra.settings import (
     SpineSettings,
     WorkerSettings,
 )
-from streams.core.demandstage import DemandOutput, DemandStage, DemandTables
+from streams.core.flow.demandstage import DemandOutput, DemandStage, DemandTables
+from streams.core.flow.processor import Output, Processor, Tables
 from streams.core.lifetimes import Lifetimes
-from streams.core.processor import Output, Processor, Tables
 from streams.worker import selfmetrics
 from streams.worker.api import QueryApi, assignment
 from streams.worker.apiauth import guard_for

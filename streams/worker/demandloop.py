@@ -15,7 +15,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable
 from contract import codec
 from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList
 from contract.outputs import PoolDemand, PoolDemandRetired
-from streams.core.demandstage import (
+from streams.core.flow.demandstage import (
     DemandClockJump,
     DemandOutput,
     DemandStage,

@@ -8,7 +8,7 @@ import faust
 from faust.serializers import codecs
 from faust.stores.memory import Store as MemoryStore
 
-from streams.core.state import TABLE_CODEC
+from streams.core.flow.state import TABLE_CODEC
 
 CODEC = "gpuattr"
 KEY_CODEC = "gpuattr-key"

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from contract.outputs import AttributionEvent
-from streams.core.alerts import DeviceAlerts
-from streams.core.tables import alert_key
-from streams.core.views import DeviceRow, device_row
+from streams.core.alerts.alerts import DeviceAlerts
+from streams.core.flow.tables import alert_key
+from streams.present.views import DeviceRow, device_row
 
 
 class LiveDevices:

@@ -26,7 +26,7 @@ from typing import Protocol
 
 from contract import codec, signature
 from contract.outputs import AttributionEvent, TelemetryRefused
-from streams.core.processor import ClockJump, Output, Processor, UnusableRecord
+from streams.core.flow.processor import ClockJump, Output, Processor, UnusableRecord
 from streams.worker import selfmetrics
 from streams.worker.live import LiveDevices
 

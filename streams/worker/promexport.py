@@ -1,4 +1,4 @@
-"""The attribution series (:mod:`streams.core.promseries`) rendered by prometheus_client, for the
+"""The attribution series (:mod:`streams.present.promseries`) rendered by prometheus_client, for the
 worker's ``/metrics`` beside its own metrics: built at scrape time from the devices (and pools) it
 owns."""
 
@@ -10,10 +10,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from streams.core.noderows import NodeRow
-from streams.core.poolrows import PoolRow
-from streams.core.promseries import families
-from streams.core.views import DeviceRow
+from streams.present.noderows import NodeRow
+from streams.present.poolrows import PoolRow
+from streams.present.promseries import families
+from streams.present.views import DeviceRow
 
 
 class _Rows(Collector):

@@ -20,7 +20,7 @@ from gpuattr.localkafka.broker import free_port
 from gpuattr.procs import Child, settings_env
 from sim.cluster import Cluster
 from sim.scenario import load
-from streams.core.views import device_row
+from streams.present.views import device_row
 from tests.helpers import wait_for, wait_for_async
 from tests.integration.pipeline import API_AUTH, API_TOKEN, collect, pipeline
 

@@ -35,7 +35,7 @@ from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
 from infra.settings import KafkaSettings, KubeSettings
 from infra.topics import topic_specs
-from streams.core.demandstage import DemandStage, DemandTables
+from streams.core.flow.demandstage import DemandStage, DemandTables
 from tests.helpers import wait_for_async
 from tests.kube_fixture import Rest
 from tests.realkube.deploy import NAMESPACE, cluster_token, ensure_namespace

@@ -18,7 +18,7 @@ from agents.selfmetrics import SOURCE_ERRORS
 from contract.inputs import OwnerRef, PodRecord
 from gpuattr.localkafka import default_cache_dir
 from gpuattr.localkube import LocalKube
-from streams.core.pods import PodNames, apply_pod, resolve
+from streams.core.node.pods import PodNames, apply_pod, resolve
 from tests.helpers import wait_for, wait_for_async
 from tests.kube_fixture import Rest
 from tests.realkube.cluster import (

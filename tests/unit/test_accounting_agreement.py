@@ -3,7 +3,7 @@ scenario.
 
 Each scenario's nodes go through the worker's processor for an hour of event time at a fixed
 allocation (:mod:`tests.scenario_events`). The report sums each pod's share over that hour; the
-worker's /metrics series for the same devices (:mod:`streams.core.promseries`), held for an hour,
+worker's /metrics series for the same devices (:mod:`streams.present.promseries`), held for an hour,
 go through the shipped recording rules with promtool. GPU-hours held over one hour must equal
 GPUs held, workload by workload and MIG profile by profile — including the accounting scenario's
 pod with two containers, claim of two containers and two claims on one GPU (one GPU each), and
@@ -23,8 +23,8 @@ import yaml
 from contract.outputs import AttributionEvent
 from gpuattr.report import accumulate
 from sim.scenario import builtin_names, load
-from streams.core.promseries import families
-from streams.core.views import device_row
+from streams.present.promseries import families
+from streams.present.views import device_row
 from tests.scenario_events import events
 from tests.unit.test_prometheus_rules import promtool, rules_file
 

@@ -28,7 +28,7 @@ from contract.inputs import (
 from contract.outputs import Alert
 from contract.topics import TABLES
 from infra.settings import AlertSettings
-from streams.core.processor import Output, Processor, Tables
+from streams.core.flow.processor import Output, Processor, Tables
 from tests.crashpoints import every_crash_point
 
 G0, G1 = "GPU-00000000-aaaa", "GPU-11111111-bbbb"

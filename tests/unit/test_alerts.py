@@ -9,7 +9,7 @@ import pytest
 
 from contract.outputs import Alert, AttributionEvent, ExporterView, Holder, Telemetry, Usage
 from infra.settings import AlertSettings
-from streams.core.alerts import DeviceAlerts, policy_for, step
+from streams.core.alerts.alerts import DeviceAlerts, policy_for, step
 
 POLICY = AlertSettings(
     idle_threshold_pct=5,

@@ -18,7 +18,7 @@ from aiohttp import web
 from faust.types import TP
 
 from contract.outputs import PoolDemand
-from streams.core.poolrows import pool_row
+from streams.present.poolrows import pool_row
 from streams.worker.api import QueryApi
 from streams.worker.apiauth import ApiGuard
 from streams.worker.livedemand import LiveDemand

@@ -8,8 +8,8 @@ import pytest
 
 from contract.inputs import DcgmSample, ExporterClaim
 from contract.inputs import DeviceAssignment as A
-from streams.core.attribution import DeviceContext, PodIdentity, attribute
-from streams.core.sharing import sharing_from_labels
+from streams.core.devices.attribution import DeviceContext, PodIdentity, attribute
+from streams.core.devices.sharing import sharing_from_labels
 
 G = "GPU-aaaa"
 

@@ -42,7 +42,8 @@ def test_the_like_for_like_line_counts_a_scrapes_devices_without_decoding_it() -
 
 def test_each_run_starts_with_the_core_memos_empty() -> None:
     """A repeat must not read faster for the memo entries the run before it made."""
-    from streams.core import identity, pods
+    from streams.core.devices import identity
+    from streams.core.node import pods
 
     payloads = [codec.encode(r) for r in core.stream(3, 2, start_ms=core.START_MS)]
     core.once(payloads, core.sample_count(3, 2))

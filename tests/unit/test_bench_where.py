@@ -13,11 +13,12 @@ ROOT = (
 CORE_STACK = (
     f"{ROOT};Agent._execute_actor (faust/agents/agent.py:674);"
     "RecordLoop.handle_event (streams/worker/loop.py:150);"
-    "Processor.handle (streams/core/processor.py:168);attribute (streams/core/attribution.py:449)"
+    "Processor.handle (streams/core/flow/processor.py:168);"
+    "attribute (streams/core/devices/attribution.py:449)"
 )
 WRITE_STACK = (
     f"{ROOT};RecordLoop.handle_event (streams/worker/loop.py:150);"
-    "Processor.handle (streams/core/processor.py:168);"
+    "Processor.handle (streams/core/flow/processor.py:168);"
     "RecordTable.__setitem__ (streams/worker/faust_codecs.py:103);"
     "RecordTable.on_key_set (streams/worker/faust_codecs.py:57);"
     "Codec.encode (contract/codec.py:130)"
@@ -40,7 +41,7 @@ CONSUMER_STACK = (
 def test_frames_are_read_root_first_and_the_entries_that_are_not_frames_are_left_out() -> None:
     got = frames(CORE_STACK)
     assert got[0] == ("_run_module_as_main", "<frozen runpy>")
-    assert got[-1] == ("attribute", "streams/core/attribution.py")
+    assert got[-1] == ("attribute", "streams/core/devices/attribution.py")
     assert all(not fn.startswith("process") for fn, _ in got)
 
 

@@ -18,11 +18,11 @@ from contract.inputs import (
     SourceStatus,
     SupplyDevice,
 )
-from streams.core import nodestate
-from streams.core.demandstage import DemandClockJump, DemandStage, DemandTables
+from streams.core.flow.demandstage import DemandClockJump, DemandStage, DemandTables
+from streams.core.flow.processor import ClockJump, Output, Processor, UnusableRecord
 from streams.core.lifetimes import QUANTUM_MS
-from streams.core.nodestate import NodeState
-from streams.core.processor import ClockJump, Output, Processor, UnusableRecord
+from streams.core.node import nodestate
+from streams.core.node.nodestate import NodeState
 from tests.unit.test_spine import (
     G0,
     G1,

@@ -14,7 +14,7 @@ from contract.inputs import (
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
-from streams.core.state import TABLE_CODEC
+from streams.core.flow.state import TABLE_CODEC
 
 text = st.text(max_size=20)
 assignment = st.builds(DeviceAssignment, text, text, text, text, text)
@@ -91,10 +91,10 @@ def test_random_bytes_are_a_record_or_a_decode_error(payload: bytes) -> None:
 
 def test_table_state_round_trips() -> None:
     from contract.inputs import DeviceAssignment as A
-    from streams.core.alerts import DeviceAlerts, Episode
-    from streams.core.holders import apply_podresources
-    from streams.core.identity import Inventory, MigDevice
-    from streams.core.pods import NodePods, PodLife, PodNames
+    from streams.core.alerts.alerts import DeviceAlerts, Episode
+    from streams.core.devices.holders import apply_podresources
+    from streams.core.devices.identity import Inventory, MigDevice
+    from streams.core.node.pods import NodePods, PodLife, PodNames
 
     inv = Inventory({0: "GPU-a", 3: "GPU-b"}, {"MIG-1": MigDevice("MIG-1", "GPU-b", 7, "1g.10gb")})
     index, holders = apply_podresources(

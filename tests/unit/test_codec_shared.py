@@ -13,10 +13,10 @@ from contract.codec import SHARED_KEPT, Codec
 from contract.inputs import NodeSupply
 from contract.outputs import Pool
 from infra.settings import AlertSettings
-from streams.core import demand
-from streams.core.demandstage import DemandStage, DemandTables, Emission, ResourceDemand
-from streams.core.processor import Processor, Tables
-from streams.core.state import KINDS, TABLE_CODEC
+from streams.core.demand import demand
+from streams.core.flow.demandstage import DemandStage, DemandTables, Emission, ResourceDemand
+from streams.core.flow.processor import Processor, Tables
+from streams.core.flow.state import KINDS, TABLE_CODEC
 
 PLAIN = Codec(inputs.KINDS, KINDS)
 

@@ -1,4 +1,4 @@
-"""DRA placement and claim reading (streams/core/dra.py): decision tables."""
+"""DRA placement and claim reading (streams/core/devices/dra.py): decision tables."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from contract.inputs import (
     ResourceClaimRecord,
     ResourceSliceRecord,
 )
-from streams.core.dra import (
+from streams.core.devices.dra import (
     Placed,
     Unplaced,
     UnplacedMig,
@@ -25,7 +25,7 @@ from streams.core.dra import (
     quantity,
     split_row,
 )
-from streams.core.identity import Inventory, MigDevice
+from streams.core.devices.identity import Inventory, MigDevice
 
 D = "gpu.nvidia.com"
 NODE = "node-a"

@@ -28,8 +28,8 @@ from contract.outputs import (
     PoolDemandRetired,
 )
 from sinks.payloads import slack_message
-from streams.core import demandalerts
-from streams.core.demand import (
+from streams.core.demand import demandalerts
+from streams.core.demand.demand import (
     answer_moved,
     due,
     matches,
@@ -39,15 +39,15 @@ from streams.core.demand import (
     to_send,
     waiter_of,
 )
-from streams.core.demandstage import (
+from streams.core.flow.demandstage import (
     DemandOutput,
     DemandStage,
     DemandTables,
     UnusableDemandRecord,
     key_resource,
 )
-from streams.core.poolrows import pool_row
-from streams.core.state import TABLE_CODEC
+from streams.core.flow.state import TABLE_CODEC
+from streams.present.poolrows import pool_row
 from tests.unit.test_spine import UNBOUNDED
 
 GPU = "nvidia.com/gpu"

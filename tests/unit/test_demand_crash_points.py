@@ -23,8 +23,8 @@ from contract.inputs import (
 )
 from contract.outputs import Alert, PoolDemand, PoolDemandRetired
 from infra.settings import WorkerSettings
-from streams.core.demand import answer_moved
-from streams.core.demandstage import DemandOutput, DemandStage, DemandTables
+from streams.core.demand.demand import answer_moved
+from streams.core.flow.demandstage import DemandOutput, DemandStage, DemandTables
 from tests.crashpoints import every_crash_point
 
 GPU = "nvidia.com/gpu"

@@ -1,6 +1,7 @@
 """Demand of DRA devices: device classes meet the devices they select (NVIDIA's whole GPUs and
 MIG devices, the example driver's GPUs), and a ResourceClaim several pending pods share is one
-demand — from a node's held devices (:func:`streams.core.supply.node_supply`) through the demand
+demand — from a node's held devices (:func:`streams.core.demand.supply.node_supply`) through the
+demand
 stage to its records and alerts."""
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ import pytest
 from contract import codec
 from contract.inputs import ClockTick, GpuRequest, NodeSupply, OwnerRef, PendingPod
 from contract.outputs import Alert, Holder, Pool, PoolDemand, Workload
-from streams.core import dra
-from streams.core.demand import Waiter, matches, pool_demand, requested, waiter_of
-from streams.core.demandstage import DemandOutput, DemandStage, DemandTables
-from streams.core.episodes import Episode
-from streams.core.poolrows import pool_line, pool_row
-from streams.core.supply import AllocatedDevice, node_supply
+from streams.core.alerts.episodes import Episode
+from streams.core.demand.demand import Waiter, matches, pool_demand, requested, waiter_of
+from streams.core.demand.supply import AllocatedDevice, node_supply
+from streams.core.devices import dra
+from streams.core.flow.demandstage import DemandOutput, DemandStage, DemandTables
+from streams.present.poolrows import pool_line, pool_row
 from tests.unit.test_spine import UNBOUNDED
 
 WHOLE, MIG, EXAMPLE = "dra:gpu.nvidia.com", "dra:mig.nvidia.com", "dra:gpu.example.com"

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterable
 from contract import codec
 from contract.inputs import ClockTick, GpuRequest, NodeSupply, PendingPod, SupplyDevice
 from contract.outputs import PoolDemand, PoolDemandRetired
-from streams.core.demandstage import DemandOutput, DemandStage, DemandTables
+from streams.core.flow.demandstage import DemandOutput, DemandStage, DemandTables
 from streams.worker.demandloop import DemandLoop
 from streams.worker.livedemand import LiveDemand
 from tests.unit.test_worker_loop import FakeEvent, FakeMessage

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from contract.outputs import Holder, IdleGpu, PoolDemand, WaitingPod
 from gpuattr.top import render
-from streams.core.poolrows import POOL_ROWS, merge_pools, pool_line, pool_row, span_text
+from streams.present.poolrows import POOL_ROWS, merge_pools, pool_line, pool_row, span_text
 from streams.worker.promexport import exposition
 
 DAY_MS = 86_400_000

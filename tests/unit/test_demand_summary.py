@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from contract.inputs import NodeSupply, SupplyDevice, SupplyHolder
 from contract.outputs import IDLE_LISTED, IdleGpu, Pool, PoolDemand
-from streams.core import demand
-from streams.core.demand import holders_of, matches, pool_demand
-from streams.core.demandstage import DemandStage, DemandTables
-from streams.core.state import TABLE_CODEC
-from streams.core.supplyindex import SupplyIndex
+from streams.core.demand import demand
+from streams.core.demand.demand import holders_of, matches, pool_demand
+from streams.core.demand.supplyindex import SupplyIndex
+from streams.core.flow.demandstage import DemandStage, DemandTables
+from streams.core.flow.state import TABLE_CODEC
 
 RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb")
 PRODUCTS = ("", "A100", "H100")

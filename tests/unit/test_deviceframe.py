@@ -1,4 +1,4 @@
-"""A device's frame (:mod:`streams.core.deviceframe`) changes no output: the processor with the
+"""A device's frame (:mod:`streams.core.flow.deviceframe`) changes no output: the processor with the
 memo and without it say the same, record by record, and leave the same tables — on every built-in
 scenario (DRA, MIG, MPS, time-slicing) and on mutated fleet streams (records dropped, repeated,
 swapped, mutated: holders that change, pods that end, samples older than the last change).
@@ -25,12 +25,12 @@ from contract.inputs import (
 )
 from contract.outputs import AttributionEvent
 from sim.scenario import builtin_names, load
-from streams.core.attribution import DeviceContext, Holding
-from streams.core.deviceframe import Frame, Frames, projection, settled_from
-from streams.core.holders import NodeDevices, SlotHolders
-from streams.core.pods import PodLife, PodNames
-from streams.core.processor import Processor, Tables, UnusableRecord
-from streams.core.sharing import SharingDecision
+from streams.core.devices.attribution import DeviceContext, Holding
+from streams.core.devices.holders import NodeDevices, SlotHolders
+from streams.core.devices.sharing import SharingDecision
+from streams.core.flow.deviceframe import Frame, Frames, projection, settled_from
+from streams.core.flow.processor import Processor, Tables, UnusableRecord
+from streams.core.node.pods import PodLife, PodNames
 from tests.fuzz_strategies import START_MS
 from tests.scenario_events import run
 from tests.unit.test_fuzz_processor import record_streams

@@ -6,8 +6,8 @@ import pytest
 
 from contract.inputs import DcgmSample
 from contract.outputs import Usage
-from streams.core.attribution import DeviceContext, attribute
-from streams.core.efficiency import NO_PROFILING, activity, work_kind
+from streams.core.devices.attribution import DeviceContext, attribute
+from streams.core.devices.efficiency import NO_PROFILING, activity, work_kind
 
 
 def sample(**fields: object) -> DcgmSample:

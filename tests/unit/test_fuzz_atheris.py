@@ -60,7 +60,7 @@ def _targets() -> dict[str, Callable[[bytes], None]]:
     from contract import codec
     from contract.inputs import PodResourcesSnapshot
     from proto.podresources.v1 import api_pb2 as pb
-    from streams.core.processor import Processor, Tables
+    from streams.core.flow.processor import Processor, Tables
 
     def codec_target(data: bytes) -> None:
         try:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from bench import fleet as bench_fleet
 from contract import codec, delivery, inputs, outputs
-from streams.core import state
+from streams.core.flow import state
 from tests.fuzz_strategies import START_MS, agent_records, json_values
 
 #: the machinery behind the wire codec and the worker's table codec, over every kind of both

@@ -53,9 +53,9 @@ from contract.outputs import (
     NodeStatusRetired,
     TelemetryRefused,
 )
-from streams.core import supply
-from streams.core.processor import ClockJump, Output, Processor, Tables, UnusableRecord
-from streams.core.spine import fingerprint
+from streams.core.demand import supply
+from streams.core.flow.processor import ClockJump, Output, Processor, Tables, UnusableRecord
+from streams.core.flow.spine import fingerprint
 from tests.fuzz_strategies import (
     EXPORTER_UID_PREFIX,
     GPU_UUIDS,
@@ -168,7 +168,8 @@ Supplied = dict[tuple[str, str], list[NodeSupply]]
 
 def supply_again(proc: Processor, record: object) -> tuple[NodeSupply, ...] | None:
     """What the record's supply step re-emits first — what it emitted when first processed
-    (:func:`streams.core.supply.again`; ``()``: nothing, it is new) — or ``None`` for a record
+    (:func:`streams.core.demand.supply.again`; ``()``: nothing, it is new) — or ``None`` for a
+    record
     whose supply is not judged per record (a node leaving, a clock tick: those say their last
     word again whenever they come again)."""
     if isinstance(record, NodeRecord) and record.deleted:

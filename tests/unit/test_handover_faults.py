@@ -18,8 +18,8 @@ from contract.inputs import (
 )
 from contract.outputs import Alert, AttributionEvent, Health, Holder
 from infra.settings import AlertSettings
-from streams.core.alerts import DeviceAlerts, step
-from streams.core.processor import Output, Processor, Tables
+from streams.core.alerts.alerts import DeviceAlerts, step
+from streams.core.flow.processor import Output, Processor, Tables
 from tests.unit.test_alerts import H1, H2
 from tests.unit.test_alerts import ev as alerts_ev
 

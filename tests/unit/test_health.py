@@ -8,8 +8,8 @@ import pytest
 from contract.inputs import DcgmSample, SinceLast
 from contract.outputs import Activity, Health, Telemetry
 from infra.settings import AlertSettings
-from streams.core.attribution import DeviceContext, DeviceFacts, attribute, describe
-from streams.core.health import clock_events, health
+from streams.core.devices.attribution import DeviceContext, DeviceFacts, attribute, describe
+from streams.core.devices.health import clock_events, health
 
 POLICY = AlertSettings.model_construct()  # 85 °C GPU, 95 °C memory, 10 % throttle, 8 / min
 

@@ -19,7 +19,7 @@ from contract.outputs import (
     Usage,
 )
 from infra.settings import AlertSettings
-from streams.core.alerts import DeviceAlerts, step
+from streams.core.alerts.alerts import DeviceAlerts, step
 
 POLICY = AlertSettings(
     thermal_gpu_temp_c=85,

@@ -7,8 +7,8 @@ import pytest
 from contract.inputs import DeviceAssignment as A
 from contract.inputs import PodResourcesDiff, PodResourcesSnapshot
 from contract.records import replace
-from streams.core.holders import apply_podresources
-from streams.core.identity import Inventory, MigDevice
+from streams.core.devices.holders import apply_podresources
+from streams.core.devices.identity import Inventory, MigDevice
 from streams.core.lifetimes import HISTORY_MS
 
 G0, G1 = "GPU-aaaa", "GPU-bbbb"

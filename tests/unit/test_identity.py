@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.core.identity import (
+from streams.core.devices.identity import (
     EMPTY_INVENTORY,
     Inventory,
     MigDevice,

@@ -20,7 +20,7 @@ from contract.inputs import (
     PodResourcesSnapshot,
 )
 from contract.interning import interner
-from streams.core.state import KINDS, TABLE_CODEC
+from streams.core.flow.state import KINDS, TABLE_CODEC
 
 
 def _fresh(text: str) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from bench.fleet import stream
 from contract import codec
 from contract.outputs import AttributionEvent
-from streams.core.processor import Processor, Tables
+from streams.core.flow.processor import Processor, Tables
 from streams.worker.live import LiveDevices
 
 #: where per-device strings are kept: a path's prefix (as :func:`_strings` names it)

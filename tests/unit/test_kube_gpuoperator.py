@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from agents.kube.gpuoperator import cluster_policy, ms, operand_pod, operand_pods
 from contract import codec
 from contract.inputs import ContainerProgress, OperandPods, OperandSpec, PolicyCondition
-from streams.core.operatorstack import node_status
+from streams.core.stack.operatorstack import node_status
 from tests.fuzz_strategies import json_values
 
 NS = "gpu-operator-resources"  # microk8s' GPU addon namespace (the seed's lab)

@@ -53,23 +53,56 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
     ("module", "bad_import", "broken"),
     [
         pytest.param(
-            "contract/codec.py", "import streams.core.state", "Layers", id="contract-imports-a-role"
+            "contract/codec.py",
+            "import streams.core.flow.state",
+            "Layers",
+            id="contract-imports-a-role",
         ),
         pytest.param(
-            "agents/main.py", "import streams.core.holders", "Layers", id="agent-imports-worker"
+            "agents/main.py",
+            "import streams.core.devices.holders",
+            "Layers",
+            id="agent-imports-worker",
         ),
         pytest.param("sinks/runner.py", "import agents.publish", "Layers", id="sink-imports-agent"),
         pytest.param(
             "infra/settings.py", "import gpuattr.cli", "Layers", id="platform-imports-cli"
         ),
         pytest.param(
-            "streams/core/sharing.py",
+            "streams/core/devices/sharing.py",
             "import streams.worker.app",
             "Inside the worker",
             id="core-imports-adapter",
         ),
         pytest.param(
-            "streams/core/holders.py", "import aiokafka", "no I/O library", id="core-imports-kafka"
+            "streams/core/devices/identity.py",
+            "import streams.core.flow.tables",
+            "Inside the core",
+            id="device-concept-imports-the-pass",
+        ),
+        pytest.param(
+            "streams/core/node/telemetry.py",
+            "import streams.core.stack.operatorstack",
+            "Inside the core",
+            id="node-imports-stack",
+        ),
+        pytest.param(
+            "streams/core/stack/nodestack.py",
+            "import streams.core.demand.supply",
+            "Inside the core",
+            id="stack-imports-its-sibling-demand",
+        ),
+        pytest.param(
+            "streams/core/demand/supply.py",
+            "import streams.present.views",
+            "Inside the worker",
+            id="core-imports-presentation",
+        ),
+        pytest.param(
+            "streams/core/devices/holders.py",
+            "import aiokafka",
+            "no I/O library",
+            id="core-imports-kafka",
         ),
         pytest.param(
             "agents/podresources/collect.py", "import agents.main", "cycle", id="sibling-cycle"

@@ -21,7 +21,7 @@ from contract.outputs import (
     Usage,
 )
 from infra.settings import AlertSettings
-from streams.core.alerts import DeviceAlerts, policy_for, step
+from streams.core.alerts.alerts import DeviceAlerts, policy_for, step
 
 POLICY = AlertSettings(
     idle_threshold_pct=5,

@@ -21,9 +21,9 @@ from contract.inputs import (
     OperandPods,
 )
 from contract.outputs import MigReconcile, NodeStatus, NodeStatusRetired
-from streams.core.nodestack import REMEMBERED, Emission, NodeStack, PartitionPolicies, step
-from streams.core.processor import Output, Processor, Tables
-from streams.core.state import TABLE_CODEC
+from streams.core.flow.processor import Output, Processor, Tables
+from streams.core.flow.state import TABLE_CODEC
+from streams.core.stack.nodestack import REMEMBERED, Emission, NodeStack, PartitionPolicies, step
 from tests.unit.test_operatorstack import (
     DP,
     EXPORTER,

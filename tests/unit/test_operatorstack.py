@@ -1,4 +1,4 @@
-"""The GPU Operator's stack per node (streams/core/operatorstack.py): decision tables.
+"""The GPU Operator's stack per node (streams/core/stack/operatorstack.py): decision tables.
 
 The pods, labels and ClusterPolicies are shaped as the operator deploys them (NVIDIA/gpu-operator
 main, 2026-08-21): operand ``app`` labels, ``nvidia.com/gpu.deploy.<operand>`` labels, the
@@ -27,7 +27,7 @@ from contract.inputs import (
     SourceStatus,
 )
 from contract.outputs import NodeStatus, PlaneName
-from streams.core.operatorstack import (
+from streams.core.stack.operatorstack import (
     DEVICE_PLUGIN_STACK,
     DRA_STACK,
     PlaneSpec,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from contract.inputs import OwnerRef, PodListSnapshot, PodRecord
-from streams.core.pods import PodNames, apply_pod, apply_pod_list, resolve
+from streams.core.node.pods import PodNames, apply_pod, apply_pod_list, resolve
 
 
 def pod(

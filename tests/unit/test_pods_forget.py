@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from contract.inputs import PodListSnapshot, PodRecord
-from streams.core.pods import (
+from streams.core.flow.processor import Processor, Tables
+from streams.core.node.pods import (
     FORGET_AFTER_MS,
     NodePods,
     PodLife,
@@ -14,7 +15,6 @@ from streams.core.pods import (
     resolve,
     settle,
 )
-from streams.core.processor import Processor, Tables
 from tests.unit.test_spine import UNBOUNDED
 
 MIN = 60_000

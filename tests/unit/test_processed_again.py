@@ -8,7 +8,7 @@ for windows ending throughout the stream, a processor with a copy of the tables 
 end (no memos, as a recovered worker) processes the window again. Its attribution events and
 alerts are those of the first time, record for record. A node's supply emits again what the
 record emitted then (and may add the node's word now) while the record is among the last few that
-emitted (``supply.REMEMBERED``: streams/core/supply.py and its own replay tests).
+emitted (``supply.REMEMBERED``: streams/core/demand/supply.py and its own replay tests).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import fields
 
 from bench.fleet import stream
 from contract.inputs import NodeSupply
-from streams.core import supply
-from streams.core.processor import Output, Processor, Tables
+from streams.core.demand import supply
+from streams.core.flow.processor import Output, Processor, Tables
 
 NODES, INTERVALS = 4, 12
 #: records processed again, up to: 12 of each node's, a minute of its records (a scrape every 5 s,

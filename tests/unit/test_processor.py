@@ -5,9 +5,9 @@ from __future__ import annotations
 from contract.inputs import DcgmSample, ExporterClaim, PodResourcesDiff, PodResourcesSnapshot
 from contract.inputs import DeviceAssignment as A
 from contract.outputs import AttributionEvent, TelemetryRefused
-from streams.core.identity import Inventory, MigDevice
-from streams.core.nodestate import SCRAPES_REMEMBERED, NodeState, accepted
-from streams.core.processor import Processor, Tables
+from streams.core.devices.identity import Inventory, MigDevice
+from streams.core.flow.processor import Processor, Tables
+from streams.core.node.nodestate import SCRAPES_REMEMBERED, NodeState, accepted
 
 G0, G1 = "GPU-aaaa", "GPU-bbbb"
 

@@ -28,10 +28,10 @@ from contract.inputs import (
 from contract.outputs import AttributionEvent
 from gpuattr.report import accumulate
 from infra.settings import AlertSettings
-from streams.core.alerts import step
+from streams.core.alerts.alerts import step
+from streams.core.flow.processor import Processor, Tables
 from streams.core.lifetimes import HISTORY_MS
-from streams.core.processor import Processor, Tables
-from streams.core.views import device_row, usage_text
+from streams.present.views import device_row, usage_text
 from tests.unit.test_spine import UNBOUNDED
 
 NODE = "dra-node"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams.core.views import device_row
+from streams.present.views import device_row
 from streams.worker.promexport import exposition
 from tests.unit.test_processor_dra import EVENTS, GPU, MIG7
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from streams.core.views import device_row
+from streams.present.views import device_row
 from tests.unit.test_promseries import parsed
 from tests.unit.test_views_effective import BLIND, SM, with_activity
 from tests.unit.test_views_report import ALICE, BOB, TRAIN, ev

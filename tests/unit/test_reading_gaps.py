@@ -27,12 +27,12 @@ from contract.outputs import (
     Usage,
 )
 from infra.settings import AlertSettings
-from streams.core.alerts import DeviceAlerts, step
-from streams.core.episodes import gap_ended
-from streams.core.processor import Output, Processor, Tables
-from streams.core.promseries import families
-from streams.core.tables import alert_key
-from streams.core.views import Filter, device_row, select
+from streams.core.alerts.alerts import DeviceAlerts, step
+from streams.core.alerts.episodes import gap_ended
+from streams.core.flow.processor import Output, Processor, Tables
+from streams.core.flow.tables import alert_key
+from streams.present.promseries import families
+from streams.present.views import Filter, device_row, select
 from tests.unit.test_alerts import ev as alerts_ev
 from tests.unit.test_spine import UNBOUNDED
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from contract.inputs import NodeRecord
-from streams.core.state import TABLE_CODEC
+from streams.core.flow.state import TABLE_CODEC
 from streams.worker.faust_codecs import RecordTable, register
 from streams.worker.transport import App
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streams.core.identity import EMPTY_INVENTORY, Inventory
-from streams.core.roster import devices, is_gpu_uuid, known_gpus
+from streams.core.devices.identity import EMPTY_INVENTORY, Inventory
+from streams.core.devices.roster import devices, is_gpu_uuid, known_gpus
 
 # the DRA example driver publishes lowercase UUIDs in its ResourceSlices; NVML prints uppercase
 DRA_GPU = "gpu-156262fb-a23a-dcad-79b2-88a4ddefeb79"

@@ -27,10 +27,10 @@ from contract.inputs import DeviceAssignment as A
 from contract.outputs import DeadLetter, OutputRefused, Telemetry, TelemetryRefused
 from contract.schemas import OUTPUTS, file_name, json_schema
 from infra.settings import AlertSettings
-from streams.core.alerts import step
-from streams.core.attribution import DeviceContext, DeviceFacts, attribute, describe
-from streams.core.demandstage import DemandStage, DemandTables
-from streams.core.operatorstack import node_status
+from streams.core.alerts.alerts import step
+from streams.core.devices.attribution import DeviceContext, DeviceFacts, attribute, describe
+from streams.core.flow.demandstage import DemandStage, DemandTables
+from streams.core.stack.operatorstack import node_status
 
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 

@@ -24,9 +24,9 @@ from contract.inputs import (
     PodResourcesSnapshot,
 )
 from contract.outputs import AttributionEvent
-from streams.core.identity import EMPTY_INVENTORY
-from streams.core.processor import Processor, Tables
-from streams.core.sharing import Advertised, advertised_by_key, decide, sharing_from_labels
+from streams.core.devices.identity import EMPTY_INVENTORY
+from streams.core.devices.sharing import Advertised, advertised_by_key, decide, sharing_from_labels
+from streams.core.flow.processor import Processor, Tables
 
 G0, G1 = "GPU-0000aaaa", "GPU-1111bbbb"
 MPS8 = sharing_from_labels(

@@ -23,7 +23,7 @@ from sim.gpuoperator import (
 )
 from sim.kube_objects import exporter_pod_objects, node_objects, pod_objects
 from sim.scenario import builtin_names, load
-from streams.core.operatorstack import node_status
+from streams.core.stack.operatorstack import node_status
 
 EPOCH = 1_780_000_000.0
 LAB = load("operator-lab")

@@ -27,8 +27,8 @@ from contract.inputs import DcgmSample as S
 from contract.inputs import DeviceAssignment as A
 from contract.outputs import Alert, AttributionEvent, TelemetryRefused
 from infra.settings import AlertSettings
+from streams.core.flow.processor import Output, Processor, Tables, UnusableRecord
 from streams.core.lifetimes import Lifetimes
-from streams.core.processor import Output, Processor, Tables, UnusableRecord
 
 NODE, OTHER = "gpu-a", "gpu-b"
 G0, G1, G2 = "GPU-00000000-aaaa", "GPU-11111111-bbbb", "GPU-22222222-cccc"

@@ -24,12 +24,11 @@ from contract.outputs import Alert, Holder, NodeStatus, PlaneIntent
 from contract.topics import TABLES
 from infra.settings import AlertSettings
 from sinks.payloads import slack_message
-from streams.core.alerts import alert_id
-from streams.core.noderows import node_line, node_row, ordered
-from streams.core.operatorstack import node_status
-from streams.core.processor import Output, Processor, Tables
-from streams.core.promseries import node_families
-from streams.core.stackalerts import (
+from streams.core.alerts.alerts import alert_id
+from streams.core.flow.processor import Output, Processor, Tables
+from streams.core.flow.state import TABLE_CODEC
+from streams.core.stack.operatorstack import node_status
+from streams.core.stack.stackalerts import (
     KIND,
     HeldDevice,
     StackEpisode,
@@ -37,7 +36,8 @@ from streams.core.stackalerts import (
     gone,
     step,
 )
-from streams.core.state import TABLE_CODEC
+from streams.present.noderows import node_line, node_row, ordered
+from streams.present.promseries import node_families
 from tests.crashpoints import every_crash_point
 from tests.unit.test_node_stack import OFF, agent, node_record, operands
 from tests.unit.test_operatorstack import (

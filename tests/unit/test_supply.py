@@ -1,4 +1,4 @@
-"""A node's supply (streams/core/supply.py): its allocated devices per resource in the demand
+"""A node's supply (streams/core/demand/supply.py): its allocated devices per resource in the demand
 stage's terms, and the records the processor emits when that changes — once, remembered per
 node, withdrawn when the node leaves, and emitted again exactly after a crash at any point."""
 
@@ -23,12 +23,12 @@ from contract.inputs import DeviceAssignment as A
 from contract.outputs import Holder, Workload
 from contract.topics import TABLES
 from infra.settings import AlertSettings
-from streams.core import supply
-from streams.core.episodes import Episode
+from streams.core.alerts.episodes import Episode
+from streams.core.demand import supply
+from streams.core.demand.supply import AllocatedDevice, NodeSupplyState, node_supply
+from streams.core.flow.processor import Output, Processor, Tables
+from streams.core.flow.state import TABLE_CODEC
 from streams.core.lifetimes import Lifetimes
-from streams.core.processor import Output, Processor, Tables
-from streams.core.state import TABLE_CODEC
-from streams.core.supply import AllocatedDevice, NodeSupplyState, node_supply
 from tests.crashpoints import every_crash_point
 from tests.unit import test_processor_dra as dra
 from tests.unit.test_spine import (

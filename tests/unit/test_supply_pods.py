@@ -1,6 +1,6 @@
 """A pod's record recomputes its node's supply only when a pod the supply lists no longer
 resolves to the UID and workload it names
-(:meth:`streams.core.processor.Processor._identities_moved`): the rule is checked
+(:meth:`streams.core.flow.processor.Processor._identities_moved`): the rule is checked
 against a processor that recomputes the supply on every pod record, over fleet streams with
 pod records inserted anywhere (deletions, new lives of a name, workloads, out of event-time
 order)."""
@@ -16,7 +16,7 @@ from agents.types import AgentRecord
 from bench import fleet as bench_fleet
 from contract import codec
 from contract.inputs import OwnerRef, PodRecord, PodResourcesDiff, SupplyHolder
-from streams.core.processor import SUPPLY_INPUTS, Output, Processor, Tables
+from streams.core.flow.processor import SUPPLY_INPUTS, Output, Processor, Tables
 from tests.unit.test_fuzz_processor import record_streams
 from tests.unit.test_spine import MIN, NODE, S_, T0, TRAINER, UNBOUNDED, setup, uid
 from tests.unit.test_supply import Counting, new, supplies

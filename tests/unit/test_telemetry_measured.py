@@ -1,5 +1,5 @@
-"""The devices a fresh reading speaks for (:func:`streams.core.telemetry.measured`, what the
-node's supply reads once per record) are exactly those :func:`streams.core.telemetry.unknown`
+"""The devices a fresh reading speaks for (:func:`streams.core.node.telemetry.measured`, what the
+node's supply reads once per record) are exactly those :func:`streams.core.node.telemetry.unknown`
 finds nothing to say against, whatever the node's state and the time asked about."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from agents.types import AgentRecord
 from bench import fleet as bench_fleet
 from contract import codec
-from streams.core import telemetry
-from streams.core.processor import Processor, Tables, UnusableRecord
+from streams.core.flow.processor import Processor, Tables, UnusableRecord
+from streams.core.node import telemetry
 from tests.fuzz_strategies import START_MS
 from tests.unit.test_fuzz_processor import record_streams
 

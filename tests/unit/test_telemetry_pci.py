@@ -8,8 +8,8 @@ import pytest
 from contract.inputs import DcgmSample as S
 from contract.inputs import DcgmScrape, DeviceInventory, GpuInfo, NodeRecord
 from contract.outputs import TelemetryRefused
-from streams.core.processor import inventory_of
-from streams.core.telemetry import pci_address, verify
+from streams.core.flow.processor import inventory_of
+from streams.core.node.telemetry import pci_address, verify
 from tests.unit.test_spine import NODE, T0, new
 
 G0, G1 = "GPU-00000000-aaaa", "GPU-11111111-bbbb"

@@ -1,6 +1,6 @@
 """The vendored ClusterPolicy CRD is the genuine one (its recorded checksum), and every field the
 translator (:mod:`agents.kube.gpuoperator`) and the stack's defaults
-(:mod:`streams.core.operatorstack`) read exists in it with the type we read it as."""
+(:mod:`streams.core.stack.operatorstack`) read exists in it with the type we read it as."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from contract.inputs import PolicyState
-from streams.core.operatorstack import POLICY_DEFAULTS
+from streams.core.stack.operatorstack import POLICY_DEFAULTS
 
 HERE = Path(__file__).resolve().parent.parent / "fixtures" / "gpu-operator"
 CRD = HERE / "nvidia.com_clusterpolicies.yaml"

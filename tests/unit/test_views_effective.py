@@ -21,7 +21,7 @@ from contract.outputs import (
 from gpuattr.report import accumulate, csv_rows, effective_coverage
 from gpuattr.report_cli import print_table
 from gpuattr.top import render
-from streams.core.views import (
+from streams.present.views import (
     ROWS,
     Filter,
     device_row,

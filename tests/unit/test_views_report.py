@@ -21,11 +21,11 @@ from gpuattr.report import accumulate, csv_rows
 from gpuattr.report_cli import parse_duration
 from sim.cluster import Cluster
 from sim.scenario import gpu_uuid, load
-from streams.core.alerts import DeviceAlerts, Episode
-from streams.core.healthalerts import HealthAlerts
-from streams.core.lowefficiency import LowEfficiency
-from streams.core.processor import Processor, Tables
-from streams.core.views import Filter, device_row, merge, select, usage_text
+from streams.core.alerts.alerts import DeviceAlerts, Episode
+from streams.core.alerts.healthalerts import HealthAlerts
+from streams.core.alerts.lowefficiency import LowEfficiency
+from streams.core.flow.processor import Processor, Tables
+from streams.present.views import Filter, device_row, merge, select, usage_text
 from streams.worker.live import LiveDevices
 
 TRAIN = Holder(

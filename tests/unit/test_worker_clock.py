@@ -13,7 +13,7 @@ from contract import codec, signature
 from contract.inputs import ClockTick, ClusterPolicyRecord, PendingPodList
 from contract.outputs import AttributionEvent
 from infra.settings import ClusterKeySettings, KafkaSettings
-from streams.core.demandstage import DemandOutput, DemandStage, DemandTables
+from streams.core.flow.demandstage import DemandOutput, DemandStage, DemandTables
 from streams.worker.demandloop import DemandLoop
 from streams.worker.livedemand import LiveDemand
 from tests.unit.test_worker_loop import HELD, TOPIC, FakeEvent, FakeMessage, Harness, counter

@@ -19,7 +19,7 @@ from contract.inputs import (
 )
 from contract.outputs import AttributionEvent, DeadLetter
 from contract.topics import TABLES
-from streams.core.processor import Output, Processor, Tables
+from streams.core.flow.processor import Output, Processor, Tables
 from streams.worker.live import LiveDevices
 from streams.worker.loop import Event, ProcessingDefect, RecordLoop
 

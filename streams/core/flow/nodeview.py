@@ -1,0 +1,379 @@
+"""What every event of one node reads, read once; and the events built from it. Pure glue.
+
+:func:`read_node` gathers a node's context from the tables (device index, inventory, labels,
+DRA slices and claims, pod resolver) once per record. :func:`sample_event` joins one accepted
+sample with its device's holders as of the sample's time; :func:`spine_event` describes a
+device without a sample (allocation change, heartbeat, stale, gone). Both go through the same
+decisions (:mod:`streams.core.devices.attribution`), so a device reads the same with or without
+telemetry — only the usage differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, ResourceClaimRecord
+from contract.outputs import (
+    AttributionEvent,
+    ExporterMisattribution,
+    Holder,
+    Origin,
+    PlaneName,
+    Telemetry,
+)
+from contract.records import fast_init
+from infra.settings import AlertSettings
+from streams.core.devices.attribution import (
+    DeviceContext,
+    DeviceFacts,
+    Holding,
+    PodIdentity,
+    accounted_holding,
+    attribute,
+    describe,
+    describes_mig,
+    holding,
+    sample_holding,
+)
+from streams.core.devices.dra import device_map, place, placed_keys
+from streams.core.devices.holders import DraDevices, NodeDevices, dra_ref, unplaced_dra
+from streams.core.devices.identity import EMPTY_INVENTORY, Inventory, device_key, mig_uuid_for
+from streams.core.devices.roster import devices, known_gpus
+from streams.core.devices.sharing import LABEL_PRODUCT, NodeSharing, sharing_from_labels
+from streams.core.flow.deviceframe import Frame, Frames, frame_of
+from streams.core.flow.tables import Tables, claim_key, holder_key
+from streams.core.node.pods import holder_annotations, name_key, resolve
+from streams.core.node.telemetry import LABEL_HOSTNAME
+from streams.core.stack.operatorstack import telemetry_plane
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    node: str
+    index: NodeDevices | None
+    mig_parents: frozenset[str]  # GPUs with MIG instances (index, inventory)
+    inventory: Inventory
+    node_sharing: NodeSharing | None
+    product: str | None
+    host_names: tuple[str, ...]  # names the node's exporter may report as its Hostname
+    resolve_pod: Callable[[str, str, int], PodIdentity]
+    claim: Callable[[str], ResourceClaimRecord | None]
+    dra_devices: DraDevices
+    dra_keys: frozenset[str]  # device keys (GPU UUIDs) a DRA driver publishes on this node
+    dra_lost: tuple[str, ...]  # held DRA devices no slice places (not MIG): any GPU may be one
+    #: the GPU stack's word on the node's telemetry (its last node-status): why it is unknown,
+    #: and whether the exporter is off on purpose
+    stack_reason: str | None = None
+    stack_intended: bool = False
+    stack_plane: PlaneName | None = None  # the first broken boundary behind stack_reason
+    #: the node's records this view was read from (all but the live claim and pod lookups):
+    #: what a device's frame (:mod:`streams.core.flow.deviceframe`) checks it was read from
+    sig: tuple[object, ...] = ()
+
+    def known_gpus(self) -> frozenset[str]:
+        unplaced = set()
+        for base in self.index.unresolved if self.index is not None else ():
+            ref = dra_ref(base)
+            device = self.dra_devices.get(ref) if ref is not None else None
+            if device is not None and device.parent_uuid:
+                unplaced.add(device.parent_uuid)
+        return known_gpus(self.inventory, self.index, self.dra_keys, unplaced)
+
+
+def read_node(t: Tables, node: str) -> NodeView:
+    node_rec = t.nodes.get(node)
+    labels = dict(node_rec.labels) if node_rec else {}
+    index = t.node_devices.get(node)
+    claims, pods = t.dra_claims, t.pods
+    watched = node in t.node_pods
+
+    def claim(ref: str) -> ResourceClaimRecord | None:
+        namespace, _, name = ref.partition("/")
+        return claims.get(claim_key(node, namespace, name))
+
+    def resolve_pod(namespace: str, name: str, ts_ms: int) -> PodIdentity:
+        return resolve(pods.get(name_key(node, namespace, name)), ts_ms, watched)
+
+    node_slices = t.dra_slices.get(node)
+    dra = device_map(node_slices.slices) if node_slices else {}
+    if index is not None and index.remembered:  # held devices no live slice lists
+        dra = {**index.remembered_devices(), **dra}
+    stored_inventory = t.inventories.get(node)
+    inventory = stored_inventory if stored_inventory is not None else EMPTY_INVENTORY
+    node_stack = t.node_stack.get(node)
+    stack = node_stack.last if node_stack is not None else None
+    parents = {m.parent_uuid for m in inventory.migs.values()}
+    if index is not None:
+        parents |= {k.partition("/gi")[0] for k in index.keys if "/gi" in k}
+        parents |= set(index.unplaced_mig)
+    return NodeView(
+        node=node,
+        index=index,
+        mig_parents=frozenset(parents),
+        inventory=inventory,
+        node_sharing=sharing_from_labels(labels) if node_rec else None,
+        product=labels.get(LABEL_PRODUCT),
+        host_names=tuple(n for n in (node, labels.get(LABEL_HOSTNAME, "")) if n),
+        resolve_pod=resolve_pod,
+        claim=claim,
+        dra_devices=dra,
+        dra_keys=placed_keys(dra, inventory) if dra else frozenset(),
+        dra_lost=unplaced_dra(index) if index is not None else (),
+        stack_reason=stack.telemetry_reason if stack is not None else None,
+        stack_intended=stack.telemetry_disabled if stack is not None else False,
+        stack_plane=telemetry_plane(stack.planes) if stack is not None else None,
+        sig=(node_rec, index, node_slices, stored_inventory, watched),
+    )
+
+
+def roster(
+    view: NodeView, scraped: tuple[str, ...], frames: Frames | None = None
+) -> Mapping[str, DeviceFacts]:
+    """The node's devices (:func:`streams.core.devices.roster.devices`); the one ``frames`` kept for
+    the node when it was read from the same records (its view token) and the same scrape."""
+    token = frames.token(view.node, view.sig) if frames is not None and view.sig else None
+    if frames is not None and token is not None:
+        kept = frames.roster(view.node, token, scraped)
+        if kept is not None:
+            return kept
+    out = devices(
+        view.node,
+        view.inventory,
+        view.index,
+        view.dra_devices,
+        view.dra_keys,
+        scraped,
+        view.product,
+    )
+    if frames is not None and token is not None:
+        frames.keep_roster(view.node, token, scraped, out)
+    return out
+
+
+def bases_of(view: NodeView, key: str) -> tuple[str, ...]:
+    """The base device IDs that occupy device ``key`` (a held ID we cannot place is its own)."""
+    if view.index is None:
+        return ()
+    if key in view.index.unresolved:
+        return (key,)
+    return view.index.keys.get(key, ())
+
+
+def holder_rows(
+    t: Tables, view: NodeView, key: str, ts_ms: int
+) -> tuple[DeviceAssignment, ...] | None:
+    """The device's holders as of ``ts_ms``; ``None`` when nothing remembered covers that time."""
+    rows: list[DeviceAssignment] = []
+    for base in bases_of(view, key):
+        holders = t.slot_holders.get(holder_key(view.node, base))
+        if holders is None:
+            continue
+        at = holders.at(ts_ms)
+        if at is None:
+            return None
+        rows.extend(at)
+    return tuple(rows)
+
+
+PREDATES = "the sample predates the holder history of this device: holders unknown at its time"
+
+
+def _context(
+    view: NodeView,
+    key: str,
+    gpu_uuid: str,
+    mig_gi: int | None,
+    rows: tuple[DeviceAssignment, ...] | None,
+) -> DeviceContext:
+    index = view.index
+    unplaced_key = index is not None and key in index.unresolved
+    mig_parent = (
+        index is not None and mig_gi is None and not unplaced_key and gpu_uuid in view.mig_parents
+    )
+    if unplaced_key:
+        unplaced: tuple[str, ...] = ()
+    elif index is not None and mig_gi is not None:
+        unplaced = tuple(text for _, text in index.unplaced_mig.get(gpu_uuid, ()))
+    else:
+        unplaced = view.dra_lost
+    return DeviceContext(
+        node_sharing=view.node_sharing,
+        advertised=index.advertised.get(key) if index is not None else None,
+        mig_uuid=mig_uuid_for(gpu_uuid, mig_gi, view.inventory) if mig_gi is not None else None,
+        mig_parent=mig_parent,
+        holders_known=index is not None and rows is not None,
+        resolve_pod=view.resolve_pod,
+        claim=view.claim,
+        dra_devices=view.dra_devices,
+        dra_device=key in view.dra_keys or key.startswith("dra:"),
+        unplaced=unplaced,
+        placement_notes=_remembered_notes(index, key),
+        holders_note=(
+            PREDATES
+            if index is not None
+            else "no PodResources snapshot from this node yet: holders unknown"
+        ),
+    )
+
+
+def _remembered_notes(index: NodeDevices | None, key: str) -> tuple[str, ...]:
+    if index is None or not index.remembered:
+        return ()
+    remembered = {base for base, _ in index.remembered}
+    kept = [b for b in index.keys.get(key, ()) if b in remembered]
+    if not kept:
+        return ()
+    return (
+        f"DRA device(s) {', '.join(kept)} kept where the node's ResourceSlices last placed them: "
+        "no slice lists them now (their driver is publishing again, e.g. after a kubelet "
+        "restart) and their claims are still allocated",
+    )
+
+
+def sample_event(
+    t: Tables,
+    view: NodeView,
+    sample: DcgmSample,
+    thresholds: AlertSettings,
+    frames: Frames | None = None,
+) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...], Sequence[dict[str, str]]]:
+    """One accepted sample joined with its device's holders at the sample's time (health marks
+    judged by the alerts' ``thresholds``), and its holders' pod annotations (for the alert
+    step). ``frames``: the join kept for the device (by an earlier sample, or by its node's
+    supply or allocation events), reused while its inputs are the same
+    (:mod:`streams.core.flow.deviceframe`); the event is the same either way."""
+    key = device_key(sample.uuid, sample.mig_instance_id)
+    frame = _frame_at(t, view, key, sample.ts_ms, frames)
+    if frame is not None:
+        assert frames is not None  # a frame came from it
+        shape, said = frames.sampled(view.node, key, frame, sample)
+        event, flags = attribute(sample, frame.rows, frame.ctx, thresholds, frame.held, shape, said)
+        return event, flags, frame.annotations
+    rows = holder_rows(t, view, key, sample.ts_ms)
+    ctx = _context(view, key, sample.uuid, sample.mig_instance_id, rows)
+    held = sample_holding(sample, rows or (), ctx)
+    event, flags = attribute(sample, rows or (), ctx, thresholds, held)
+    annotations = tuple(holder_annotations(t.pods.get, view.node, event.holders))
+    _keep_frame(t, view, key, sample.ts_ms, rows, (ctx, held, annotations), frames)
+    return event, flags, annotations
+
+
+def _frame_at(
+    t: Tables, view: NodeView, key: str, ts_ms: int, frames: Frames | None
+) -> Frame | None:
+    """The device's kept frame if it holds for a join at ``ts_ms`` of this view."""
+    if frames is None or not view.sig:
+        return None
+    token = frames.token(view.node, view.sig)
+    return frames.get(view.node, key, token, ts_ms, t.slot_holders.get, t.pods.get)
+
+
+def _keep_frame(
+    t: Tables,
+    view: NodeView,
+    key: str,
+    ts_ms: int,
+    rows: tuple[DeviceAssignment, ...] | None,
+    join: tuple[DeviceContext, Holding, tuple[dict[str, str], ...]],
+    frames: Frames | None,
+) -> Frame | None:
+    """Keep a fresh join as the device's frame, when it may be kept
+    (:func:`streams.core.flow.deviceframe.frame_of`)."""
+    if frames is None or not view.sig:
+        return None
+    token = frames.token(view.node, view.sig)
+    bases = bases_of(view, key)
+    kept = frame_of(view.node, token, bases, rows, join, ts_ms, t.slot_holders.get, t.pods.get)
+    if kept is not None:
+        frames.put(view.node, key, kept)
+    return kept
+
+
+def spine_event(
+    t: Tables,
+    view: NodeView,
+    key: str,
+    facts: DeviceFacts,
+    ts_ms: int,
+    origin: Origin,
+    telemetry: Telemetry,
+    *,
+    holders: bool = True,
+    frames: Frames | None = None,
+) -> AttributionEvent:
+    """A device's state without a sample; ``holders=False`` for a device that is gone. From the
+    device's frame when it holds (``frames``), as :func:`device_holders` reads it."""
+    frame = _joined(t, view, key, facts, ts_ms, frames) if holders else None
+    if frame is not None:
+        assert frames is not None  # a frame came from it
+        shape = frames.shape(view.node, key, frame, describes_mig(facts))
+        return describe(facts, ts_ms, frame.rows, frame.ctx, origin, telemetry, frame.held, shape)
+    rows = holder_rows(t, view, key, ts_ms) if holders else ()
+    ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
+    if not holders:
+        ctx = DeviceContext(holders_known=False, holders_note=telemetry.reason or "gone")
+    return describe(facts, ts_ms, rows or (), ctx, origin, telemetry)
+
+
+def _joined(
+    t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int, frames: Frames | None
+) -> Frame | None:
+    """The device's frame for a description at ``ts_ms``: the one kept if it holds, else the
+    join made afresh and kept, when a frame may be kept (not through a DRA claim, holders
+    known, a time the answer no longer depends on) — so the node's next records and the
+    device's next sample read it instead of joining again. ``None``: join without a frame —
+    also for a device described as MIG by its profile alone: a frame decides MIG as samples do,
+    by the GPU instance."""
+    if frames is None or not view.sig or (facts.mig_instance_id is None and facts.mig_profile):
+        return None
+    frame = _frame_at(t, view, key, ts_ms, frames)
+    if frame is not None:
+        return frame
+    rows = holder_rows(t, view, key, ts_ms)
+    if not rows or any(a.resource.startswith(DRA_PREFIX) for a in rows):
+        # unknown or DRA: no frame for these (frame_of); nobody: the plain path is cheaper
+        return None
+    ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
+    held = accounted_holding(facts, ts_ms, rows, ctx)
+    annotations = tuple(holder_annotations(t.pods.get, view.node, held.holders))
+    return _keep_frame(t, view, key, ts_ms, rows, (ctx, held, annotations), frames)
+
+
+def device_holders(
+    t: Tables,
+    view: NodeView,
+    key: str,
+    facts: DeviceFacts,
+    ts_ms: int,
+    frames: Frames | None = None,
+) -> tuple[Holder, ...]:
+    """The device's holders at ``ts_ms`` as its spine event would list them, without the
+    event: what a node's supply reads (identities, resources, device IDs, claims). From the
+    device's frame when it holds — its events' holders, allocation shares included, the same
+    tuple while the frame lasts (``frames``: a frame decides MIG as samples do, by the GPU
+    instance); else joined without the accounting (:func:`streams.core.devices.attribution.holding`,
+    ``allocation_share`` ``None``). The supply never reads the share."""
+    frame = _joined(t, view, key, facts, ts_ms, frames)
+    if frame is not None:
+        return frame.held.holders if frame.rows else ()
+    rows = holder_rows(t, view, key, ts_ms)
+    if not rows:
+        return ()  # nobody holds it, or its holders are unknown: no holder to list either way
+    ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
+    return holding(facts, ts_ms, rows, ctx)
+
+
+def unplaced_reason(view: NodeView, key: str) -> str:
+    """Why a held device has no telemetry of its own: it is on no GPU the exporter reports on."""
+    ref = dra_ref(key)
+    if ref is not None:
+        placement = place(ref, view.dra_devices, view.inventory)
+        describe_ = getattr(placement, "describe", None)
+        text = describe_() if callable(describe_) else getattr(placement, "reason", "")
+        return f"held DRA device {key} is not placeable on a GPU instance: {text}"
+    return (
+        f"held device {key} is on no GPU the node's inventory lists: its usage cannot be "
+        "joined (no NVML inventory for this device)"
+    )

@@ -1,0 +1,1 @@
+"""A node's life and what it is trusted for: its state, its pods, its telemetry."""

@@ -1,0 +1,1 @@
+"""The node's GPU stack: operator intent against what runs, and its ``stack-broken`` alert."""

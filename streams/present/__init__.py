@@ -1,0 +1,1 @@
+"""Presentation: query rows and Prometheus families built from the worker's tables."""
