@@ -352,7 +352,7 @@ async def latency(
     reader = asyncio.create_task(measure())
     try:
         # worker start-up and partition assignment, not measured: a start-up slower than a
-        # fixed wait (a loaded box) used to be counted as latency (p99 8.7 s at 50 % once)
+        # fixed wait (a loaded box) would be counted as latency
         await kafka_io.wait_count(bootstrap, kafka.topic("attribution"), ready, timeout_s=180)
         lat.clear()
         per_tick = sum(len(n.devices()) for n in members)

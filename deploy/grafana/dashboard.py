@@ -464,7 +464,7 @@ def stack() -> list[Any]:
 
 
 def effective() -> list[Any]:
-    """Busy versus effective, and health (issue 29). Busy (GPU_UTIL) is any kernel running;
+    """Busy versus effective, and health. Busy (GPU_UTIL) is any kernel running;
     effective is SM active (else graphics-engine active), only where dcgm-exporter exports a
     profiling field — never derived from busy, absent where unknown. Both are the device's
     figures; health marks and alerts are joined to the device's holders (who owns the
@@ -603,7 +603,7 @@ def effective() -> list[Any]:
 
 
 def demand() -> list[Any]:
-    """Pods waiting for GPUs (issue 30), per pool: a resource, and the product or MIG profile a
+    """Pods waiting for GPUs, per pool: a resource, and the product or MIG profile a
     pod asks for. Whole fleet (pools have no node). Waiting pods and GPUs requested add up across
     pools; allocated and idle GPUs overlap (a device of a product is in its product's pool and in
     the any-product pool), so they are shown per pool, never summed. Every query answers 0 where

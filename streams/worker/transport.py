@@ -46,7 +46,8 @@ rebalance). :class:`Consumer` commits the revoked stream partitions' progress fi
 Faust's own commit (the outbox and the producer flushed before it): aiokafka calls the revoke
 listener with the old assignment still in place, so the commit is still this member's. A commit
 the group refuses (it has already moved on) is logged by Faust and leaves the records to be
-processed again, as before. Before that commit the consumer stops handing messages on, the
+processed again by the partition's next owner. Before that commit the consumer stops handing
+messages on, the
 streams' queued events are dropped unprocessed (they are fetched again by whoever owns their
 partitions) and an event being processed is waited for (Faust's own revoke handling does all
 three next), so the commit covers everything processed: without that, the streams of a
@@ -130,7 +131,7 @@ class Consumer(driver.Consumer):  # type: ignore[misc]
         first runs one step at once (:mod:`streams.worker.eager`). Ended there, the result is
         what Faust's own would give (its other waits were not needed: closed unstarted);
         otherwise the handler continues where it stopped, under Faust's own wait_first with
-        the others, as before. Started in a task of its own, the handler's first step would
+        the others. Started in a task of its own, the handler's first step would
         have run before any of the others all the same (the first task created runs first)."""
         first = coros[0] if coros else None
         if timeout is not None or not asyncio.iscoroutine(first):
@@ -247,8 +248,8 @@ class Worker(faust.Worker):  # type: ignore[misc]
 
     At a log level of WARN or above Faust installs a spinner that turns on every log record,
     and for that sets the *root* logger to DEBUG: every aiokafka send then builds a debug
-    record nobody prints (8.7 % of a saturated worker's time, issue 16), and the spinner's
-    escape codes end up in the log files."""
+    record nobody prints (8.7 % of a saturated worker's time, measured with bench.where), and
+    the spinner's escape codes end up in the log files."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -1,5 +1,5 @@
-"""``gpuattr demo --scenario demand --json``: who waits for a GPU while allocated GPUs sit idle
-(issue 30), end to end (simulated cluster and API server, real Kafka, agents, the cluster role's
+"""``gpuattr demo --scenario demand --json``: who waits for a GPU while allocated GPUs sit idle,
+end to end (simulated cluster and API server, real Kafka, agents, the cluster role's
 pending-pod watch, the worker's demand stage), as a user runs it. The test reads the demo's
 stdout while it runs, waits (bounded) for each step, then stops the demo with SIGTERM:
 

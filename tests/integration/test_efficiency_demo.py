@@ -1,5 +1,5 @@
 """``gpuattr demo --scenario efficiency --json``: busy is not effective, and a sick GPU has an
-owner (issue 29), end to end (simulated cluster, real Kafka, agents, cluster role, worker), as a
+owner, end to end (simulated cluster, real Kafka, agents, cluster role, worker), as a
 user runs it. The test reads the demo's stdout while it runs, waits (bounded) until every trace
 has had its effect, then stops the demo with SIGTERM (it cleans up and exits 0):
 

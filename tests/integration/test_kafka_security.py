@@ -1,4 +1,4 @@
-"""Least privilege on a real broker (issue 27): the embedded Kafka with TLS, SASL/SCRAM-SHA-512
+"""Least privilege on a real broker: the embedded Kafka with TLS, SASL/SCRAM-SHA-512
 and the KRaft ``StandardAuthorizer`` (no ACL: denied), one user per role with the ACLs of
 ``infra/acls.py`` (created by ``gpuattr acls``).
 

@@ -87,7 +87,7 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
         await wait_for(initial_state_seen, timeout_s=90, what=lambda: f"start\n{p.logs()}")
         # poison on the input topic: dead-lettered with where it came from; the worker goes on.
         # And a forged record: gpu-a's key, a payload that gives gpu-b's GPUs to a stranger —
-        # refused (issue 27); the holders checked below never include that stranger.
+        # refused (docs/OPERATING.md, Security); the holders checked below never include that stranger.
         forged = PodResourcesSnapshot(
             "gpu-b",
             int(time.time() * 1000),
@@ -154,7 +154,7 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
                         assert (h.uid, h.uid_status) == (UIDS[name], "resolved"), ev.summary
                         assert h.workload is not None
                         assert (h.workload.kind, h.workload.name) == WORKLOADS[name]
-        # each node's supply for the demand stage (issue 30): the last word per node and
+        # each node's supply for the demand stage: the last word per node and
         # resource names who holds each GPU now, with UIDs and workloads
         held_now = {d: {(pod, UIDS[pod]) for pod in pods} for d, pods in truth.items() if pods}
 

@@ -1,4 +1,4 @@
-"""The sink under group churn on real Kafka (issue 27): no alert lost, none dead-lettered.
+"""The sink under group churn on real Kafka: no alert lost, none dead-lettered.
 
 One run of ``bench.sink_churn`` (its module doc tells how the window is forced): 2,000 alerts,
 batches of 20, a second member joining and leaving in turn every 2 s while a batch is held in

@@ -146,7 +146,7 @@ def test_the_asked_for_views_are_there() -> None:
         "gpuattr:devices_effective_unknown:count",
         "gpuattr_device_effective_ratio",  # busy versus effective
         "gpuattr_device_health",  # health marks, with their holders
-        "gpuattr:gpus_requested:count",  # the funnel to requested (issue 30)
+        "gpuattr:gpus_requested:count",  # the funnel to requested
         "gpuattr:pods_pending:count",  # pods waiting, per pool, beside its idle GPUs
         "gpuattr_pool_idle_gpus",
     ):

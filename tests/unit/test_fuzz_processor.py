@@ -415,7 +415,7 @@ def test_odd_replica_label_does_not_crash_every_sample_of_the_node(replicas: str
     assert [type(o) for o in outputs] == [AttributionEvent]
 
 
-# --- a defect fuzzing found (fixed: a device ID a diff adds is no longer another pod's) -------
+# --- found by fuzzing: a device ID a diff adds is not another pod's any more ----------------
 
 
 def replica_row(pod: str, device_id: str) -> DeviceAssignment:

@@ -81,7 +81,7 @@ def test_each_role_may_do_only_its_job() -> None:
         ("Write", "gpuattr.demand-events"),
         ("Write", "gpuattr.node-events"),
     ]
-    # demand (issue 30): the cluster role's pending pods and the workers' supply in, the pools'
+    # demand: the cluster role's pending pods and the workers' supply in, the pools'
     # demand records out
     assert who("Write", "gpuattr.demand-events") == {"gpuattr-cluster", "gpuattr-worker"}
     assert who("Read", "gpuattr.demand-events") == {"gpuattr-worker", "gpuattr-reader"}

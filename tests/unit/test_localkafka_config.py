@@ -89,7 +89,7 @@ def test_cluster_id_never_reads_as_an_option() -> None:
     assert len(set(ids)) == len(ids)
 
 
-# --- with security on (issue 27) ---------------------------------------------------------------
+# --- with security on ---------------------------------------------------------------------------
 
 
 def test_secured_properties_leave_no_unauthenticated_door(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ def test_an_allocation_processed_again_after_the_first_scrape_says_what_it_said_
     p.handle(sample(150))
     p.handle(sample(5_150))
     assert only_event(p.handle(snapshot)) == first
-    # after the first scrape, an allocation change is "holders changed" as before
+    # after the first scrape, an allocation change is "holders changed"
     b = A("ml", "b", "c", "nvidia.com/gpu", G0)
     moved = only_event(p.handle(PodResourcesDiff("n1", 5_200, added=(b,), removed=(a,))))
     assert moved.telemetry.cause == "holders-changed"
@@ -108,7 +108,7 @@ def test_an_allocation_processed_again_after_the_first_scrape_says_what_it_said_
 
 def test_a_node_state_written_before_the_first_scrape_was_kept_reads_as_before() -> None:
     """A value from an older worker has scrapes but no first-scrape time: every time is judged
-    against its scrapes, as before, and the first time is not invented later."""
+    against its scrapes, and the first time is not invented later."""
     old = NodeState(first_ms=0, last_ms=5_000, scrape_ms=5_000, scraped=("k",))
     assert old.scraped_by(10)
     assert old.first_scrape_ms is None
@@ -121,9 +121,9 @@ def test_a_node_state_written_before_the_first_scrape_was_kept_reads_as_before()
 
 
 def test_an_allocation_processed_again_after_later_scrapes_names_the_sample_it_named_then() -> None:
-    """Regression (bench.run, two workers, issue 31: 3 to 37 redelivered allocation events
-    changed): a diff processed again after a rebalance, against state that already held the
-    node's next scrape, said "not measured since" the sample *after* its own time."""
+    """A diff processed again after a rebalance, against state that already holds the node's next
+    scrape, says "not measured since" the sample before its own time, never the one after it
+    (found by bench.run with two workers)."""
     p = proc()
     a = A("ml", "a", "c", "nvidia.com/gpu", G0)
     b = A("ml", "b", "c", "nvidia.com/gpu", G0)
@@ -190,6 +190,6 @@ def test_a_node_remembers_the_first_scrape_of_its_last_quanta_and_reads_each_tim
     oldest = state.scrape_starts[-1]
     assert accepted(state, 5_000, ("k",), q).scrape_starts == state.scrape_starts
     assert state.scrape_at(oldest - 1, q) == state.scrape_ms  # further back than it remembers
-    # a value written before the memory was kept reads its latest scrape, as before
+    # a value of an older worker, without that memory, reads its latest scrape
     old = NodeState(first_ms=0, last_ms=5_000, scrape_ms=5_000, scraped=("k",))
     assert old.scrape_at(1, q) == 5_000

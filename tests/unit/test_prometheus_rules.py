@@ -90,7 +90,7 @@ def test_the_handover_in_the_unit_tests_bites(tmp_path: Path) -> None:
 
 def test_per_container_holder_series_would_count_twice(tmp_path: Path) -> None:
     """The lab pods of rules_test.yaml hold one GPU each through two containers or two claims:
-    a rule over the per-container holder series (1 / tenants each, as before the per-pod share
+    a rule over the per-container holder series (1 / tenants each, without the per-pod share
     series) counts them twice; the shipped rule, over one share series per pod, does not."""
     groups = rule_groups()
     (held,) = [r for r in groups[0]["rules"] if r.get("record", "").endswith("gpus_held:sum")]

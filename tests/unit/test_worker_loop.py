@@ -250,8 +250,8 @@ async def test_a_defect_in_our_code_stops_the_worker_and_is_never_dead_lettered(
 
 
 async def test_a_forged_record_changes_no_table() -> None:
-    """Key node-a, payload node-b (issue 27): refused, counted, dead-lettered; no table changed,
-    nothing published — and node-a's own records are processed as before."""
+    """Key node-a, payload node-b: refused, counted, dead-lettered; no table changed,
+    nothing published — and node-a's own records are processed normally."""
     refused = counter("gpuattr_worker_errors_total", kind="key-mismatch")
     forged_snapshot = PodResourcesSnapshot(
         "node-b", 100, (DeviceAssignment("ml", "x", "c", "nvidia.com/gpu", GPU),)

@@ -1,4 +1,4 @@
-"""Which worker URLs the query API may call (issue 27): configured peers, or the addresses of the
+"""Which worker URLs the query API may call: configured peers, or the addresses of the
 workers' DNS name at this worker's port — never a URL only the group's metadata vouches for."""
 
 from __future__ import annotations

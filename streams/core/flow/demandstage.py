@@ -46,7 +46,7 @@ consumer must end with is the pool's last record, and that is what a replay deli
 superseded before the crash may not be delivered again; the alerts it caused always are). So an
 emission remembers which pools it touched, not copies of their records: the resource's value
 holds each pool's record once (a 250-node pool's record is ~35 KB; four remembered copies made
-the value ~130 KB, written on every supply change, issue 31). Alerts are remembered apart from
+the value ~130 KB, written on every supply change). Alerts are remembered apart from
 demand records, so the demand records of later input never push an alert out before its input
 is committed.
 """
@@ -99,7 +99,7 @@ class Departure:
 class Emission:
     """What the record with fingerprint ``by`` at ``ts_ms`` emitted: the pools whose records it
     changed (``pools``), the pools it retired, its alerts. ``demands``: the records themselves,
-    as values written before issue 31 kept them (read, never written: their pools count as
+    as values of an older worker keep them (read, never written: their pools count as
     touched)."""
 
     ts_ms: int
