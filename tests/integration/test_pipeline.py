@@ -87,7 +87,7 @@ async def test_exact_holders_per_gpu_as_pods_come_and_go(
         await wait_for(initial_state_seen, timeout_s=90, what=lambda: f"start\n{p.logs()}")
         # poison on the input topic: dead-lettered with where it came from; the worker goes on.
         # And a forged record: gpu-a's key, a payload that gives gpu-b's GPUs to a stranger —
-        # refused (docs/OPERATING.md, Security); the holders checked below never include that stranger.
+        # refused (key and payload disagree); the holders checked below never include that stranger.
         forged = PodResourcesSnapshot(
             "gpu-b",
             int(time.time() * 1000),
