@@ -47,11 +47,11 @@ Faust's own commit (the outbox and the producer flushed before it): aiokafka cal
 listener with the old assignment still in place, so the commit is still this member's. A commit
 the group refuses (it has already moved on) is logged by Faust and leaves the records to be
 processed again by the partition's next owner. Before that commit the consumer stops handing
-messages on, the streams' queued events are dropped unprocessed (they are fetched again by
-whoever owns their partitions) and an event being processed is waited for (Faust's own revoke
-handling does all three next), so the commit covers everything processed: without that, the
-streams of a saturated worker processed 61 to 172 more records while the commit was under way (tens of
-milliseconds; ``bench.run``'s two workers), and each was processed again by its next owner.
+messages on, the streams' queued events are dropped unprocessed (they are fetched again by whoever
+owns their partitions) and an event being processed is waited for (Faust's own revoke handling does
+all three next), so the commit covers everything processed: without that, the streams of a saturated
+worker processed 61 to 172 more records while the commit was under way (tens of milliseconds;
+``bench.run``'s two workers), and each was processed again by its next owner.
 """
 
 from __future__ import annotations
