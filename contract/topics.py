@@ -47,14 +47,26 @@ TOPICS: tuple[TopicDoc, ...] = (
         "role's k8s.node deletions, clock.tick and k8s.clusterpolicy (into every partition)",
         3 * DAY_MS,
     ),
-    TopicDoc("attribution", "node/device-uuid", "attribution events, one per sample", 7 * DAY_MS),
     TopicDoc(
-        "alerts", "alert id", "alert: idle, xid, orphaned-memory; firing and resolved", 14 * DAY_MS
+        "attribution",
+        "node/device-uuid",
+        "attribution: every device a node has, its holders and each pod's share, sharing mode, "
+        "device-wide usage or why it is unknown; on samples, allocation changes, heartbeats, "
+        "stale and gone (origin says which)",
+        7 * DAY_MS,
+    ),
+    TopicDoc(
+        "alerts",
+        "alert id",
+        "alert: a device's idle, xid, orphaned-memory, low-efficiency, thermal, memory-fault, "
+        "pcie-replays; a node's stack-broken; a pool's demand-while-idle; firing and resolved",
+        14 * DAY_MS,
     ),
     TopicDoc(
         "flags",
-        "node/device-uuid",
-        "exporter.misattribution: exporter credits a non-holder",
+        "node/device-uuid; node for a refused scrape",
+        "exporter.misattribution: dcgm-exporter credits a pod that holds no slot there; "
+        "telemetry.refused: a scrape that is not provably the node's",
         7 * DAY_MS,
     ),
     TopicDoc(
@@ -83,8 +95,9 @@ TOPICS: tuple[TopicDoc, ...] = (
     ),
     TopicDoc(
         "deadletter",
-        "source key",
-        "inputs or alerts that could not be used or delivered",
+        "source key; alert id; an output's key",
+        "deadletter: an input the worker could not use; delivery.failure: an alert every "
+        "destination attempt refused; output.refused: an output too large to send",
         14 * DAY_MS,
     ),
 )
