@@ -14,7 +14,7 @@ first keys are not ``schema`` and ``v``. The decoders are lax the way pydantic i
 a string is the number; :func:`contract.schemas` still derives the JSON schemas with pydantic).
 Unknown extra fields are ignored (additive changes keep ``v``); a change that breaks readers
 bumps ``v``. msgspec because it is the fast path: reading a scrape costs 2.0 µs per GPU sample
-and writing an attribution event 6.9 µs, against pydantic's 5.7 and 12.9 (docs/BENCHMARKS.md).
+and writing an attribution event 6.9 µs, against pydantic's 5.7 and 12.9 (bench.run).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ decodes (a pod's names and owner in the pod watch, a snapshot's assignments in t
 a node's labels, its inventory) and builds its joins from them, so a namespace, a container
 name, a resource name, an owner kind or a GPU model sat in memory once per record that carried
 it: at 2,744 devices 70,344 decoded strings (4.4 MiB) held 11,960 distinct values (0.9 MiB)
-(docs/BENCHMARKS.md, fifteenth stop). :func:`interner` gives a record type the function that
+(bench.run). :func:`interner` gives a record type the function that
 rebuilds a decoded record with every string in it (fields, tuples, dicts, nested records)
 replaced by the interpreter's interned copy (:func:`sys.intern`): one object per distinct value
 while anything holds it. An interned string nothing holds is freed, so this keeps nothing alive.

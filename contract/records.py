@@ -5,7 +5,7 @@ A frozen dataclass's generated ``__init__`` sets each field with
 ``object.__setattr__(self, name, value)`` (its own ``__setattr__`` refuses), a global lookup, an
 attribute lookup and a three-argument call per field. The pure core builds several such records
 per GPU sample (the attribution event, its usage, activity and health), and that ``__init__`` was
-19 % of the core's Python bytecodes (docs/BENCHMARKS.md, ninth stop). :func:`fast_init` gives the
+19 % of the core's Python bytecodes (bench.run). :func:`fast_init` gives the
 class an ``__init__`` with the same signature that sets each field through its slot's own
 descriptor (``Cls.field.__set__``, C code, bound once at import): about half the time per record.
 

@@ -449,7 +449,7 @@ class WorkerSettings(BaseSettings):
     #: the producer's batches per partition (outputs and changelogs) and how long it waits to
     #: fill them: with Faust's 5 ms and 16 KiB, every few milliseconds a produce request went
     #: out per partition with a record or two in it (a worker at saturation spent a fifth of its
-    #: time writing to sockets); 50 ms raised one worker's rate by half (docs/BENCHMARKS.md)
+    #: time writing to sockets); 50 ms raised one worker's rate by half (bench.run)
     producer_batch_bytes: int = Field(default=262_144, ge=16_384)
     producer_linger_s: float = Field(default=0.05, ge=0)
     #: the outbox (streams/worker/outbox.py): the worker's outputs and changelog records go to
@@ -459,7 +459,7 @@ class WorkerSettings(BaseSettings):
     #: batch: a drain makes one batch per topic partition it holds records for (up to ~100
     #: here), and aiokafka's cost is per batch; at 10 ms a saturated worker's batches held a
     #: record or two, and 100 ms cut its CPU per sample by ~5 % (five alternating pairs,
-    #: docs/BENCHMARKS.md, twelfth stop). Outputs wait up to this long more before they are sent
+    #: bench.run). Outputs wait up to this long more before they are sent
     #: the largest record (key and value) the worker hands to the producer, and the producer's
     #: max request size: at most the output topics' ``max.message.bytes`` (the broker's default
     #: is 1,048,588). A larger output is not sent but dead-lettered as a small
@@ -472,7 +472,7 @@ class WorkerSettings(BaseSettings):
     #: stream, 1 MiB fetched per partition) let a worker catching up on a backlog hold tens of
     #: MiB of input it has not reached, and the allocator keeps that high-water mark as RSS: on
     #: 10,000 devices, 64 events and 128 KiB held the same rate at ~25 MiB less
-    #: (docs/BENCHMARKS.md). A record larger than the fetch size still comes whole (the broker
+    #: (bench.run). A record larger than the fetch size still comes whole (the broker
     #: returns the first batch of a partition whatever its size)
     stream_buffer: int = Field(default=64, ge=1)
     fetch_bytes_per_partition: int = Field(default=131_072, ge=16_384)
@@ -480,23 +480,23 @@ class WorkerSettings(BaseSettings):
     #: allocation does not appear or run out, nor — while anybody waits — its idle GPUs; only
     #: figures and the idle list changed) is sent at most once per this much event time; 0: on
     #: every change. On a large pool the record is tens of KB and its figures move on nearly
-    #: every node's supply change (streams/core/demand/demand.py, docs/BENCHMARKS.md)
+    #: every node's supply change (streams/core/demand/demand.py, bench.run)
     demand_supply_every_s: float = Field(default=10.0, ge=0)
     #: the cyclic garbage collector: allocations between two young-generation collections
     #: (Python's default is 700). The worker's state is immutable records freed by reference
     #: counting, but every collection walks the young objects of each message; a collection
-    #: every 10,000 costs a twentieth of the core's time less (docs/BENCHMARKS.md). Objects
+    #: every 10,000 costs a twentieth of the core's time less (bench.run). Objects
     #: alive when the worker starts (imports, the app) are frozen out of collections altogether
     gc_threshold: int = Field(default=10_000, ge=700)
     #: how often the worker hands the C allocator's free pages back to the system
     #: (``malloc_trim``, glibc only: streams/worker/memtrim.py); 0: never. Freed fetch and
     #: produce buffers otherwise stay resident at their high-water mark: on 10,000 devices at
-    #: saturation one trim gave back ~18 MiB of 193 (docs/BENCHMARKS.md, twenty-first stop)
+    #: saturation one trim gave back ~18 MiB of 193 (bench.run)
     malloc_trim_every_s: float = Field(default=1.0, ge=0)
     #: the most arenas the C allocator may make for the worker's threads (glibc's
     #: ``M_ARENA_MAX``: streams/worker/memtrim.py); 0: glibc's own (8 per core). Each thread's
     #: arena keeps its freed blocks apart; with the trims every second, a worker at 10,000
-    #: devices held ~12 MiB less than with 10 s and glibc's arenas (docs/BENCHMARKS.md)
+    #: devices held ~12 MiB less than with 10 s and glibc's arenas (bench.run)
     malloc_arenas: int = Field(default=1, ge=0)
 
     @field_validator("peers", mode="before")

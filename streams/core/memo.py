@@ -2,7 +2,7 @@
 
 An LRU memo with a fixed cap keeps entries for pods and devices long gone: on a cluster whose
 pods churn it fills to its cap and stays there (a 65,536-entry cap held ~30 MiB of gone pods'
-identities after ~60k pod lifecycles, docs/BENCHMARKS.md). A worker's working set is its live
+identities after ~60k pod lifecycles, bench.run). A worker's working set is its live
 devices and pods, each asked for at least once per scrape round; what matters is to drop what is
 no longer asked for, however many keys were ever seen.
 

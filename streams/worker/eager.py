@@ -7,7 +7,7 @@ four tasks (the handler, the flow's suspension, the service's stop and crash) an
 into a stream's queue with room). :class:`streams.worker.transport.Consumer` runs that first
 step here and pays for the tasks only when the handler has to wait: a worker whose record loop
 does nothing spent 97 µs per consumed record without it and 54 with it (``bench.floor``, four
-alternating pairs; docs/BENCHMARKS.md, nineteenth stop).
+alternating pairs; bench.run).
 """
 
 from __future__ import annotations

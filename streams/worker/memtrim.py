@@ -7,10 +7,10 @@ the top of its heap. A worker that has read a backlog or rebalanced keeps that h
 as RSS, and RSS is what a memory limit and the OOM killer count. ``malloc_trim(0)`` hands every
 whole free page of glibc's heaps back (``madvise``): on the bench's 10,000 devices, ~17 MiB of
 a 199 MiB worker; a trim of the same core's state in one process took 0.27 ms
-(docs/BENCHMARKS.md, eighteenth stop).
+(bench.run).
 
 Every second by default: at 10,000 devices a worker at saturation held ~18 MiB of freed buffers
-resident between trims 10 s apart (docs/BENCHMARKS.md, twenty-first stop). And one arena for all
+resident between trims 10 s apart (bench.run). And one arena for all
 threads (:func:`libc_arenas`), so that one trim reaches every freed block.
 
 glibc only: where the C library has no ``malloc_trim`` (musl, macOS) the trimmer is off and says

@@ -8,7 +8,7 @@ message and a runtime per event for its averages. Those figures feed only Faust'
 (``GPUATTR_WORKER_FAUST_VIEWS``; its own metrics are ``streams.worker.selfmetrics``). On the
 bench fleet a worker whose record loop does nothing spent ~111 µs per input record with it and
 ~90 with :class:`LeanMonitor` (``bench.floor``'s Faust-only worker, four alternating pairs;
-docs/BENCHMARKS.md, nineteenth stop).
+bench.run).
 
 One figure Faust reads itself: each partition's last stream event time
 (``stream_inbound_time``), by the consumer's slow-processing check, which warns when a partition

@@ -19,14 +19,13 @@ def kept(doc: TopicDoc) -> str:
 
 
 def table() -> str:
-    rows = [
-        f"| `gpuattr.{doc.role}` | {doc.key} | {doc.carries} | {kept(doc)} |" for doc in TOPICS
-    ]
+    rows = [f"| `gpuattr.{doc.role}` | {doc.key} | {doc.carries} | {kept(doc)} |" for doc in TOPICS]
     return "\n".join(["| topic | key | carries | kept |", "|---|---|---|---|", *rows])
 
 
 def between_markers(text: str) -> str:
-    assert BEGIN in text and END in text, f"docs/CONSUMERS.md needs {BEGIN} … {END}"
+    assert BEGIN in text, f"docs/CONSUMERS.md needs {BEGIN}"
+    assert END in text, f"docs/CONSUMERS.md needs {END}"
     return text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
 
 
@@ -37,7 +36,8 @@ def test_the_consumers_topic_table_is_made_from_contract_topics() -> None:
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/ARCHITECTURE.md"])
 def test_no_other_doc_keeps_its_own_topic_table(doc: str) -> None:
-    rows = [line for line in (ROOT / doc).read_text().splitlines() if line.startswith("| `gpuattr.")]
+    lines = (ROOT / doc).read_text().splitlines()
+    rows = [line for line in lines if line.startswith("| `gpuattr.")]
     assert rows == [], f"{doc} links to docs/CONSUMERS.md for the topics instead"
 
 

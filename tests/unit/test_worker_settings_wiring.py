@@ -25,7 +25,7 @@ def test_read_ahead_settings_reach_faust_and_its_consumer(tmp_path: Path) -> Non
 
 def test_by_default_the_worker_reads_ahead_less_than_faust_would(tmp_path: Path) -> None:
     """Faust's own defaults let a worker on a backlog hold tens of MiB of unread input
-    (docs/BENCHMARKS.md): the worker's defaults replace them."""
+    (bench.run): the worker's defaults replace them."""
     faust_defaults = faust.App("defaults-only").conf
     app = _app(tmp_path)
     assert app.conf.stream_buffer_maxsize < faust_defaults.stream_buffer_maxsize

@@ -149,7 +149,7 @@ def device_supply(
     )
 
 
-#: nodes :class:`Supplied` keeps: a worker at saturation owns ~1,000 (docs/BENCHMARKS.md)
+#: nodes :class:`Supplied` keeps: a worker at saturation owns ~1,000 (bench.run)
 MAX_SUPPLIED_NODES = 4_096
 
 #: one device's entry in :class:`Supplied`: the node's product, the device as it was described,

@@ -5,7 +5,7 @@ The demand stage reads a resource's supply on every record that touches it. Read
 (even through each node's memoized :func:`streams.core.demand.demand.summarize`), a pool's record
 cost
 a pass over every node of the resource: 66 % of the stage on the bench fleet's 250 nodes
-(docs/BENCHMARKS.md). :class:`SupplyIndex` keeps the sums instead: per (product, MIG profile),
+(bench.run). :class:`SupplyIndex` keeps the sums instead: per (product, MIG profile),
 the allocated and unmeasured counts and every idle device in one sorted list, and per node the
 record it last read and that record's summary. :meth:`SupplyIndex.sync` is handed the
 resource's nodes and the table's ``get``: every node's record is read and compared by identity
