@@ -1,22 +1,30 @@
 """Golden inputs and outputs of the worker's pure core: every demo scenario and the bench fleet.
 
-``python -m tests.golden.record`` writes ``tests/golden/<name>.inputs.jsonl.gz`` (what the
-agents and the cluster role publish, in order, each with its topic, partition and key; the value
-in :mod:`contract.codec`) and ``<name>.outputs.jsonl.gz`` (what the worker's core makes of them,
-:func:`replay`); ``--check`` regenerates both in memory and says which files differ, writing
-nothing (exit 1 on a difference).
+``python -m tests.golden.record [names]`` writes ``tests/golden/<name>.inputs.jsonl.gz`` (what
+the agents and the cluster role publish, in order, each with its topic, partition and key; the
+value in :mod:`contract.codec`) and ``<name>.outputs.jsonl.gz`` (what the worker's core makes
+of them, :func:`replay`); ``--check`` makes both afresh in memory and names the files that
+differ, writing nothing (exit 1 on a difference).
 
-Inputs: each scenario of ``sim/scenarios`` as its agents would publish it over its own horizon
-(:mod:`tests.golden.scripted`), and the bench fleet (:func:`bench.fleet.stream`, 60 nodes x 8
-intervals of 5 s: every sharing mode, two pod hand-overs per node; :mod:`bench.core` runs 250
-x 8 of the same fleet). Outputs: everything :class:`~streams.core.flow.processor.Processor`
-returns on in-memory tables, the node supply it emits fed on to
-:class:`~streams.core.flow.demandstage.DemandStage` at once (as the worker's second agent reads
-it from demand-events), the demand-events inputs fed to the stage, and the dead letter of any
-record refused — each output with the index of the input that caused it, its kind, its Kafka key
-and its value in the codec. The scenarios run on the demo's worker settings
-(:data:`gpuattr.demo.DEMO_ALERTS`, :data:`gpuattr.demo.DEMO_SPINE`), the fleet on
-:mod:`bench.core`'s.
+Inputs:
+- each scenario of ``sim/scenarios`` as its agents would publish it over its own horizon
+  (:mod:`tests.golden.scripted`);
+- the golden-only scenarios of ``tests/golden/scenarios`` with the agent faults :data:`EXTRA`
+  gives them: exporter-misattribution flags, refused telemetry and a retired node-status, which
+  no demo scenario makes;
+- the bench fleet (:func:`bench.fleet.stream`) at a reduced size, 60 nodes x 8 intervals of 5 s
+  (every sharing mode, two pod hand-overs per node; :mod:`bench.core` runs 250 x 8 of the same
+  fleet), every record read from partition 0 as :mod:`bench.core` feeds it.
+
+Outputs: everything :class:`~streams.core.flow.processor.Processor` returns on in-memory
+tables; the node supply it emits fed on at once to
+:class:`~streams.core.flow.demandstage.DemandStage` (as the worker's second agent reads it from
+demand-events, in the partition of its key), the demand-events inputs fed to the stage; and
+the dead letter's reason for any record refused. Each output line holds the index of the input
+that caused it, its kind, its Kafka key and its value as the worker sends it (``null``: a
+tombstone). The scenarios run on the demo's worker settings (:data:`gpuattr.demo.DEMO_ALERTS`,
+:data:`gpuattr.demo.DEMO_SPINE`), the fleet on :mod:`bench.core`'s; everything else is the
+settings' defaults.
 """
 
 from __future__ import annotations
@@ -43,18 +51,24 @@ from streams.core.flow.demandstage import (
     UnusableDemandRecord,
 )
 from streams.core.flow.processor import ClockJump, Processor, Tables, UnusableRecord
-from streams.worker.app import lifetimes_of, output_key
-from tests.golden.scripted import Published, partition_for, scenario_inputs
+from streams.worker.app import Published as Output
+from streams.worker.app import lifetimes_of, output_key, output_value
+from tests.golden.scripted import AgentFaults, Published, partition_for, scenario_inputs
 
 FOLDER = Path(__file__).parent
 BENCH = "bench-fleet"
+#: golden-only scenarios (``tests/golden/scenarios``): the outputs no demo scenario makes, with
+#: the agent faults that make them
+EXTRA = {
+    "edges": {"edge-a": AgentFaults(exporter_lag_s=6.0, misrouted=("edge-b", 40.0, 50.0))},
+}
 BENCH_NODES, BENCH_INTERVALS = 60, 8
 BENCH_START_MS = 1_700_000_000_000
 BENCH_IDLE_WINDOW_S = 20.0  # bench.core's
 
 
 def names() -> list[str]:
-    return [*builtin_names(), BENCH]
+    return [*builtin_names(), *EXTRA, BENCH]
 
 
 def _settings(prefix: str, values: dict[str, str]) -> dict[str, Any]:
@@ -89,7 +103,11 @@ def bench_inputs() -> Iterator[Published]:
 
 
 def inputs_of(name: str) -> Iterator[Published]:
-    return bench_inputs() if name == BENCH else scenario_inputs(load(name))
+    if name == BENCH:
+        return bench_inputs()
+    if name in EXTRA:
+        return scenario_inputs(load(str(FOLDER / "scenarios" / f"{name}.toml")), EXTRA[name])
+    return scenario_inputs(load(name))
 
 
 def input_line(p: Published) -> bytes:
@@ -113,9 +131,15 @@ def _text(key: bytes | None) -> str | None:
 # --- outputs
 
 
-def _line(index: int, kind: str, key: bytes | None, value: bytes) -> bytes:
-    doc = {"i": index, "kind": kind, "key": _text(key), "value": orjson.Fragment(value)}
-    return orjson.dumps(doc)
+def _line(index: int, kind: str, key: bytes | None, value: bytes | None) -> bytes:
+    """``value`` None: a tombstone (a retired node-status or pool)."""
+    json = orjson.Fragment(value) if value is not None else None
+    return orjson.dumps({"i": index, "kind": kind, "key": _text(key), "value": json})
+
+
+def _output(index: int, out: Output) -> bytes:
+    """An output as the worker sends it: its key and value on its topic."""
+    return _line(index, type(out).__name__, output_key(out), output_value(out))
 
 
 def _dead(index: int, key: bytes | None, error: str) -> bytes:
@@ -138,8 +162,7 @@ def replay(name: str, inputs: Iterable[Published]) -> Iterator[bytes]:
             yield _dead(index, p.key, f"unusable: {exc}")
             continue
         for out in outputs:
-            key = output_key(out)
-            yield _line(index, type(out).__name__, key, codec.encode(out))
+            yield _output(index, out)
         for out in outputs:
             if isinstance(out, NodeSupply):
                 key = output_key(out)
@@ -158,7 +181,7 @@ def _demand(
         yield _dead(index, key, f"unusable: {exc}")
         return
     for out in outputs:
-        yield _line(index, type(out).__name__, output_key(out), codec.encode(out))
+        yield _output(index, out)
 
 
 # --- files

@@ -13,6 +13,9 @@ PodResources snapshot every :data:`SNAPSHOT_S`. Every record is given the partit
 producer would pick (murmur2 of its key, :func:`streams.worker.outbox.partition_of`) or, for
 the cluster role's unkeyed records, one copy per partition.
 
+:class:`AgentFaults` gives a node's agent what no scenario file says: an exporter whose pod
+lookup lags the kubelet, a scrape URL that points at another node's exporter for a while.
+
 Deterministic: scenario time only, the simulator's fixed UUIDs and the exporter's fixed
 per-scrape choice; no wall clock, no randomness.
 """
@@ -77,6 +80,15 @@ Topic = Literal["node-events", "demand-events"]
 
 
 @dataclass(frozen=True, slots=True)
+class AgentFaults:
+    """``exporter_lag_s``: the node's exporter answers as the cluster was this long before;
+    ``misrouted``: (another node, from, until) — the agent scrapes that node's exporter then."""
+
+    exporter_lag_s: float = 0.0
+    misrouted: tuple[str, float, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Published:
     """One record as the producer sends it: topic, partition, key."""
 
@@ -133,9 +145,20 @@ def _said(record: object) -> object:
 class NodeAgent:
     """One node's agent: its kubelet, exporter, API-server watches and status."""
 
-    def __init__(self, scenario: Scenario, cluster: Cluster, spec: NodeSpec, api: ApiClient):
+    def __init__(
+        self,
+        scenario: Scenario,
+        cluster: Cluster,
+        spec: NodeSpec,
+        api: ApiClient,
+        faults: AgentFaults = AgentFaults(),
+    ) -> None:
         self.scenario = scenario
         self.cluster = cluster
+        self.faults = faults
+        self.now = 0.0
+        lag = faults.exporter_lag_s
+        self.exporter = Cluster(scenario, lambda: max(0.0, self.now - lag)) if lag else cluster
         self.spec = spec
         self.api = api
         self.node = spec.name
@@ -158,6 +181,7 @@ class NodeAgent:
         return [Published("node-events", self.partition, key, r) for r in records]
 
     def step(self, t: float, scrape: bool) -> list[Published]:
+        self.now = t
         ts = ts_of(t)
         out = self._node(t, ts)
         out += self._pods(t, ts)
@@ -274,7 +298,10 @@ class NodeAgent:
             self._dcgm("ok", "", ts)
         out: list[Published] = []
         if self.dcgm[0] == "ok":
-            text = render(self.cluster.exporter_rows(self.node, self.scrapes))
+            source, misrouted = self.node, self.faults.misrouted
+            if misrouted is not None and misrouted[1] <= t < misrouted[2]:
+                source = misrouted[0]
+            text = render(self.exporter.exporter_rows(source, self.scrapes))
             self.scrapes += 1
             parsed = parse_exposition(text, node=self.node, ts_ms=ts).samples
             samples = tuple(
@@ -376,13 +403,18 @@ class ClusterRole:
         return out
 
 
-def scenario_inputs(scenario: Scenario) -> Iterator[Published]:
+def scenario_inputs(
+    scenario: Scenario, faults: Mapping[str, AgentFaults] | None = None
+) -> Iterator[Published]:
     """Everything the scenario's agents and cluster role publish up to :func:`horizon_s`, in the
-    order one simulated step after another would publish it."""
+    order one simulated step after another would publish it (``faults``: by node)."""
     t = 0.0
     cluster = Cluster(scenario, lambda: t)
     api = Models()
-    agents = [NodeAgent(scenario, cluster, spec, api) for spec in scenario.nodes]
+    agents = [
+        NodeAgent(scenario, cluster, spec, api, (faults or {}).get(spec.name, AgentFaults()))
+        for spec in scenario.nodes
+    ]
     role = ClusterRole(scenario, api)
     end = horizon_s(scenario)
     steps = round(end / STEP_S)
