@@ -7,8 +7,9 @@ silent). A device's last event, and its events as stale or gone, count for nothi
 charged for a device nobody can vouch for.
 
 - ``held_gpu_hours``: time x each pod's share of the device — the one accounting figure
-  (``pods[].share``, :mod:`streams.core.devices.accounting`), the same the Prometheus GPUs-held rule
-  sums. An exclusive holder of a whole GPU counts 1 per hour; a tenant of a shared device its
+  (``pods[].share``; for an event without it, :func:`streams.core.devices.accounting.pod_shares`
+  applies the same rule to its holders), the same the Prometheus GPUs-held rule sums. An
+  exclusive holder of a whole GPU counts 1 per hour; a tenant of a shared device its
   *allocation* share — it is not usage. MIG instances are kept apart from whole GPUs
   (``mig_profile``): an instance-hour is not a GPU-hour.
 - ``busy_gpu_hours``: time x measured utilization, only where the hardware measured this holder
@@ -32,7 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 
-from contract.outputs import AttributionEvent, Holder, Workload
+from contract.outputs import AttributionEvent, Workload
+from streams.core.devices.accounting import pod_shares
 
 #: (namespace, workload "Kind/name" or "Pod/<name>", MIG profile or "" for whole GPUs)
 GroupKey = tuple[str, str, str]
@@ -71,15 +73,9 @@ def _workload(namespace: str, pod: str, workload: Workload | None) -> tuple[str,
     return namespace, f"{workload.kind}/{workload.name}" if workload else f"Pod/{pod}"
 
 
-def group_of(h: Holder) -> tuple[str, str]:
-    return _workload(h.namespace, h.pod, h.workload)
-
-
 def _shares(ev: AttributionEvent) -> list[tuple[tuple[str, str], float]]:
-    """Each pod's share of the device (events before ``pods`` existed: their holders')."""
-    if ev.pods:
-        return [(_workload(p.namespace, p.pod, p.workload), p.share) for p in ev.pods]
-    return [(group_of(h), h.allocation_share or 1.0 / max(1, len(ev.holders))) for h in ev.holders]
+    """Each pod's share of the device, by the core's accounting."""
+    return [(_workload(p.namespace, p.pod, p.workload), p.share) for p in pod_shares(ev)]
 
 
 def accumulate(

@@ -100,7 +100,7 @@ def funnel() -> list[Any]:
     steps = [
         ("GPUs and MIG instances", "gpuattr:devices:count", "blue"),
         ("Allocated", "gpuattr:devices_allocated:count", "purple"),
-        ("Active (> 5 % busy)", "gpuattr:devices_active:count", "green"),
+        ("Active (>= 5 % busy)", "gpuattr:devices_active:count", "green"),
         ("Allocated but idle", "gpuattr:devices_idle:count", "orange"),
         ("Allocated, no reading", "gpuattr:devices_unmeasured:count", "text"),
         ("Requested, not placed", "gpuattr:gpus_requested:count", "red"),
@@ -474,7 +474,7 @@ def effective() -> list[Any]:
             "Effective (>= 15 % SM active)",
             "gpuattr:devices_effective:count",
             "green",
-            "Of the active held devices (over 5 % busy), those whose effective activity (SM "
+            "Of the active held devices (at or over 5 % busy), those whose effective activity (SM "
             "active, else graphics-engine active) is at or over 15 %, the low-efficiency "
             "alert's default threshold.",
         ),

@@ -39,13 +39,17 @@ waiting pods and the idle GPUs' holders are in the record and the query API. Wai
 GPUs requested add up across pools; allocated and idle GPUs do not (a device of a product is in
 the product's pool and in the any-product pool alike). They leave with the pool's tombstone or
 its partition.
+
+Each family is one pure function of the rows (kube-state-metrics style: name, help, type, rows →
+samples); :func:`families` lists them in exposition order and the worker's exporter
+(:mod:`streams.worker.promexport`) renders that list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import get_args
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, get_args
 
 from contract.outputs import HealthMark, WorkKind
 from streams.present.noderows import STATE_ORDER, NodeRow
@@ -53,17 +57,17 @@ from streams.present.poolrows import PoolRow
 from streams.present.views import DeviceRow
 
 Labels = tuple[tuple[str, str], ...]
+Sample = tuple[Labels, float]
+#: every attribution family is a gauge: info series carry 1, the others a figure
+FamilyType = Literal["gauge"]
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Family:
     name: str
     help: str
-    samples: list[tuple[Labels, float]] = field(default_factory=list)
-
-
-def _device(row: DeviceRow) -> Labels:
-    return (("node", row.node), ("device_uuid", row.device_uuid))
+    samples: list[Sample]
+    type: FamilyType = "gauge"
 
 
 #: every kind of work and every health mark, in the contract's order: one series each per device
@@ -75,127 +79,36 @@ HEALTH_MARKS: tuple[str, ...] = get_args(HealthMark)
 PLANE_BROKEN = frozenset({"not-ready", "unreachable", "refused"})
 
 
-def node_families(nodes: Iterable[NodeRow]) -> list[Family]:
-    state = Family(
-        "gpuattr_node_stack_state",
-        "The node's GPU Operator stack, one series per state (value 1 for the current one): "
-        "ready, broken, reconciling, disabled or unknown",
-    )
-    plane = Family(
-        "gpuattr_node_plane_broken",
-        "1 where a plane of the node's GPU stack is broken at its own boundary (not ready, or "
-        "ready but unreachable or not this node's); 0 when ready, waiting on a lower plane, "
-        "disabled or unknown",
-    )
-    alert = Family(
-        "gpuattr_node_stack_alert_open",
-        "1 while the node's stack-broken alert is open (an intended plane broken, GPUs held)",
-    )
-    for row in nodes:
-        node = (("node", row.node),)
-        for name in STATE_ORDER:
-            state.samples.append(((*node, ("state", name)), 1.0 if row.state == name else 0.0))
-        for p in row.planes:
-            broken = 1.0 if p.state in PLANE_BROKEN else 0.0
-            plane.samples.append(((*node, ("plane", p.name)), broken))
-        alert.samples.append((node, 1.0 if row.alert else 0.0))
-    return [state, plane, alert]
+def _device(row: DeviceRow) -> Labels:
+    return (("node", row.node), ("device_uuid", row.device_uuid))
 
 
-def pool_families(pools: Iterable[PoolRow]) -> list[Family]:
-    pending = Family(
-        "gpuattr_pool_pending_pods",
-        "Pods the scheduler has not placed that wait for GPUs of the pool (resource, and product "
-        'and MIG profile where the pod asks for one; "" is any)',
-    )
-    requested = Family(
-        "gpuattr_pool_gpus_requested",
-        "GPUs (or MIG instances) the pool's waiting pods ask for: the funnel's requested step",
-    )
-    oldest = Family(
-        "gpuattr_pool_oldest_wait_seconds",
-        "How long the pool's oldest waiting pod has waited (since its creation, event time)",
-    )
-    allocated = Family(
-        "gpuattr_pool_allocated_gpus",
-        "Allocated devices that match the pool (a device may match several pools: do not sum "
-        "across pools)",
-    )
-    idle = Family(
-        "gpuattr_pool_idle_gpus",
-        "Of the pool's allocated devices, those measured idle (usage unknown is never idle)",
-    )
-    for row in pools:
-        pool = (
-            ("pool", row.pool),
-            ("resource", row.resource),
-            ("product", row.product),
-            ("mig_profile", row.mig_profile),
-        )
-        pending.samples.append((pool, float(row.pending_pods)))
-        requested.samples.append((pool, float(row.gpus_requested)))
-        if row.oldest_wait_s is not None:
-            oldest.samples.append((pool, row.oldest_wait_s))
-        allocated.samples.append((pool, float(row.allocated_gpus)))
-        idle.samples.append((pool, float(row.idle_gpus)))
-    return [pending, requested, oldest, allocated, idle]
+def _live(rows: Sequence[DeviceRow]) -> list[DeviceRow]:
+    """The rows something held, measured or open is claimed for: a stale device keeps only its
+    info (and telemetry-unknown) series, its last known state."""
+    return [row for row in rows if not row.stale]
 
 
-def families(
-    rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = (), pools: Iterable[PoolRow] = ()
-) -> list[Family]:
-    info = Family("gpuattr_device_info", "A device (GPU or MIG instance) and how it is held")
-    holder = Family(
-        "gpuattr_device_holder_info", "A pod holding a device, from our own join (value 1)"
-    )
-    share = Family(
-        "gpuattr_pod_device_share",
-        "Each pod's share of the device (allocation, not usage; basis: whole, replicas, capacity "
-        "or equal-split): what GPUs held and GPU-hours sum",
-    )
-    unknown = Family(
-        "gpuattr_device_telemetry_unknown",
-        "1 while no fresh sample speaks for the device, by cause (its reason is in the events)",
-    )
-    tenants = Family("gpuattr_device_tenants", "Pods holding the device")
-    util = Family(
-        "gpuattr_device_utilization_ratio",
-        "Utilisation of the whole device or MIG instance (scope), never of a pod",
-    )
-    memory = Family(
-        "gpuattr_device_memory_used_bytes", "Framebuffer used on the device or MIG instance"
-    )
-    idle = Family("gpuattr_device_idle_seconds", "How long the held device has been idle")
-    alerts = Family("gpuattr_device_open_alerts", "Open alerts on the device (value 1)")
-    exporter = Family(
-        "gpuattr_device_exporter_verdict",
-        "What dcgm-exporter's own pod labels amount to on the device's latest sample, checked "
-        "against our join (value 1): trusted, unchecked, stranger, wrong-claim, shared-device, "
-        "per-process or uncredited",
-    )
-    effective = Family(
-        "gpuattr_device_effective_ratio",
-        "Effective activity of the whole device or MIG instance (scope): SM active, else the "
-        "graphics engine's active ratio (source). Absent where no profiling field is exported: "
-        "unknown, never derived from utilisation, never a pod's",
-    )
-    work = Family(
-        "gpuattr_device_work",
-        "What kind of work the device does, one series per kind (value 1 for the current one): "
-        "tensor, memory-bound, compute, light or unknown (no profiling field)",
-    )
-    health = Family(
-        "gpuattr_device_health",
-        "The device's health marks, one series per mark (value 1 while set): hot, throttled, "
-        "memory-fault, pcie-replays; absent while the device has no reading or the mark's fields "
-        "are not exported (unknown, not healthy)",
-    )
-    for row in rows:
-        device = _device(row)
-        info.samples.append(
+def _workload(workload: str | None) -> tuple[tuple[str, str], tuple[str, str]]:
+    kind, _, name = (workload or "").partition("/")
+    return ("workload_kind", kind), ("workload_name", name)
+
+
+def _scope(row: DeviceRow) -> Labels:
+    return (*_device(row), ("scope", row.usage_scope))
+
+
+# --- devices
+
+
+def device_info(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_info",
+        "A device (GPU or MIG instance) and how it is held",
+        [
             (
                 (
-                    *device,
+                    *_device(row),
                     ("gpu_uuid", row.gpu_uuid),
                     ("gpu_index", "" if row.gpu_index is None else str(row.gpu_index)),
                     ("mig_instance", "" if row.mig_instance is None else str(row.mig_instance)),
@@ -208,63 +121,317 @@ def families(
                 ),
                 1.0,
             )
-        )
-        if row.telemetry == "unknown":
-            unknown.samples.append(((*device, ("cause", row.telemetry_cause or "")), 1.0))
-        if row.stale:
-            continue  # its last known state: nothing held, measured or open is claimed for it
-        tenants.samples.append((device, float(row.tenant_count)))
-        for h in row.holders:
-            kind, _, name = (h.workload or "").partition("/")
-            holder.samples.append(
-                (
-                    (
-                        *device,
-                        ("namespace", h.namespace),
-                        ("pod", h.pod),
-                        ("container", h.container),
-                        ("pod_uid", h.uid or ""),
-                        ("workload_kind", kind),
-                        ("workload_name", name),
-                        ("claim", h.claim or ""),
-                    ),
-                    1.0,
-                )
-            )
+            for row in rows
+        ],
+    )
 
-        for p in row.pods:
-            kind, _, name = (p.workload or "").partition("/")
-            who = (
-                *device,
-                ("namespace", p.namespace),
-                ("pod", p.pod),
-                ("pod_uid", p.uid or ""),
-                ("workload_kind", kind),
-                ("workload_name", name),
-                ("basis", p.basis),
+
+def device_holder_info(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_holder_info",
+        "A pod holding a device, from our own join (value 1)",
+        [
+            (
+                (
+                    *_device(row),
+                    ("namespace", h.namespace),
+                    ("pod", h.pod),
+                    ("container", h.container),
+                    ("pod_uid", h.uid or ""),
+                    *_workload(h.workload),
+                    ("claim", h.claim or ""),
+                ),
+                1.0,
             )
-            share.samples.append((who, p.share))
-        scope = (*device, ("scope", row.usage_scope))
-        if row.util_pct is not None:
-            util.samples.append((scope, row.util_pct / 100.0))
-        if row.fb_used_mib is not None:
-            memory.samples.append((scope, row.fb_used_mib * 2**20))
-        if row.effective_pct is not None:
-            source = (*scope, ("source", row.effective_source or ""))
-            effective.samples.append((source, row.effective_pct / 100.0))
-        if row.telemetry != "unknown":
-            for kind in WORK_KINDS:
-                work.samples.append(((*device, ("work", kind)), 1.0 if row.work == kind else 0.0))
-            for mark in HEALTH_MARKS:  # a mark the sample could not judge has no series
-                if mark in row.health_watched or mark in row.health_marks:
-                    set_ = 1.0 if mark in row.health_marks else 0.0
-                    health.samples.append(((*device, ("mark", mark)), set_))
-        if row.idle_s is not None:
-            idle.samples.append((device, row.idle_s))
-        for alert in row.open_alerts:
-            alerts.samples.append(((*device, ("alert", alert)), 1.0))
-        verdict = (("verdict", row.exporter_verdict), ("mode", row.exporter_mode))
-        exporter.samples.append(((*device, *verdict), 1.0))
-    devices = [info, holder, share, unknown, tenants, util, memory, idle, alerts, exporter]
-    devices += [effective, work, health]
-    return [*devices, *node_families(nodes), *pool_families(pools)]
+            for row in _live(rows)
+            for h in row.holders
+        ],
+    )
+
+
+def pod_device_share(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_pod_device_share",
+        "Each pod's share of the device (allocation, not usage; basis: whole, replicas, capacity "
+        "or equal-split): what GPUs held and GPU-hours sum",
+        [
+            (
+                (
+                    *_device(row),
+                    ("namespace", p.namespace),
+                    ("pod", p.pod),
+                    ("pod_uid", p.uid or ""),
+                    *_workload(p.workload),
+                    ("basis", p.basis),
+                ),
+                p.share,
+            )
+            for row in _live(rows)
+            for p in row.pods
+        ],
+    )
+
+
+def device_telemetry_unknown(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_telemetry_unknown",
+        "1 while no fresh sample speaks for the device, by cause (its reason is in the events)",
+        [
+            ((*_device(row), ("cause", row.telemetry_cause or "")), 1.0)
+            for row in rows
+            if row.telemetry == "unknown"
+        ],
+    )
+
+
+def device_tenants(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_tenants",
+        "Pods holding the device",
+        [(_device(row), float(row.tenant_count)) for row in _live(rows)],
+    )
+
+
+def device_utilization_ratio(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_utilization_ratio",
+        "Utilisation of the whole device or MIG instance (scope), never of a pod",
+        [(_scope(row), row.util_pct / 100.0) for row in _live(rows) if row.util_pct is not None],
+    )
+
+
+def device_memory_used_bytes(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_memory_used_bytes",
+        "Framebuffer used on the device or MIG instance",
+        [
+            (_scope(row), row.fb_used_mib * 2**20)
+            for row in _live(rows)
+            if row.fb_used_mib is not None
+        ],
+    )
+
+
+def device_idle_seconds(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_idle_seconds",
+        "How long the held device has been idle",
+        [(_device(row), row.idle_s) for row in _live(rows) if row.idle_s is not None],
+    )
+
+
+def device_open_alerts(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_open_alerts",
+        "Open alerts on the device (value 1)",
+        [((*_device(row), ("alert", a)), 1.0) for row in _live(rows) for a in row.open_alerts],
+    )
+
+
+def device_exporter_verdict(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_exporter_verdict",
+        "What dcgm-exporter's own pod labels amount to on the device's latest sample, checked "
+        "against our join (value 1): trusted, unchecked, stranger, wrong-claim, shared-device, "
+        "per-process or uncredited",
+        [
+            (
+                (
+                    *_device(row),
+                    ("verdict", row.exporter_verdict),
+                    ("mode", row.exporter_mode),
+                ),
+                1.0,
+            )
+            for row in _live(rows)
+        ],
+    )
+
+
+def device_effective_ratio(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_effective_ratio",
+        "Effective activity of the whole device or MIG instance (scope): SM active, else the "
+        "graphics engine's active ratio (source). Absent where no profiling field is exported: "
+        "unknown, never derived from utilisation, never a pod's",
+        [
+            ((*_scope(row), ("source", row.effective_source or "")), row.effective_pct / 100.0)
+            for row in _live(rows)
+            if row.effective_pct is not None
+        ],
+    )
+
+
+def device_work(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_work",
+        "What kind of work the device does, one series per kind (value 1 for the current one): "
+        "tensor, memory-bound, compute, light or unknown (no profiling field)",
+        [
+            ((*_device(row), ("work", kind)), 1.0 if row.work == kind else 0.0)
+            for row in _live(rows)
+            if row.telemetry != "unknown"
+            for kind in WORK_KINDS
+        ],
+    )
+
+
+def device_health(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_health",
+        "The device's health marks, one series per mark (value 1 while set): hot, throttled, "
+        "memory-fault, pcie-replays; absent while the device has no reading or the mark's fields "
+        "are not exported (unknown, not healthy)",
+        [
+            ((*_device(row), ("mark", mark)), 1.0 if mark in row.health_marks else 0.0)
+            for row in _live(rows)
+            if row.telemetry != "unknown"
+            for mark in HEALTH_MARKS
+            # a mark the sample could not judge has no series
+            if mark in row.health_watched or mark in row.health_marks
+        ],
+    )
+
+
+# --- nodes
+
+
+def node_stack_state(nodes: Sequence[NodeRow]) -> Family:
+    return Family(
+        "gpuattr_node_stack_state",
+        "The node's GPU Operator stack, one series per state (value 1 for the current one): "
+        "ready, broken, reconciling, disabled or unknown",
+        [
+            ((("node", row.node), ("state", name)), 1.0 if row.state == name else 0.0)
+            for row in nodes
+            for name in STATE_ORDER
+        ],
+    )
+
+
+def node_plane_broken(nodes: Sequence[NodeRow]) -> Family:
+    return Family(
+        "gpuattr_node_plane_broken",
+        "1 where a plane of the node's GPU stack is broken at its own boundary (not ready, or "
+        "ready but unreachable or not this node's); 0 when ready, waiting on a lower plane, "
+        "disabled or unknown",
+        [
+            ((("node", row.node), ("plane", p.name)), 1.0 if p.state in PLANE_BROKEN else 0.0)
+            for row in nodes
+            for p in row.planes
+        ],
+    )
+
+
+def node_stack_alert_open(nodes: Sequence[NodeRow]) -> Family:
+    return Family(
+        "gpuattr_node_stack_alert_open",
+        "1 while the node's stack-broken alert is open (an intended plane broken, GPUs held)",
+        [((("node", row.node),), 1.0 if row.alert else 0.0) for row in nodes],
+    )
+
+
+# --- pools
+
+
+def _pool(row: PoolRow) -> Labels:
+    return (
+        ("pool", row.pool),
+        ("resource", row.resource),
+        ("product", row.product),
+        ("mig_profile", row.mig_profile),
+    )
+
+
+def pool_pending_pods(pools: Sequence[PoolRow]) -> Family:
+    return Family(
+        "gpuattr_pool_pending_pods",
+        "Pods the scheduler has not placed that wait for GPUs of the pool (resource, and product "
+        'and MIG profile where the pod asks for one; "" is any)',
+        [(_pool(row), float(row.pending_pods)) for row in pools],
+    )
+
+
+def pool_gpus_requested(pools: Sequence[PoolRow]) -> Family:
+    return Family(
+        "gpuattr_pool_gpus_requested",
+        "GPUs (or MIG instances) the pool's waiting pods ask for: the funnel's requested step",
+        [(_pool(row), float(row.gpus_requested)) for row in pools],
+    )
+
+
+def pool_oldest_wait_seconds(pools: Sequence[PoolRow]) -> Family:
+    return Family(
+        "gpuattr_pool_oldest_wait_seconds",
+        "How long the pool's oldest waiting pod has waited (since its creation, event time)",
+        [(_pool(row), row.oldest_wait_s) for row in pools if row.oldest_wait_s is not None],
+    )
+
+
+def pool_allocated_gpus(pools: Sequence[PoolRow]) -> Family:
+    return Family(
+        "gpuattr_pool_allocated_gpus",
+        "Allocated devices that match the pool (a device may match several pools: do not sum "
+        "across pools)",
+        [(_pool(row), float(row.allocated_gpus)) for row in pools],
+    )
+
+
+def pool_idle_gpus(pools: Sequence[PoolRow]) -> Family:
+    return Family(
+        "gpuattr_pool_idle_gpus",
+        "Of the pool's allocated devices, those measured idle (usage unknown is never idle)",
+        [(_pool(row), float(row.idle_gpus)) for row in pools],
+    )
+
+
+#: the families, in exposition order
+DEVICE_FAMILIES: tuple[Callable[[Sequence[DeviceRow]], Family], ...] = (
+    device_info,
+    device_holder_info,
+    pod_device_share,
+    device_telemetry_unknown,
+    device_tenants,
+    device_utilization_ratio,
+    device_memory_used_bytes,
+    device_idle_seconds,
+    device_open_alerts,
+    device_exporter_verdict,
+    device_effective_ratio,
+    device_work,
+    device_health,
+)
+NODE_FAMILIES: tuple[Callable[[Sequence[NodeRow]], Family], ...] = (
+    node_stack_state,
+    node_plane_broken,
+    node_stack_alert_open,
+)
+POOL_FAMILIES: tuple[Callable[[Sequence[PoolRow]], Family], ...] = (
+    pool_pending_pods,
+    pool_gpus_requested,
+    pool_oldest_wait_seconds,
+    pool_allocated_gpus,
+    pool_idle_gpus,
+)
+
+
+def node_families(nodes: Iterable[NodeRow]) -> list[Family]:
+    chosen = list(nodes)
+    return [family(chosen) for family in NODE_FAMILIES]
+
+
+def pool_families(pools: Iterable[PoolRow]) -> list[Family]:
+    chosen = list(pools)
+    return [family(chosen) for family in POOL_FAMILIES]
+
+
+def families(
+    rows: Iterable[DeviceRow], nodes: Iterable[NodeRow] = (), pools: Iterable[PoolRow] = ()
+) -> list[Family]:
+    """Every family over the rows, in exposition order."""
+    devices = list(rows)
+    return [
+        *(family(devices) for family in DEVICE_FAMILIES),
+        *node_families(nodes),
+        *pool_families(pools),
+    ]

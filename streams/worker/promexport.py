@@ -1,6 +1,6 @@
 """The attribution series (:mod:`streams.present.promseries`) rendered by prometheus_client, for the
 worker's ``/metrics`` beside its own metrics: built at scrape time from the devices (and pools) it
-owns."""
+owns. Each family function gives name, help, type and samples; this module only renders them."""
 
 from __future__ import annotations
 
@@ -12,8 +12,19 @@ from prometheus_client.registry import Collector
 
 from streams.present.noderows import NodeRow
 from streams.present.poolrows import PoolRow
-from streams.present.promseries import families
+from streams.present.promseries import Family, FamilyType, families
 from streams.present.views import DeviceRow
+
+#: the prometheus_client family each of our family types renders as
+_RENDER: dict[FamilyType, type[GaugeMetricFamily]] = {"gauge": GaugeMetricFamily}
+
+
+def _metric(family: Family) -> Metric:
+    labels = [k for k, _ in family.samples[0][0]] if family.samples else []
+    metric = _RENDER[family.type](family.name, family.help, labels=labels)
+    for sample_labels, value in family.samples:
+        metric.add_metric([v for _, v in sample_labels], value)
+    return metric
 
 
 class _Rows(Collector):
@@ -26,11 +37,7 @@ class _Rows(Collector):
 
     def collect(self) -> Iterator[Metric]:
         for family in families(self.rows, self.nodes, self.pools):
-            labels = [k for k, _ in family.samples[0][0]] if family.samples else []
-            gauge = GaugeMetricFamily(family.name, family.help, labels=labels)
-            for sample_labels, value in family.samples:
-                gauge.add_metric([v for _, v in sample_labels], value)
-            yield gauge
+            yield _metric(family)
 
 
 def exposition(

@@ -122,7 +122,7 @@ def test_unknown_effective_counted_as_ineffective_bites(tmp_path: Path) -> None:
     groups = rule_groups()
     (rule,) = [r for r in groups[0]["rules"] if r.get("record", "").endswith("ineffective:count")]
     rule["expr"] = (
-        "count((max by (node, device_uuid) (gpuattr_device_utilization_ratio) > 0.05) and on "
+        "count((max by (node, device_uuid) (gpuattr_device_utilization_ratio) >= 0.05) and on "
         "(node, device_uuid) (max by (node, device_uuid) (gpuattr_device_tenants) > 0) unless on "
         "(node, device_uuid) (max by (node, device_uuid) (gpuattr_device_effective_ratio) >= 0.15))"
         " or vector(0)"

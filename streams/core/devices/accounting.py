@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from contract.outputs import PodShare, ShareBasis, UidStatus, Workload
+from contract.outputs import AttributionEvent, Holder, PodShare, ShareBasis, UidStatus, Workload
 from contract.records import fast_init
 
 #: a unit's share basis before any pod split (``equal-split`` only arises from splitting)
@@ -159,3 +159,25 @@ def account(held: Sequence[Held]) -> Accounting:
             )
         )
     return Accounting(containers, tuple(out))
+
+
+def _listed(h: Holder) -> Held:
+    """A holder as its event lists it, as a hold of one unit: its claim's allocation (DRA) or its
+    device IDs, at the share the event gave its container (``None``: unknown or split)."""
+    ids = ",".join(h.device_ids)
+    key = ("claim", h.claim, ids) if h.claim else ("id", ids, "")
+    share = h.allocation_share
+    basis: UnitBasis = "whole" if share == 1.0 else ("capacity" if h.claim else "replicas")
+    unit = Unit(key, share, basis)
+    return Held(
+        h.namespace, h.pod, h.container, unit, h.uid, h.uid_status, h.workload, h.claim or ""
+    )
+
+
+def pod_shares(event: AttributionEvent) -> tuple[PodShare, ...]:
+    """Each pod's share of the event's device: the event's own (``pods``, from :func:`account`),
+    or, for an event written before it carried them, the rule applied to the holders it lists —
+    never a share per container."""
+    if event.pods or not event.holders:
+        return event.pods
+    return account([_listed(h) for h in event.holders]).pods
