@@ -31,12 +31,19 @@ from dataclasses import dataclass
 from typing import Literal
 
 from contract.records import fast_init
+from streams.core import keys
+from streams.core.keys import PER_NODE_TABLES as PER_NODE_TABLES  # where the spine reads it
 
 MINUTE_MS = 60_000
 #: how long the holders of a base device and a gone pod life are remembered (event time)
 HISTORY_MS = 10 * MINUTE_MS
 #: at most this many past holder sets per base device
 HISTORY_MAX = 16
+#: how long a gone pod life is remembered: as long as the holders' history, so a late sample
+#: that joins an old holder still resolves that holder's UID
+LIFE_KEPT_MS = HISTORY_MS
+#: at most this many lives per pod name on a node
+LIVES_MAX = 8
 #: resolution of the per-node times that move with every record
 QUANTUM_MS = 15_000
 
@@ -61,6 +68,12 @@ class Lifetimes:
         return min(QUANTUM_MS, self.heartbeat_ms // 4)
 
     @property
+    def departure_ms(self) -> int:
+        """How long a live node remembers devices that left it (two heartbeats), with what
+        their leaving emitted: a record of that time processed again emits it again."""
+        return 2 * self.heartbeat_ms
+
+    @property
     def fresh_ms(self) -> int:
         """A device whose last accepted sample is at most this old is spoken for by its sample
         events: the heartbeat leaves it out."""
@@ -80,15 +93,26 @@ def holders_expired(held_now: bool, since_ms: int, now_ms: int) -> bool:
 
 def life_forgotten(gone_ms: int | None, now_ms: int) -> bool:
     """A pod life gone at ``gone_ms`` is forgotten at ``now_ms``."""
-    return gone_ms is not None and now_ms - gone_ms > HISTORY_MS
+    return gone_ms is not None and now_ms - gone_ms > LIFE_KEPT_MS
+
+
+def departure_kept(departed_ms: int, now_ms: int, keep_ms: int) -> bool:
+    """Devices that left a live node at ``departed_ms`` are still remembered at ``now_ms``
+    (``keep_ms``: :attr:`Lifetimes.departure_ms`)."""
+    return now_ms - departed_ms <= keep_ms
+
+
+def quantum_start(ts_ms: int, quantum_ms: int = QUANTUM_MS) -> int:
+    """The start of the quantum ``ts_ms`` is in."""
+    return ts_ms - ts_ms % quantum_ms
 
 
 def quantized(previous_ms: int | None, ts_ms: int, quantum_ms: int = QUANTUM_MS) -> int:
     """``ts_ms`` at quantum resolution (the quantum's start), or ``previous_ms`` when that is in
     the same quantum. Aligned to the quantum, times that move together (a node's last record,
     its last scrape) change in the same record: one write."""
-    aligned = ts_ms - ts_ms % quantum_ms
-    if previous_ms is not None and previous_ms - previous_ms % quantum_ms == aligned:
+    aligned = quantum_start(ts_ms, quantum_ms)
+    if previous_ms is not None and quantum_start(previous_ms, quantum_ms) == aligned:
         return previous_ms
     return aligned
 
@@ -101,6 +125,19 @@ def phase(last_ms: int, now_ms: int, life: Lifetimes) -> Phase:
     if silent >= life.stale_after_ms:
         return "stale"
     return "live"
+
+
+def judged_phase(last_ms: int, now_ms: int, before_ms: int | None, life: Lifetimes) -> Phase:
+    """What a node whose latest record is at ``last_ms`` (a quantum's start) is at the tick
+    ``now_ms``, the partition's accepted tick before it being ``before_ms``. ``last_ms`` lags
+    the node's true last record by up to a quantum: it is judged that much later, so a node is
+    never called silent early; and a node is gone only when it is past its TTL at both ticks
+    (no single record ages it out): past it at one only, it is stale."""
+    judged = last_ms + life.quantum_ms
+    now = phase(judged, now_ms, life)
+    if now == "gone" and (before_ms is None or phase(judged, before_ms, life) != "gone"):
+        return "stale"
+    return now
 
 
 def jump(clock_ms: int | None, ts_ms: int, life: Lifetimes) -> int | None:
@@ -171,20 +208,6 @@ class NodeKeys:
     dra_claims: tuple[str, ...]
 
 
-#: the tables keyed by the node alone (streams.core.flow.processor.Tables fields)
-PER_NODE_TABLES = (
-    "node_devices",
-    "inventories",
-    "node_pods",
-    "nodes",
-    "dra_slices",
-    "node_state",
-    "operand_pods",
-    "node_stack",
-    "node_supply",
-)
-
-
 def node_keys(
     node: str,
     bases: Iterable[str],
@@ -193,11 +216,12 @@ def node_keys(
     claims: Iterable[str],
 ) -> NodeKeys:
     """The keys a gone node leaves behind: its base devices' holders, its pod names, its
-    devices' alert state and its DRA claims, plus the per-node tables' (:data:`PER_NODE_TABLES`)."""
+    devices' alert state and its DRA claims (``namespace/name``), plus the per-node tables'
+    (:data:`streams.core.keys.PER_NODE_TABLES`); the keys as :mod:`streams.core.keys` makes them."""
     return NodeKeys(
         per_node=(node,),
-        slot_holders=tuple(sorted(f"{node}/{b}" for b in set(bases))),
-        pods=tuple(sorted(f"{node}/{n}" for n in set(pod_names))),
-        alert_state=tuple(sorted(f"{node}/{d}" for d in set(device_ids))),
-        dra_claims=tuple(sorted(f"{node}/{c}" for c in set(claims))),
+        slot_holders=tuple(sorted(keys.holder_key(node, b) for b in set(bases))),
+        pods=tuple(sorted(keys.short_key(node, n) for n in set(pod_names))),
+        alert_state=tuple(sorted(keys.alert_key(node, d) for d in set(device_ids))),
+        dra_claims=tuple(sorted(keys.short_key(node, c) for c in set(claims))),
     )

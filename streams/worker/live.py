@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 
 from contract.outputs import AttributionEvent
 from streams.core.alerts.alerts import DeviceAlerts
-from streams.core.flow.tables import alert_key
+from streams.core.keys import alert_key
 from streams.present.views import DeviceRow, device_row
 
 

@@ -99,6 +99,12 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
             id="core-imports-presentation",
         ),
         pytest.param(
+            "streams/core/keys.py",
+            "import streams.core.lifetimes",
+            "Inside the core",
+            id="key-formats-import-a-foundation",
+        ),
+        pytest.param(
             "streams/core/devices/holders.py",
             "import aiokafka",
             "no I/O library",

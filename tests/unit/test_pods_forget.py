@@ -6,8 +6,8 @@ import pytest
 
 from contract.inputs import PodListSnapshot, PodRecord
 from streams.core.flow.processor import Processor, Tables
+from streams.core.lifetimes import HISTORY_MS, LIFE_KEPT_MS
 from streams.core.node.pods import (
-    FORGET_AFTER_MS,
     NodePods,
     PodLife,
     PodNames,
@@ -50,7 +50,7 @@ def test_forget_gone(
 
 
 def test_grace_is_the_holders_history() -> None:
-    assert FORGET_AFTER_MS == 10 * MIN
+    assert LIFE_KEPT_MS == HISTORY_MS == 10 * MIN
 
 
 def test_settle_touches_only_what_it_is_given_and_indexes_the_gone() -> None:

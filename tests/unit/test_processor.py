@@ -7,7 +7,8 @@ from contract.inputs import DeviceAssignment as A
 from contract.outputs import AttributionEvent, TelemetryRefused
 from streams.core.devices.identity import Inventory, MigDevice
 from streams.core.flow.processor import Processor, Tables
-from streams.core.node.nodestate import SCRAPES_REMEMBERED, NodeState, accepted
+from streams.core.node.nodestate import NodeState, accepted
+from streams.core.replays import SCRAPES_REMEMBERED
 
 G0, G1 = "GPU-aaaa", "GPU-bbbb"
 

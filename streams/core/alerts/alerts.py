@@ -47,6 +47,7 @@ from contract.annotations import (
 from contract.outputs import Alert, AlertFigures, AttributionEvent, Holder
 from contract.records import fast_init, replace
 from infra.settings import AlertSettings
+from streams.core import replays
 from streams.core.alerts.episodes import (
     Episode,
     HolderId,
@@ -73,11 +74,6 @@ ANNOTATION_WINDOW = IDLE_WINDOW_S
 __all__ = ["DeviceAlerts", "Episode", "HolderId", "alert_id", "holder_ids", "policy_for", "step"]
 
 
-#: emissions remembered per device: more than the alert transitions one device can have between
-#: two commits of its partition (a commit every few seconds; windows and cool-downs are minutes)
-EMITTED_MAX = 4
-
-
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Emission:
@@ -97,7 +93,7 @@ class DeviceAlerts:
     orphan_resolved_ms: int | None = None
     last_xid: int | None = None  # the exporter's last-XID value as last seen (the baseline)
     seen_ms: int | None = None  # event time of the last event that changed this state
-    emitted: tuple[Emission, ...] = ()  # newest first, at most EMITTED_MAX
+    emitted: tuple[Emission, ...] = ()  # newest first, at most replays.REMEMBERED
     xid: Episode | None = None  # an open XID alert (additive)
     #: additive: the low-efficiency episode (:mod:`streams.core.alerts.lowefficiency`)
     low_eff: LowEfficiency | None = None
@@ -320,7 +316,7 @@ def step(
         return before, alerts  # nothing changed (and so nothing fired): no table write
     if alerts:
         emission = Emission(ev.ts_ms, tuple(alerts), gone)
-        s = replace(s, emitted=(emission, *s.emitted)[:EMITTED_MAX])
+        s = replace(s, emitted=replays.latest(emission, s.emitted))
     return replace(s, seen_ms=max(ev.ts_ms, before.seen_ms or ev.ts_ms)), alerts
 
 

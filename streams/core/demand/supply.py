@@ -42,11 +42,7 @@ from streams.core import replays
 from streams.core.alerts.episodes import Episode, HolderId, same_holders
 from streams.core.devices.dra import class_resource
 from streams.core.memo import keep_newest
-
-#: emissions remembered per node (more than happen between two commits of a partition, as a
-#: rule; under a storm of rebalances a partition can go uncommitted for much longer, and then
-#: an old record processed again must not push the newer ones out: :mod:`streams.core.replays`)
-REMEMBERED = 4
+from streams.core.replays import REMEMBERED
 
 #: resource → its allocated devices (sorted by device)
 Supplies = dict[str, tuple[SupplyDevice, ...]]

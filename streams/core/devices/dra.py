@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from contract.inputs import (
-    DRA_PREFIX,
     ClaimConsumer,
     DraDevice,
     ResourceClaimRecord,
@@ -39,6 +38,7 @@ from contract.inputs import (
 )
 from contract.quantity import parse as parse_quantity
 from contract.records import fast_init
+from streams.core.devices.allocation import dra_name, dra_resource
 from streams.core.devices.identity import Inventory, device_key
 
 DeviceRef = tuple[str, str, str]  # driver, pool, device name
@@ -58,15 +58,14 @@ def device_class(driver: str, mig: bool) -> str:
 def class_resource(resource: str, mig: bool) -> str:
     """A held device's resource as demand names it: ``dra:<driver>`` → ``dra:<device class>``
     (:func:`device_class`); a device-plugin resource as it is."""
-    if not resource.startswith(DRA_PREFIX):
-        return resource
-    return DRA_PREFIX + device_class(resource.removeprefix(DRA_PREFIX), mig)
+    named = dra_name(resource)
+    return resource if named is None else dra_resource(device_class(named, mig))
 
 
 def selects(resource: str, mig: bool) -> bool:
     """A device of this kind can be supply of ``resource``: a class of NVIDIA's takes only its
     own type (a MIG device is never one of ``dra:gpu.nvidia.com``); any other resource, any."""
-    klass = resource.removeprefix(DRA_PREFIX) if resource.startswith(DRA_PREFIX) else None
+    klass = dra_name(resource)
     types = [t for t, c in NVIDIA_CLASSES.items() if c == klass]
     return not types or (types[0] == "mig") == mig
 

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from contract.inputs import (
-    DRA_PREFIX,
     AllocatableDevice,
     DeviceAssignment,
     DraDevice,
@@ -21,6 +20,7 @@ from contract.inputs import (
     PodResourcesSnapshot,
 )
 from contract.records import fast_init, replace
+from streams.core.devices.allocation import dra_base, dra_name, via_dra
 from streams.core.devices.dra import DeviceRef, Placed, UnplacedMig, place
 from streams.core.devices.identity import EMPTY_INVENTORY, Inventory, parse_device_id, resolve
 from streams.core.devices.sharing import Advertised, advertised_by_key
@@ -116,7 +116,7 @@ def unplaced_dra(index: NodeDevices) -> tuple[str, ...]:
     """What the node's unheld GPUs must say when held DRA devices are in no slice (MIG devices
     known by their parent excepted): any of those GPUs may be one of them. Empty otherwise."""
     mig = {base for held in index.unplaced_mig.values() for base, _ in held}
-    lost = [b for b in index.unresolved if b.startswith(DRA_PREFIX) and b not in mig]
+    lost = [b for b in index.unresolved if via_dra(b) and b not in mig]
     if not lost:
         return ()
     more = ", …" if len(lost) > 3 else ""
@@ -133,17 +133,18 @@ def empty_index(node: str) -> NodeDevices:
 def base_of(a: DeviceAssignment) -> str:
     """The base device a row occupies: the plugin's device ID without its replica suffix, or,
     for DRA, ``dra:<driver>/<pool>/<device>`` (a claimed device is named by all three)."""
-    if a.resource.startswith(DRA_PREFIX):
-        return f"{a.resource}/{a.device_id}"
+    if via_dra(a.resource):
+        return dra_base(a)
     return parse_device_id(a.device_id).base
 
 
 def dra_ref(base: str) -> DeviceRef | None:
     """``dra:<driver>/<pool>/<device>`` → (driver, pool, device); driver names hold no ``/``,
     device names neither, pools may."""
-    if not base.startswith(DRA_PREFIX):
+    named = dra_name(base)
+    if named is None:
         return None
-    driver, _, rest = base.removeprefix(DRA_PREFIX).partition("/")
+    driver, _, rest = named.partition("/")
     pool, _, device = rest.rpartition("/")
     return (driver, pool, device) if driver and pool and device else None
 
@@ -220,14 +221,14 @@ def _not_taken(rows: set[DeviceAssignment], added: set[DeviceAssignment]) -> set
     through one claim."""
     taken: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for a in added:
-        if not a.resource.startswith(DRA_PREFIX):
+        if not via_dra(a.resource):
             taken[a.device_id].add((a.namespace, a.pod))
     if not taken:
         return rows
     return {
         r
         for r in rows
-        if r.resource.startswith(DRA_PREFIX)
+        if via_dra(r.resource)
         or r.device_id not in taken
         or (r.namespace, r.pod) in taken[r.device_id]
     }

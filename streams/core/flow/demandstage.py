@@ -33,8 +33,9 @@ has its record sent with it. A worker that crashes while a change is held back l
 the tables hold the change, and the next tick recomputes it.
 
 **Order.** A record older than what a key holds is stale (another producer's late record, or the
-same record processed again); a pod or node removed is remembered (:data:`DEPARTED_KEPT` per
-resource, with the event time of its removal) so an older record does not bring it back.
+same record processed again); a pod or node removed is remembered
+(:data:`streams.core.replays.REMOVALS_REMEMBERED` per resource, with the event time of its
+removal) so an older record does not bring it back.
 
 **Replay** (as :mod:`streams.core.stack.nodestack`): each emission remembers the record that caused
 it
@@ -59,22 +60,15 @@ from dataclasses import dataclass, field, fields
 from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList, pool_resource
 from contract.outputs import Alert, PoolDemand, PoolDemandRetired
 from contract.records import fast_init, replace
-from streams.core import lifetimes, replays
+from streams.core import keys, lifetimes, replays
 from streams.core.demand import demand, demandalerts
 from streams.core.demand.demand import Waiter
 from streams.core.demand.supplyindex import SupplyIndex
 from streams.core.flow.spine import fingerprint
 from streams.core.lifetimes import Lifetimes
+from streams.core.replays import ALERTS_REMEMBERED, REMEMBERED, REMOVALS_REMEMBERED
 
 DemandOutput = PoolDemand | PoolDemandRetired | Alert
-
-#: removals remembered per resource (a replay reaching further back may bring a bound pod back
-#: until its own bound record, processed again too, removes it)
-DEPARTED_KEPT = 64
-#: demand emissions remembered per resource (:func:`streams.core.replays.remember`)
-REMEMBERED = 4
-#: alert emissions remembered per resource (more than move between two commits)
-ALERTS_REMEMBERED = 16
 
 
 class UnusableDemandRecord(ValueError):
@@ -151,18 +145,6 @@ class DemandTables:
         return {f.name: len(getattr(self, f.name)) for f in fields(self)}
 
 
-def pod_key(resource: str, pod: str) -> str:
-    return f"{resource}|{pod}"
-
-
-def supply_key(resource: str, node: str) -> str:
-    return f"{resource}|{node}"
-
-
-def node_departure(node: str) -> str:
-    return f"node:{node}"
-
-
 def _with(items: tuple[str, ...], item: str) -> tuple[str, ...]:
     return items if item in items else tuple(sorted((*items, item)))
 
@@ -173,7 +155,7 @@ def _without(items: tuple[str, ...], item: str) -> tuple[str, ...]:
 
 def _depart(rd: ResourceDemand, key: str, ts_ms: int) -> ResourceDemand:
     kept = tuple(d for d in rd.departed if d.key != key)
-    return replace(rd, departed=(Departure(key, ts_ms), *kept)[:DEPARTED_KEPT])
+    return replace(rd, departed=replays.latest(Departure(key, ts_ms), kept, REMOVALS_REMEMBERED))
 
 
 def key_resource(key: bytes | None, record: object) -> str | None:
@@ -241,7 +223,9 @@ class DemandStage:
         role's."""
         assert isinstance(record, ClockTick | PendingPodList | PendingPod | NodeSupply)
         by = f"node {record.node!r}" if isinstance(record, NodeSupply) else lifetimes.CLUSTER_ROLE
-        held = self.tables.demand_partitions.get(str(partition)) or PartitionResources()
+        held = (
+            self.tables.demand_partitions.get(keys.partition_key(partition)) or PartitionResources()
+        )
         pending = self._ahead.get(partition)
         ahead, pending = lifetimes.admit(held.clock_ms, record.ts_ms, by, pending, self.life)
         if pending is None:
@@ -255,10 +239,12 @@ class DemandStage:
             return
         clock = lifetimes.quantized(held.clock_ms, record.ts_ms, self.life.quantum_ms)
         if clock != held.clock_ms:
-            self.tables.demand_partitions[str(partition)] = replace(held, clock_ms=clock)
+            self.tables.demand_partitions[keys.partition_key(partition)] = replace(
+                held, clock_ms=clock
+            )
 
     def resources(self, partition: int) -> tuple[str, ...]:
-        held = self.tables.demand_partitions.get(str(partition))
+        held = self.tables.demand_partitions.get(keys.partition_key(partition))
         return held.resources if held is not None else ()
 
     def pools(self, partition: int) -> list[PoolDemand]:
@@ -270,9 +256,11 @@ class DemandStage:
         return out
 
     def _index(self, partition: int, resource: str) -> None:
-        held = self.tables.demand_partitions.get(str(partition)) or PartitionResources()
+        held = (
+            self.tables.demand_partitions.get(keys.partition_key(partition)) or PartitionResources()
+        )
         if resource not in held.resources:
-            self.tables.demand_partitions[str(partition)] = replace(
+            self.tables.demand_partitions[keys.partition_key(partition)] = replace(
                 held, resources=_with(held.resources, resource)
             )
 
@@ -354,11 +342,13 @@ class DemandStage:
         """Every pool's record of the resource from what its tables hold now."""
         pods = self.tables.demand_pods
         supply = self.tables.demand_supply
-        waiters = [w for p in rd.pods if (w := pods.get(pod_key(resource, p))) is not None]
+        waiters = [
+            w for p in rd.pods if (w := pods.get(keys.resource_key(resource, p))) is not None
+        ]
         index = self._indexes.get(resource)
         if index is None:
             index = self._indexes[resource] = SupplyIndex(resource)
-        index.sync(rd.nodes, lambda node: supply_key(resource, node), supply.get)
+        index.sync(rd.nodes, lambda node: keys.resource_key(resource, node), supply.get)
         if not index:
             del self._indexes[resource]  # nothing of it supplied: nothing kept
         return demand.demands_from(resource, waiters, index.groups(), index.supplying, ts_ms)
@@ -400,8 +390,8 @@ class DemandStage:
         return rd  # a tick: time only
 
     def _pod(self, resource: str, rd: ResourceDemand, record: PendingPod) -> ResourceDemand:
-        pod = f"{record.namespace}/{record.name}"
-        key = pod_key(resource, pod)
+        pod = keys.short_name(record.namespace, record.name)
+        key = keys.resource_key(resource, pod)
         current = self.tables.demand_pods.get(key)
         if current is not None and record.ts_ms < current.ts_ms:
             return rd  # stale
@@ -422,11 +412,11 @@ class DemandStage:
         return replace(rd, pods=_with(rd.pods, pod))
 
     def _supply(self, resource: str, rd: ResourceDemand, record: NodeSupply) -> ResourceDemand:
-        key = supply_key(resource, record.node)
+        key = keys.resource_key(resource, record.node)
         current = self.tables.demand_supply.get(key)
         if current is not None and record.ts_ms < current.ts_ms:
             return rd
-        departed = rd.departed_at(node_departure(record.node))
+        departed = rd.departed_at(keys.node_removal(record.node))
         if current is None and departed is not None and record.ts_ms <= departed:
             return rd
         if record.gone or not record.devices:
@@ -435,7 +425,7 @@ class DemandStage:
             del self.tables.demand_supply[key]  # and from the resource's index at its next sync
             self._dirty = True
             rd = replace(rd, nodes=_without(rd.nodes, record.node))
-            return _depart(rd, node_departure(record.node), record.ts_ms)
+            return _depart(rd, keys.node_removal(record.node), record.ts_ms)
         if record != current:
             self.tables.demand_supply[key] = record
             self._dirty = True
@@ -446,7 +436,7 @@ class DemandStage:
         pod published after the list was taken stays)."""
         listed = {(p.namespace, p.name, p.uid) for p in record.pods}
         for pod in rd.pods:
-            key = pod_key(resource, pod)
+            key = keys.resource_key(resource, pod)
             w = self.tables.demand_pods.get(key)
             if w is None:
                 rd = replace(rd, pods=_without(rd.pods, pod))

@@ -1,4 +1,4 @@
-"""The worker's tables: what each holds and how its keys are made.
+"""The worker's tables: what each holds (their keys are made by :mod:`streams.core.keys`).
 
 Tables are plain ``MutableMapping`` objects here — Faust tables in the worker, dicts in tests —
 and every new value is *assigned* back (Faust persists to the changelog only on assignment).
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 from dataclasses import dataclass, fields
-from sys import intern
 
 from contract.inputs import NodeRecord, OperandPods, ResourceClaimRecord
 from streams.core.alerts.alerts import DeviceAlerts
@@ -19,6 +18,9 @@ from streams.core.demand.supply import NodeSupplyState
 from streams.core.devices.dra import NodeSlices
 from streams.core.devices.holders import NodeDevices, SlotHolders
 from streams.core.devices.identity import Inventory
+from streams.core.keys import alert_key as alert_key  # where the record's pass imports them
+from streams.core.keys import claim_key as claim_key
+from streams.core.keys import holder_key as holder_key
 from streams.core.node.nodestate import NodeState, PartitionNodes
 from streams.core.node.pods import NodePods, PodNames
 from streams.core.stack.nodestack import NodeStack, PartitionPolicies
@@ -51,15 +53,3 @@ class Tables:
 
     def sizes(self) -> dict[str, int]:
         return {f.name: len(getattr(self, f.name)) for f in fields(self)}
-
-
-def holder_key(node: str, base: str) -> str:
-    return intern(f"{node}/{base}")
-
-
-def claim_key(node: str, namespace: str, name: str) -> str:
-    return intern(f"{node}/{namespace}/{name}")
-
-
-def alert_key(node: str, device_uuid: str) -> str:
-    return intern(f"{node}/{device_uuid}")

@@ -23,16 +23,9 @@ from dataclasses import dataclass
 from contract.inputs import NodeSupply, SourceStatus
 from contract.outputs import Alert, RefusalCause
 from contract.records import fast_init, replace
-from streams.core.lifetimes import quantized
-
-#: transitions remembered per node (beats, departures) and gone nodes per partition
-REMEMBERED = 4
-#: quanta whose first scrape a node remembers (:attr:`NodeState.scrape_starts`): two minutes at
-#: the 15 s quantum, past the longest a partition went uncommitted in a storm of rebalances (~50 s)
-SCRAPES_REMEMBERED = 8
-GONE_REMEMBERED = 16
-#: accepted ticks a partition remembers (:attr:`PartitionNodes.ticks`)
-TICKS_KEPT = 4
+from streams.core import replays
+from streams.core.lifetimes import departure_kept, quantized, quantum_start
+from streams.core.replays import GONE_REMEMBERED, SCRAPES_REMEMBERED, TICKS_REMEMBERED
 
 Emitted = tuple[Alert, ...]
 
@@ -116,7 +109,7 @@ class NodeState:
             return None
         for start in self.scrape_starts:
             if start <= ts_ms:
-                return start - start % quantum_ms
+                return quantum_start(start, quantum_ms)
         return self.scrape_ms
 
     @property
@@ -142,15 +135,15 @@ def heard(state: NodeState, ts_ms: int, quantum_ms: int) -> NodeState:
 
 
 def beaten(state: NodeState, ts_ms: int, by: str) -> NodeState:
-    return replace(state, beats=(Beat(ts_ms, by), *state.beats)[:REMEMBERED])
+    return replace(state, beats=replays.latest(Beat(ts_ms, by), state.beats))
 
 
 def departed(
     state: NodeState, departure: Departure, now: tuple[tuple[str, str], ...], keep_ms: int
 ) -> NodeState:
     """Devices left; departures older than ``keep_ms`` before this one are forgotten."""
-    kept = (d for d in state.departures if departure.ts_ms - d.ts_ms <= keep_ms)
-    departures = (departure, *kept)[:REMEMBERED]
+    kept = tuple(d for d in state.departures if departure_kept(d.ts_ms, departure.ts_ms, keep_ms))
+    departures = replays.latest(departure, kept)
     return replace(state, devices=now, departures=departures)
 
 
@@ -184,13 +177,13 @@ def started(starts: tuple[int, ...], ts_ms: int, quantum_ms: int) -> tuple[int, 
     quantum's first, or an earlier one of a quantum already kept come late; one from before
     every quantum a full memory keeps is not kept. Changes only when a quantum begins, as
     ``scrape_ms`` does: no write of its own."""
-    aligned = ts_ms - ts_ms % quantum_ms
+    aligned = quantum_start(ts_ms, quantum_ms)
     for i, start in enumerate(starts):
-        if start - start % quantum_ms == aligned:
+        if quantum_start(start, quantum_ms) == aligned:
             if ts_ms >= start:
                 return starts
             return (*starts[:i], ts_ms, *starts[i + 1 :])
-    return tuple(sorted((*starts, ts_ms), reverse=True)[:SCRAPES_REMEMBERED])
+    return replays.newest(starts, ts_ms, SCRAPES_REMEMBERED)
 
 
 def refused(state: NodeState, ts_ms: int, cause: RefusalCause, reason: str) -> NodeState:
@@ -248,7 +241,7 @@ class PartitionNodes:
         return replace(
             self,
             nodes=tuple(n for n in self.nodes if n != gone.node),
-            gone=(gone, *self.gone)[:GONE_REMEMBERED],
+            gone=replays.latest(gone, self.gone, GONE_REMEMBERED),
         )
 
     def clocked(self, ts_ms: int, quantum_ms: int) -> PartitionNodes:
@@ -261,7 +254,7 @@ class PartitionNodes:
     def ticked(self, ts_ms: int) -> PartitionNodes:
         if ts_ms in self.ticks:
             return self
-        return replace(self, ticks=tuple(sorted((*self.ticks, ts_ms), reverse=True)[:TICKS_KEPT]))
+        return replace(self, ticks=replays.newest(self.ticks, ts_ms, TICKS_REMEMBERED))
 
     def tick_before(self, ts_ms: int) -> int | None:
         """The latest accepted tick before ``ts_ms`` (a tick processed again finds the same)."""

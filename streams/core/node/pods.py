@@ -6,28 +6,26 @@ containers stopped, so through the termination grace period the old pod keeps it
 recycle (StatefulSets, re-created pods): each UID is its own :class:`PodLife`, never merged.
 
 State is bounded by what is live, not by history: a life that is gone is forgotten once it has
-been gone longer than :data:`FORGET_AFTER_MS` (event time), a name whose lives are all forgotten
-leaves the node's index and its table key is deleted. :func:`settle` decides it, per node, when
-that node's pod records or pod list arrive, for the names that changed or fell due.
+been gone longer than :data:`streams.core.lifetimes.LIFE_KEPT_MS` (event time), a name whose
+lives are all forgotten leaves the node's index and its table key is deleted. :func:`settle`
+decides it, per node, when that node's pod records or pod list arrive, for the names that
+changed or fell due.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from sys import intern
 
 from contract.inputs import OwnerRef, PodListSnapshot, PodRecord
 from contract.outputs import Holder, Workload
 from contract.records import fast_init, replace
 from streams.core.devices.attribution import PodIdentity
-from streams.core.lifetimes import HISTORY_MS, life_forgotten
+from streams.core.keys import name_key as name_key  # where the record's pass imports them
+from streams.core.keys import short_key as short_key
+from streams.core.keys import short_name as short_name
+from streams.core.lifetimes import LIVES_MAX, life_forgotten
 from streams.core.memo import live_memo
-
-LIVES_MAX = 8
-#: How long a gone life is remembered: as long as the slot holders keep their as-of history, so
-#: a late sample that joins an old holder still resolves that holder's UID.
-FORGET_AFTER_MS = HISTORY_MS
 
 
 @fast_init
@@ -66,23 +64,8 @@ class NodePods:
     gone: tuple[tuple[str, int], ...] = ()
 
     def due(self, now_ms: int) -> tuple[str, ...]:
-        """Names with a life gone longer than :data:`FORGET_AFTER_MS` at ``now_ms``."""
+        """Names with a life forgotten at ``now_ms`` (:func:`life_forgotten`)."""
         return tuple(name for name, gone_ms in self.gone if life_forgotten(gone_ms, now_ms))
-
-
-def name_key(node: str, namespace: str, name: str) -> str:
-    """A pod's key in the pod watch (``pods``): its node, namespace and name."""
-    return intern(f"{node}/{namespace}/{name}")
-
-
-def short_name(namespace: str, name: str) -> str:
-    """A pod as its node's index (:class:`NodePods`) names it: namespace and name."""
-    return intern(f"{namespace}/{name}")
-
-
-def short_key(node: str, short: str) -> str:
-    """The pod-watch key of a name in a node's index: :func:`name_key` of its parts."""
-    return intern(f"{node}/{short}")
 
 
 def holder_annotations(

@@ -33,10 +33,8 @@ from contract.inputs import ClusterPolicyRecord
 from contract.outputs import Alert, NodeStatus
 from contract.records import fast_init, replace
 from streams.core import replays
+from streams.core.replays import REMEMBERED
 from streams.core.stack.stackalerts import StackEpisode
-
-#: emissions remembered per node (more than can happen between two commits of a partition)
-REMEMBERED = 4
 
 
 @fast_init
