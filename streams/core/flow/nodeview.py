@@ -12,17 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, ResourceClaimRecord
 from contract.outputs import (
     AttributionEvent,
     ExporterMisattribution,
     Holder,
+    NodeStatus,
     Origin,
     PlaneName,
     Telemetry,
 )
-from contract.records import fast_init
+from contract.records import fast_init, replace
 from infra.settings import AlertSettings
 from streams.core.devices.attribution import (
     DeviceContext,
@@ -103,7 +105,6 @@ def read_node(t: Tables, node: str) -> NodeView:
     stored_inventory = t.inventories.get(node)
     inventory = stored_inventory if stored_inventory is not None else EMPTY_INVENTORY
     node_stack = t.node_stack.get(node)
-    stack = node_stack.last if node_stack is not None else None
     parents = {m.parent_uuid for m in inventory.migs.values()}
     if index is not None:
         parents |= {k.partition("/gi")[0] for k in index.keys if "/gi" in k}
@@ -121,11 +122,25 @@ def read_node(t: Tables, node: str) -> NodeView:
         dra_devices=dra,
         dra_keys=placed_keys(dra, inventory) if dra else frozenset(),
         dra_lost=unplaced_dra(index) if index is not None else (),
-        stack_reason=stack.telemetry_reason if stack is not None else None,
-        stack_intended=stack.telemetry_disabled if stack is not None else False,
-        stack_plane=telemetry_plane(stack.planes) if stack is not None else None,
         sig=(node_rec, index, node_slices, stored_inventory, watched),
+        **_stack_word(node_stack.last if node_stack is not None else None),
     )
+
+
+def with_stack(view: NodeView, stack: NodeStatus | None) -> NodeView:
+    """The view after the node's GPU stack was judged anew (``stack``: its last node-status)."""
+    return replace(view, **_stack_word(stack))
+
+
+def _stack_word(stack: NodeStatus | None) -> dict[str, Any]:
+    """What a view keeps of the node's last node-status (:class:`NodeView`'s ``stack_*``)."""
+    if stack is None:
+        return {"stack_reason": None, "stack_intended": False, "stack_plane": None}
+    return {
+        "stack_reason": stack.telemetry_reason,
+        "stack_intended": stack.telemetry_disabled,
+        "stack_plane": telemetry_plane(stack.planes),
+    }
 
 
 def roster(
@@ -299,22 +314,24 @@ def spine_event(
     ts_ms: int,
     origin: Origin,
     telemetry: Telemetry,
-    *,
-    holders: bool = True,
     frames: Frames | None = None,
 ) -> AttributionEvent:
-    """A device's state without a sample; ``holders=False`` for a device that is gone. From the
-    device's frame when it holds (``frames``), as :func:`device_holders` reads it."""
-    frame = _joined(t, view, key, facts, ts_ms, frames) if holders else None
+    """A device's state without a sample, with its holders at ``ts_ms``. From the device's
+    frame when it holds (``frames``), as :func:`device_holders` reads it."""
+    frame = _joined(t, view, key, facts, ts_ms, frames)
     if frame is not None:
         assert frames is not None  # a frame came from it
         shape = frames.shape(view.node, key, frame, describes_mig(facts))
         return describe(facts, ts_ms, frame.rows, frame.ctx, origin, telemetry, frame.held, shape)
-    rows = holder_rows(t, view, key, ts_ms) if holders else ()
+    rows = holder_rows(t, view, key, ts_ms)
     ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
-    if not holders:
-        ctx = DeviceContext(holders_known=False, holders_note=telemetry.reason or "gone")
     return describe(facts, ts_ms, rows or (), ctx, origin, telemetry)
+
+
+def gone_event(facts: DeviceFacts, ts_ms: int, telemetry: Telemetry) -> AttributionEvent:
+    """The last event of a device that is gone: no holders, whatever the tables say."""
+    ctx = DeviceContext(holders_known=False, holders_note=telemetry.reason or "gone")
+    return describe(facts, ts_ms, (), ctx, "gone", telemetry)
 
 
 def _joined(
