@@ -56,8 +56,7 @@ from streams.core.devices.identity import (
     device_key,
 )
 from streams.core.devices.sharing import LABEL_PRODUCT
-from streams.core.flow.deviceframe import Frames
-from streams.core.flow.nodeview import NodeView, read_node, sample_event, with_stack
+from streams.core.flow.nodeview import Joins, NodeView, read_node, with_stack
 from streams.core.flow.spine import Spine, fingerprint, idle_of
 from streams.core.flow.tables import Tables, alert_key, claim_key, holder_key
 from streams.core.lifetimes import CLUSTER_ROLE, Lifetimes
@@ -149,17 +148,15 @@ class Processor:
         tables: Tables,
         policy: AlertSettings | None = None,
         life: Lifetimes | None = None,
-        *,
-        frames: bool = True,
     ) -> None:
         self.tables = tables
         self.policy = policy or AlertSettings.model_construct()  # defaults, no environment read
         self.life = life or Lifetimes()
         #: what a device's sample events share (a memo, not state; ``None``: joined afresh)
-        self.frames: Frames | None = Frames() if frames else None
-        #: what each device of a node supplied at its last supply (a memo, as the frames)
-        self.supplied: supply.Supplied | None = supply.Supplied() if frames else None
-        self.spine = Spine(tables, self.life, self.policy, self.frames)
+        #: what each device of a node supplied at its last supply (a memo: no output depends
+        #: on whether it hit)
+        self.supplied = supply.Supplied()
+        self.spine = Spine(tables, self.life, self.policy, Joins())
         #: the views of the nodes this record touches (:func:`read_node`), each read once
         self._views: dict[str, NodeView] = {}
 
@@ -386,10 +383,8 @@ class Processor:
         view = self._view(node)
         outputs = self.spine.leave(view, state, ts_ms, why, self._node_gone(node, ts_ms, why))
         del self._views[node]  # its keys are gone, and what the memos kept for it
-        if self.frames is not None:
-            self.frames.forget(node)
-        if self.supplied is not None:
-            self.supplied.forget(node)
+        self.spine.joins.forget(node)
+        self.supplied.forget(node)
         return list(outputs)
 
     def _node_gone(self, node: str, ts_ms: int, why: str) -> list[Alert | NodeSupply]:
@@ -464,11 +459,7 @@ class Processor:
             )
             for held in self.spine.holding(self._view(node), at)
         ]
-        supplies = (
-            supply.node_supply(product, devices)
-            if self.supplied is None
-            else self.supplied.node_supply(node, product, devices)
-        )
+        supplies = self.supplied.node_supply(node, product, devices)
         taken = by if by is not None else functools.partial(fingerprint, record)
         new, emit = supply.step(old, node, supplies, ts_ms, taken, measured)
         if new is not None:
@@ -534,8 +525,8 @@ class Processor:
             new = nodestate.refused(state, scrape.ts_ms, verdict.cause, verdict.reason)
             self._put_state(scrape.node, state, new)
         for sample in verdict.accepted:
-            event, flags, annotations = sample_event(
-                self.tables, view, sample, self.policy, self.frames
+            event, flags, annotations = self.spine.joins.sample_event(
+                self.tables, view, sample, self.policy
             )
             since = sample.since_last
             previous_ms = sample.ts_ms - since.interval_ms if since is not None else None

@@ -32,14 +32,11 @@ from streams.core.alerts.episodes import Episode
 from streams.core.devices.attribution import DeviceFacts, describes_mig, device_name
 from streams.core.devices.holders import NodeDevices
 from streams.core.devices.roster import device_ids
-from streams.core.flow.deviceframe import Frames
 from streams.core.flow.nodeview import (
+    Joins,
     NodeView,
     bases_of,
-    device_holders,
     gone_event,
-    roster,
-    spine_event,
     unplaced_reason,
 )
 from streams.core.flow.tables import Tables, alert_key
@@ -117,10 +114,10 @@ class Spine:
         tables: Tables,
         life: Lifetimes,
         policy: AlertSettings,
-        frames: Frames | None = None,
+        joins: Joins,
     ) -> None:
         self.tables = tables
-        self.frames = frames  # the devices' frames, shared with the sample path
+        self.joins = joins  # the devices' joins, shared with the sample path
         self.life = life
         self.policy = policy
         self._pending: dict[str, NodeState] = {}
@@ -162,7 +159,7 @@ class Spine:
     ) -> list[Event]:
         """One spine event, and what it does to its device's alerts."""
         if holders:
-            event = spine_event(self.tables, view, key, facts, ts_ms, origin, why, self.frames)
+            event = self.joins.spine_event(self.tables, view, key, facts, ts_ms, origin, why)
         else:
             event = gone_event(facts, ts_ms, why)
         return [event, *self.step_alerts(event)]
@@ -179,7 +176,7 @@ class Spine:
 
     def devices(self, view: NodeView, state: NodeState, ts_ms: int) -> Mapping[str, DeviceFacts]:
         """The node's devices at ``ts_ms`` (:func:`streams.core.flow.nodeview.roster`)."""
-        return roster(view, self._scraped(state, ts_ms), self.frames)
+        return self.joins.roster(view, self._scraped(state, ts_ms))
 
     # --- state
 
@@ -273,8 +270,8 @@ class Spine:
         out = []
         for key, facts in self.devices(view, state, ts_ms).items():
             why = self.unknown(view, state, key, ts_ms)
-            event = spine_event(
-                self.tables, view, key, facts, ts_ms, "heartbeat", why or Telemetry(), self.frames
+            event = self.joins.spine_event(
+                self.tables, view, key, facts, ts_ms, "heartbeat", why or Telemetry()
             )
             if event.holders and event.state != "mig-parent":
                 out.append((event, why is None))
@@ -289,7 +286,7 @@ class Spine:
             return []
         out = []
         for key, facts in self.devices(view, state, ts_ms).items():
-            holders = device_holders(self.tables, view, key, facts, ts_ms, self.frames)
+            holders = self.joins.device_holders(self.tables, view, key, facts, ts_ms)
             if holders:
                 measured = self.unknown(view, state, key, ts_ms) is None
                 out.append(
