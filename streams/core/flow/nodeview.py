@@ -32,11 +32,15 @@ from streams.core.devices.attribution import (
     Holding,
     PodIdentity,
     accounted_holding,
-    attribute,
     describe,
+    described,
     describes_mig,
+    event_of,
+    exporter_view,
     holding,
     sample_holding,
+    sample_reading,
+    shape_of,
 )
 from streams.core.devices.dra import device_map, place, placed_keys
 from streams.core.devices.holders import DraDevices, NodeDevices, dra_ref, unplaced_dra
@@ -260,7 +264,9 @@ def _sample_join(
     rows = holder_rows(t, view, key, sample.ts_ms)
     ctx = _context(view, key, sample.uuid, sample.mig_instance_id, rows)
     held = sample_holding(sample, rows or (), ctx)
-    event, flags = attribute(sample, rows or (), ctx, thresholds, held)
+    facts, reading = sample_reading(sample, ctx, thresholds)
+    shape = shape_of(rows or (), ctx, held, describes_mig(facts))
+    event, flags = event_of(facts, sample.ts_ms, reading, held, shape, exporter_view(sample, shape))
     annotations = tuple(holder_annotations(t.pods.get, view.node, event.holders))
     return event, flags, annotations, (rows, ctx, held)
 
@@ -336,9 +342,8 @@ class Joins:
         frame = self._frame_at(t, view, key, sample.ts_ms)
         if frame is not None:
             shape, said = self.frames.sampled(view.node, key, frame, sample)
-            event, flags = attribute(
-                sample, frame.rows, frame.ctx, thresholds, frame.held, shape, said
-            )
+            facts, reading = sample_reading(sample, frame.ctx, thresholds)
+            event, flags = event_of(facts, sample.ts_ms, reading, frame.held, shape, said)
             return event, flags, frame.annotations
         event, flags, annotations, (rows, ctx, held) = _sample_join(t, view, sample, thresholds)
         self._keep_frame(t, view, key, sample.ts_ms, rows, (ctx, held, annotations))
@@ -360,7 +365,7 @@ class Joins:
         if frame is None:
             return spine_event(t, view, key, facts, ts_ms, origin, telemetry)
         shape = self.frames.shape(view.node, key, frame, describes_mig(facts))
-        return describe(facts, ts_ms, frame.rows, frame.ctx, origin, telemetry, frame.held, shape)
+        return described(facts, ts_ms, frame.held, shape, origin, telemetry)
 
     def device_holders(
         self, t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int
