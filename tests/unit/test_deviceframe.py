@@ -1,12 +1,15 @@
-"""A device's frame (:mod:`streams.core.flow.deviceframe`) changes no output: the processor with the
-memo and without it say the same, record by record, and leave the same tables — on every built-in
-scenario (DRA, MIG, MPS, time-slicing) and on mutated fleet streams (records dropped, repeated,
-swapped, mutated: holders that change, pods that end, samples older than the last change).
-And the memo itself: it holds while its records are the ones in the tables, and only then."""
+"""The memos change no output: the processor with its memoized joins (:class:`Joins`, a device's
+frame, :mod:`streams.core.flow.deviceframe`) and supply parts (:class:`Supplied`) says the same,
+record by record, and leaves the same tables, as a processor whose every answer is the plain
+function's (decided afresh) — on every built-in scenario (DRA, MIG, MPS, time-slicing) and on
+random mutated fleet streams (records dropped, repeated, swapped, mutated: holders that change,
+pods that end, samples older than the last change). And the memo itself: it holds while its
+records are the ones in the tables, and only then."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +18,7 @@ from agents.types import AgentRecord
 from bench import fleet as bench_fleet
 from contract import codec
 from contract.inputs import (
+    DcgmSample,
     DcgmScrape,
     DeviceAssignment,
     DeviceInventory,
@@ -23,12 +27,17 @@ from contract.inputs import (
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
-from contract.outputs import AttributionEvent
+from contract.outputs import AttributionEvent, ExporterMisattribution, Holder, Origin, Telemetry
+from infra.settings import AlertSettings
 from sim.scenario import builtin_names, load
-from streams.core.devices.attribution import DeviceContext, Holding
+from streams.core.demand import supply
+from streams.core.demand.supply import AllocatedDevice, Supplied, Supplies
+from streams.core.devices.attribution import DeviceContext, DeviceFacts, Holding
 from streams.core.devices.holders import NodeDevices, SlotHolders
 from streams.core.devices.sharing import SharingDecision
+from streams.core.flow import nodeview
 from streams.core.flow.deviceframe import Frame, Frames, projection, settled_from
+from streams.core.flow.nodeview import Joins, NodeView
 from streams.core.flow.processor import Processor, Tables, UnusableRecord
 from streams.core.node.pods import PodLife, PodNames
 from tests.fuzz_strategies import START_MS
@@ -47,10 +56,58 @@ def _tables(proc: Processor) -> dict[str, dict[str, object]]:
     return {f.name: dict(getattr(proc.tables, f.name)) for f in dataclasses.fields(proc.tables)}
 
 
+class FreshJoins(Joins):
+    """Every join decided afresh: the plain functions the memo stands for."""
+
+    def roster(self, view: NodeView, scraped: tuple[str, ...]) -> Mapping[str, DeviceFacts]:
+        return nodeview.roster(view, scraped)
+
+    def sample_event(
+        self, t: Tables, view: NodeView, sample: DcgmSample, thresholds: AlertSettings
+    ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...], Sequence[dict[str, str]]]:
+        return nodeview.sample_event(t, view, sample, thresholds)
+
+    def spine_event(
+        self,
+        t: Tables,
+        view: NodeView,
+        key: str,
+        facts: DeviceFacts,
+        ts_ms: int,
+        origin: Origin,
+        telemetry: Telemetry,
+    ) -> AttributionEvent:
+        return nodeview.spine_event(t, view, key, facts, ts_ms, origin, telemetry)
+
+    def device_holders(
+        self, t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int
+    ) -> tuple[Holder, ...]:
+        return nodeview.device_holders(t, view, key, facts, ts_ms)
+
+
+class FreshSupplied(Supplied):
+    """Every node's supply decided afresh (:func:`streams.core.demand.supply.node_supply`)."""
+
+    def node_supply(
+        self, node: str, product: str | None, devices: Iterable[AllocatedDevice]
+    ) -> Supplies:
+        return supply.node_supply(product, devices)
+
+
+def fresh_processor() -> Processor:
+    """A processor that memoizes nothing: what the memoized one is held equal to."""
+    proc = Processor(Tables.in_memory())
+    proc.spine.joins = FreshJoins()
+    proc.supplied = FreshSupplied()
+    return proc
+
+
+def frames_of(proc: Processor) -> Frames:
+    return proc.spine.joins.frames
+
+
 def same_with_and_without(records: list[object]) -> Processor:
-    framed, plain = Processor(Tables.in_memory()), Processor(Tables.in_memory(), frames=False)
-    assert plain.frames is None
-    assert plain.spine.frames is None
+    framed, plain = Processor(Tables.in_memory()), fresh_processor()
     for i, record in enumerate(records):
         assert _outputs(framed, record) == _outputs(plain, record), f"record {i}: {type(record)}"
     assert _tables(framed) == _tables(plain)
@@ -62,8 +119,7 @@ def same_with_and_without(records: list[object]) -> Processor:
 def test_every_scenario_reads_the_same_with_frames(name: str, at_s: float) -> None:
     records = [record for record, _ in run(load(name), at_s, 10)]
     framed = same_with_and_without(records)
-    assert framed.frames is not None
-    assert framed.frames.hits > 0  # the memo's path was taken (the scenarios' samples repeat)
+    assert frames_of(framed).hits > 0  # the memo's path was taken (the scenarios' samples repeat)
 
 
 @settings(max_examples=60, deadline=None)
@@ -96,8 +152,7 @@ def test_devices_only_a_scrape_lists_come_and_go_the_same_with_frames() -> None:
     later = last.ts_ms + 3_600_000  # long after: every reading stale
     records.append(NodeRecord(last.node, later, (("nvidia.com/gpu.product", "A100"),)))
     framed = same_with_and_without([codec.decode(codec.encode(r)) for r in records])
-    assert framed.frames is not None
-    assert framed.frames.hits > 0
+    assert frames_of(framed).hits > 0
 
 
 def test_the_join_a_node_record_made_is_the_one_its_next_sample_reads() -> None:
@@ -110,7 +165,6 @@ def test_the_join_a_node_record_made_is_the_one_its_next_sample_reads() -> None:
     ]
     first = next(i for i, r in enumerate(records) if isinstance(r, DcgmScrape))
     framed = same_with_and_without(records[:first])
-    assert framed.frames is not None
     held = {
         (r.node, a.device_id.partition("::")[0])
         for r in records[:first]
@@ -118,9 +172,9 @@ def test_the_join_a_node_record_made_is_the_one_its_next_sample_reads() -> None:
         for a in r.assignments
     }
     assert held
-    assert len(framed.frames) >= len(held)
-    misses, hits = framed.frames.misses, framed.frames.hits
-    plain = Processor(Tables.in_memory(), frames=False)
+    assert len(frames_of(framed)) >= len(held)
+    misses, hits = frames_of(framed).misses, frames_of(framed).hits
+    plain = fresh_processor()
     for r in records[:first]:
         plain.handle(r)
     samples = 0
@@ -129,9 +183,9 @@ def test_the_join_a_node_record_made_is_the_one_its_next_sample_reads() -> None:
         assert _outputs(framed, r) == _outputs(plain, r)
         samples += sum(1 for s in r.samples if (s.node, s.uuid) in held)
     assert samples > 0
-    assert framed.frames.hits - hits >= samples  # every held device's sample read its frame
+    assert frames_of(framed).hits - hits >= samples  # every held device's sample read its frame
     assert (
-        framed.frames.misses - misses
+        frames_of(framed).misses - misses
         <= sum(len(r.samples) for r in records[first:] if isinstance(r, DcgmScrape)) - samples
     )
 
@@ -164,7 +218,7 @@ def test_the_exporters_word_is_remade_when_a_samples_pod_labels_change() -> None
         records[i] = dataclasses.replace(
             scrape, samples=tuple(relabelled if s is first else s for s in scrape.samples)
         )
-    framed, plain = Processor(Tables.in_memory()), Processor(Tables.in_memory(), frames=False)
+    framed, plain = Processor(Tables.in_memory()), fresh_processor()
     for record in records:
         out = _outputs(framed, record)
         assert out == _outputs(plain, record)
@@ -174,8 +228,7 @@ def test_the_exporters_word_is_remade_when_a_samples_pod_labels_change() -> None
                 for o in out
                 if isinstance(o, AttributionEvent) and o.device_uuid == holder.device_id
             ]
-    assert framed.frames is not None
-    assert framed.frames.hits > 0
+    assert frames_of(framed).hits > 0
     # every verdict the labels call for was read, in turn, with frames
     assert said[:6] == [
         "uncredited",

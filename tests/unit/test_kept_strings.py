@@ -74,7 +74,7 @@ def test_what_is_kept_per_device_holds_one_copy_of_each_string() -> None:
         "node_pods": t.node_pods,
         "slot_holders": t.slot_holders,
         "node_state": t.node_state,
-        "frames": proc.frames._frames,
+        "frames": proc.spine.joins.frames._frames,
     }
     copies: dict[str, set[int]] = defaultdict(set)
     where: dict[str, set[str]] = defaultdict(set)

@@ -423,17 +423,21 @@ def attribute(
     rows: Sequence[DeviceAssignment],
     ctx: DeviceContext,
     thresholds: AlertSettings = DEFAULT_THRESHOLDS,
-    held: Holding | None = None,
-    shape: Shape | None = None,
-    exporter: ExporterWord | None = None,
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
     """Join one sample with the holders of its device at the sample's time; its activity
-    (:mod:`streams.core.devices.efficiency`) and health (:mod:`streams.core.devices.health`, marks
-    judged by
-    ``thresholds``) ride along, device-wide. ``held``: the device's accounted
-    :func:`sample_holding` at the sample's time, ``shape`` its :func:`shape_of` and
-    ``exporter`` the :func:`exporter_view` of this sample against that shape, when the caller
-    has them already."""
+    (:mod:`streams.core.devices.efficiency`) and health (:mod:`streams.core.devices.health`,
+    marks judged by ``thresholds``) ride along, device-wide."""
+    facts, reading = sample_reading(sample, ctx, thresholds)
+    held = sample_holding(sample, rows, ctx)
+    shape = shape_of(rows, ctx, held, describes_mig(facts))
+    return event_of(facts, sample.ts_ms, reading, held, shape, exporter_view(sample, shape))
+
+
+def sample_reading(
+    sample: DcgmSample, ctx: DeviceContext, thresholds: AlertSettings = DEFAULT_THRESHOLDS
+) -> tuple[DeviceFacts, Reading]:
+    """What a sample says of its device — what identifies it in the event, and its reading
+    (usage, activity, health marks judged by ``thresholds``) — whoever holds it."""
     profile = sample.mig_profile
     facts = DeviceFacts(
         # the strings the event keeps (the worker's live view holds a device's latest), one
@@ -450,17 +454,14 @@ def attribute(
         device_uuid=ctx.mig_uuid,
     )
     usage = _usage(sample)
-    reading = Reading(sample, usage, activity(sample, usage), health(sample, thresholds))
-    return _attribute(
-        facts, sample.ts_ms, reading, rows, ctx, "sample", MEASURED, held, shape, exporter
-    )
+    return facts, Reading(sample, usage, activity(sample, usage), health(sample, thresholds))
 
 
 def sample_holding(
     sample: DcgmSample, rows: Sequence[DeviceAssignment], ctx: DeviceContext
 ) -> Holding:
     """The :class:`Holding` a sample's event is built from (accounted), as :func:`attribute`
-    decides it: for a caller that keeps it while the device's inputs stay the same."""
+    decides it."""
     is_mig = sample.mig_instance_id is not None
     return _holding(rows, sample.ts_ms, ctx, is_mig, accounted=True)
 
@@ -469,8 +470,7 @@ def accounted_holding(
     facts: DeviceFacts, ts_ms: int, rows: Sequence[DeviceAssignment], ctx: DeviceContext
 ) -> Holding:
     """The :class:`Holding` a description of the device at ``ts_ms`` is built from
-    (accounted), as :func:`describe` decides it: for a caller that keeps it while the device's
-    inputs stay the same."""
+    (accounted), as :func:`describe` decides it."""
     return _holding(rows, ts_ms, ctx, describes_mig(facts), accounted=True)
 
 
@@ -481,14 +481,26 @@ def describe(
     ctx: DeviceContext,
     origin: Origin,
     telemetry: Telemetry,
-    held: Holding | None = None,
-    shape: Shape | None = None,
 ) -> AttributionEvent:
     """A device's state without a sample (the allocation spine): every holder, usage unknown
-    with its reason — never 0, never idle, never absent. ``held``, ``shape``: as in
-    :func:`attribute`."""
+    with its reason — never 0, never idle, never absent."""
+    held = accounted_holding(facts, ts_ms, rows, ctx)
+    shape = shape_of(rows, ctx, held, describes_mig(facts))
+    return described(facts, ts_ms, held, shape, origin, telemetry)
+
+
+def described(
+    facts: DeviceFacts,
+    ts_ms: int,
+    held: Holding,
+    shape: Shape,
+    origin: Origin,
+    telemetry: Telemetry,
+) -> AttributionEvent:
+    """:func:`describe` from the device's holding and shape (:func:`accounted_holding`,
+    :func:`shape_of`)."""
     reading = Reading(None, _unknown_usage(describes_mig(facts)), Activity(), Health())
-    event, _ = _attribute(facts, ts_ms, reading, rows, ctx, origin, telemetry, held, shape)
+    event, _ = event_of(facts, ts_ms, reading, held, shape, None, origin, telemetry)
     return event
 
 
@@ -680,31 +692,29 @@ class Reading:
     health: Health
 
 
-def _attribute(
+def event_of(
     facts: DeviceFacts,
     ts_ms: int,
     reading: Reading,
-    rows: Sequence[DeviceAssignment],
-    ctx: DeviceContext,
-    origin: Origin,
-    telemetry: Telemetry,
-    held: Holding | None = None,
-    shape: Shape | None = None,
-    exporter: ExporterWord | None = None,
+    held: Holding,
+    shape: Shape,
+    exporter: ExporterWord | None,
+    origin: Origin = "sample",
+    telemetry: Telemetry = MEASURED,
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
+    """The device's event from what was decided of it: its reading, holding and shape (made
+    for a device that is, as ``facts`` says, a MIG instance or not), and the exporter's word on
+    the sample (:func:`exporter_view`; ``None``: no sample), with the flags for the pods the
+    exporter credits that hold no slot here."""
     is_mig = describes_mig(facts)
-    if held is None:
-        held = _holding(rows, ts_ms, ctx, is_mig, accounted=True)
-    if shape is None or shape.is_mig != is_mig:
-        shape, exporter = shape_of(rows, ctx, held, is_mig), None
     decision, holders, state = held.decision, held.holders, shape.state
-    sample, usage = reading.sample, reading.usage
+    usage = reading.usage
     key = device_name(facts)
     strangers: tuple[ClaimedPod, ...] = ()
-    if sample is None:
+    if exporter is None:
         said = NOT_SAMPLED
     else:
-        said, strangers = exporter if exporter is not None else exporter_view(sample, shape)
+        said, strangers = exporter
     event = AttributionEvent(
         node=facts.node,
         ts_ms=ts_ms,

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, ResourceClaimRecord
 from contract.outputs import (
     AttributionEvent,
     ExporterMisattribution,
     Holder,
+    NodeStatus,
     Origin,
     PlaneName,
     Telemetry,
 )
-from contract.records import fast_init
+from contract.records import fast_init, replace
 from infra.settings import AlertSettings
 from streams.core.devices.attribution import (
     DeviceContext,
@@ -30,11 +32,15 @@ from streams.core.devices.attribution import (
     Holding,
     PodIdentity,
     accounted_holding,
-    attribute,
     describe,
+    described,
     describes_mig,
+    event_of,
+    exporter_view,
     holding,
     sample_holding,
+    sample_reading,
+    shape_of,
 )
 from streams.core.devices.dra import device_map, place, placed_keys
 from streams.core.devices.holders import DraDevices, NodeDevices, dra_ref, unplaced_dra
@@ -103,7 +109,6 @@ def read_node(t: Tables, node: str) -> NodeView:
     stored_inventory = t.inventories.get(node)
     inventory = stored_inventory if stored_inventory is not None else EMPTY_INVENTORY
     node_stack = t.node_stack.get(node)
-    stack = node_stack.last if node_stack is not None else None
     parents = {m.parent_uuid for m in inventory.migs.values()}
     if index is not None:
         parents |= {k.partition("/gi")[0] for k in index.keys if "/gi" in k}
@@ -121,24 +126,31 @@ def read_node(t: Tables, node: str) -> NodeView:
         dra_devices=dra,
         dra_keys=placed_keys(dra, inventory) if dra else frozenset(),
         dra_lost=unplaced_dra(index) if index is not None else (),
-        stack_reason=stack.telemetry_reason if stack is not None else None,
-        stack_intended=stack.telemetry_disabled if stack is not None else False,
-        stack_plane=telemetry_plane(stack.planes) if stack is not None else None,
         sig=(node_rec, index, node_slices, stored_inventory, watched),
+        **_stack_word(node_stack.last if node_stack is not None else None),
     )
 
 
-def roster(
-    view: NodeView, scraped: tuple[str, ...], frames: Frames | None = None
-) -> Mapping[str, DeviceFacts]:
-    """The node's devices (:func:`streams.core.devices.roster.devices`); the one ``frames`` kept for
-    the node when it was read from the same records (its view token) and the same scrape."""
-    token = frames.token(view.node, view.sig) if frames is not None and view.sig else None
-    if frames is not None and token is not None:
-        kept = frames.roster(view.node, token, scraped)
-        if kept is not None:
-            return kept
-    out = devices(
+def with_stack(view: NodeView, stack: NodeStatus | None) -> NodeView:
+    """The view after the node's GPU stack was judged anew (``stack``: its last node-status)."""
+    return replace(view, **_stack_word(stack))
+
+
+def _stack_word(stack: NodeStatus | None) -> dict[str, Any]:
+    """What a view keeps of the node's last node-status (:class:`NodeView`'s ``stack_*``)."""
+    if stack is None:
+        return {"stack_reason": None, "stack_intended": False, "stack_plane": None}
+    return {
+        "stack_reason": stack.telemetry_reason,
+        "stack_intended": stack.telemetry_disabled,
+        "stack_plane": telemetry_plane(stack.planes),
+    }
+
+
+def roster(view: NodeView, scraped: tuple[str, ...]) -> Mapping[str, DeviceFacts]:
+    """The node's devices (:func:`streams.core.devices.roster.devices`) as the view and the
+    devices its last fresh scrape listed (``scraped``) say."""
+    return devices(
         view.node,
         view.inventory,
         view.index,
@@ -147,9 +159,6 @@ def roster(
         scraped,
         view.product,
     )
-    if frames is not None and token is not None:
-        frames.keep_roster(view.node, token, scraped, out)
-    return out
 
 
 def bases_of(view: NodeView, key: str) -> tuple[str, ...]:
@@ -233,62 +242,33 @@ def _remembered_notes(index: NodeDevices | None, key: str) -> tuple[str, ...]:
 
 
 def sample_event(
-    t: Tables,
-    view: NodeView,
-    sample: DcgmSample,
-    thresholds: AlertSettings,
-    frames: Frames | None = None,
+    t: Tables, view: NodeView, sample: DcgmSample, thresholds: AlertSettings
 ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...], Sequence[dict[str, str]]]:
     """One accepted sample joined with its device's holders at the sample's time (health marks
     judged by the alerts' ``thresholds``), and its holders' pod annotations (for the alert
-    step). ``frames``: the join kept for the device (by an earlier sample, or by its node's
-    supply or allocation events), reused while its inputs are the same
-    (:mod:`streams.core.flow.deviceframe`); the event is the same either way."""
-    key = device_key(sample.uuid, sample.mig_instance_id)
-    frame = _frame_at(t, view, key, sample.ts_ms, frames)
-    if frame is not None:
-        assert frames is not None  # a frame came from it
-        shape, said = frames.sampled(view.node, key, frame, sample)
-        event, flags = attribute(sample, frame.rows, frame.ctx, thresholds, frame.held, shape, said)
-        return event, flags, frame.annotations
-    rows = holder_rows(t, view, key, sample.ts_ms)
-    ctx = _context(view, key, sample.uuid, sample.mig_instance_id, rows)
-    held = sample_holding(sample, rows or (), ctx)
-    event, flags = attribute(sample, rows or (), ctx, thresholds, held)
-    annotations = tuple(holder_annotations(t.pods.get, view.node, event.holders))
-    _keep_frame(t, view, key, sample.ts_ms, rows, (ctx, held, annotations), frames)
+    step)."""
+    event, flags, annotations, _ = _sample_join(t, view, sample, thresholds)
     return event, flags, annotations
 
 
-def _frame_at(
-    t: Tables, view: NodeView, key: str, ts_ms: int, frames: Frames | None
-) -> Frame | None:
-    """The device's kept frame if it holds for a join at ``ts_ms`` of this view."""
-    if frames is None or not view.sig:
-        return None
-    token = frames.token(view.node, view.sig)
-    return frames.get(view.node, key, token, ts_ms, t.slot_holders.get, t.pods.get)
-
-
-def _keep_frame(
-    t: Tables,
-    view: NodeView,
-    key: str,
-    ts_ms: int,
-    rows: tuple[DeviceAssignment, ...] | None,
-    join: tuple[DeviceContext, Holding, tuple[dict[str, str], ...]],
-    frames: Frames | None,
-) -> Frame | None:
-    """Keep a fresh join as the device's frame, when it may be kept
-    (:func:`streams.core.flow.deviceframe.frame_of`)."""
-    if frames is None or not view.sig:
-        return None
-    token = frames.token(view.node, view.sig)
-    bases = bases_of(view, key)
-    kept = frame_of(view.node, token, bases, rows, join, ts_ms, t.slot_holders.get, t.pods.get)
-    if kept is not None:
-        frames.put(view.node, key, kept)
-    return kept
+def _sample_join(
+    t: Tables, view: NodeView, sample: DcgmSample, thresholds: AlertSettings
+) -> tuple[
+    AttributionEvent,
+    tuple[ExporterMisattribution, ...],
+    tuple[dict[str, str], ...],
+    tuple[tuple[DeviceAssignment, ...] | None, DeviceContext, Holding],
+]:
+    """:func:`sample_event`, and the join it was made from (rows, context, holding)."""
+    key = device_key(sample.uuid, sample.mig_instance_id)
+    rows = holder_rows(t, view, key, sample.ts_ms)
+    ctx = _context(view, key, sample.uuid, sample.mig_instance_id, rows)
+    held = sample_holding(sample, rows or (), ctx)
+    facts, reading = sample_reading(sample, ctx, thresholds)
+    shape = shape_of(rows or (), ctx, held, describes_mig(facts))
+    event, flags = event_of(facts, sample.ts_ms, reading, held, shape, exporter_view(sample, shape))
+    annotations = tuple(holder_annotations(t.pods.get, view.node, event.holders))
+    return event, flags, annotations, (rows, ctx, held)
 
 
 def spine_event(
@@ -299,70 +279,155 @@ def spine_event(
     ts_ms: int,
     origin: Origin,
     telemetry: Telemetry,
-    *,
-    holders: bool = True,
-    frames: Frames | None = None,
 ) -> AttributionEvent:
-    """A device's state without a sample; ``holders=False`` for a device that is gone. From the
-    device's frame when it holds (``frames``), as :func:`device_holders` reads it."""
-    frame = _joined(t, view, key, facts, ts_ms, frames) if holders else None
-    if frame is not None:
-        assert frames is not None  # a frame came from it
-        shape = frames.shape(view.node, key, frame, describes_mig(facts))
-        return describe(facts, ts_ms, frame.rows, frame.ctx, origin, telemetry, frame.held, shape)
-    rows = holder_rows(t, view, key, ts_ms) if holders else ()
+    """A device's state without a sample, with its holders at ``ts_ms``."""
+    rows = holder_rows(t, view, key, ts_ms)
     ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
-    if not holders:
-        ctx = DeviceContext(holders_known=False, holders_note=telemetry.reason or "gone")
     return describe(facts, ts_ms, rows or (), ctx, origin, telemetry)
 
 
-def _joined(
-    t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int, frames: Frames | None
-) -> Frame | None:
-    """The device's frame for a description at ``ts_ms``: the one kept if it holds, else the
-    join made afresh and kept, when a frame may be kept (not through a DRA claim, holders
-    known, a time the answer no longer depends on) — so the node's next records and the
-    device's next sample read it instead of joining again. ``None``: join without a frame —
-    also for a device described as MIG by its profile alone: a frame decides MIG as samples do,
-    by the GPU instance."""
-    if frames is None or not view.sig or (facts.mig_instance_id is None and facts.mig_profile):
-        return None
-    frame = _frame_at(t, view, key, ts_ms, frames)
-    if frame is not None:
-        return frame
-    rows = holder_rows(t, view, key, ts_ms)
-    if not rows or any(a.resource.startswith(DRA_PREFIX) for a in rows):
-        # unknown or DRA: no frame for these (frame_of); nobody: the plain path is cheaper
-        return None
-    ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
-    held = accounted_holding(facts, ts_ms, rows, ctx)
-    annotations = tuple(holder_annotations(t.pods.get, view.node, held.holders))
-    return _keep_frame(t, view, key, ts_ms, rows, (ctx, held, annotations), frames)
+def gone_event(facts: DeviceFacts, ts_ms: int, telemetry: Telemetry) -> AttributionEvent:
+    """The last event of a device that is gone: no holders, whatever the tables say."""
+    ctx = DeviceContext(holders_known=False, holders_note=telemetry.reason or "gone")
+    return describe(facts, ts_ms, (), ctx, "gone", telemetry)
 
 
 def device_holders(
-    t: Tables,
-    view: NodeView,
-    key: str,
-    facts: DeviceFacts,
-    ts_ms: int,
-    frames: Frames | None = None,
+    t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int
 ) -> tuple[Holder, ...]:
     """The device's holders at ``ts_ms`` as its spine event would list them, without the
-    event: what a node's supply reads (identities, resources, device IDs, claims). From the
-    device's frame when it holds — its events' holders, allocation shares included, the same
-    tuple while the frame lasts (``frames``: a frame decides MIG as samples do, by the GPU
-    instance); else joined without the accounting (:func:`streams.core.devices.attribution.holding`,
+    event: what a node's supply reads (identities, resources, device IDs, claims), joined
+    without the accounting (:func:`streams.core.devices.attribution.holding`,
     ``allocation_share`` ``None``). The supply never reads the share."""
-    frame = _joined(t, view, key, facts, ts_ms, frames)
-    if frame is not None:
-        return frame.held.holders if frame.rows else ()
     rows = holder_rows(t, view, key, ts_ms)
     if not rows:
         return ()  # nobody holds it, or its holders are unknown: no holder to list either way
     ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
     return holding(facts, ts_ms, rows, ctx)
+
+
+class Joins:
+    """:func:`roster`, :func:`sample_event`, :func:`spine_event` and :func:`device_holders`,
+    memoized: the same answers, read from what a device's events share while their inputs stay
+    the same (its frame, :mod:`streams.core.flow.deviceframe`) and from a node's roster kept per
+    view and scrape. A property test holds every answer equal to the plain function's."""
+
+    def __init__(self) -> None:
+        self.frames = Frames()
+
+    def forget(self, node: str) -> None:
+        """The node left: what was kept for it goes."""
+        self.frames.forget(node)
+
+    def roster(self, view: NodeView, scraped: tuple[str, ...]) -> Mapping[str, DeviceFacts]:
+        """:func:`roster`; the one kept for the node when its view was read from the same
+        records (its view token) and the same scrape."""
+        frames = self.frames
+        if not view.sig:
+            return roster(view, scraped)
+        token = frames.token(view.node, view.sig)
+        kept = frames.roster(view.node, token, scraped)
+        if kept is not None:
+            return kept
+        out = roster(view, scraped)
+        frames.keep_roster(view.node, token, scraped, out)
+        return out
+
+    def sample_event(
+        self, t: Tables, view: NodeView, sample: DcgmSample, thresholds: AlertSettings
+    ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...], Sequence[dict[str, str]]]:
+        """:func:`sample_event`; from the join kept for the device (by an earlier sample, or by
+        its node's supply or allocation events) while its inputs are the same."""
+        key = device_key(sample.uuid, sample.mig_instance_id)
+        frame = self._frame_at(t, view, key, sample.ts_ms)
+        if frame is not None:
+            shape, said = self.frames.sampled(view.node, key, frame, sample)
+            facts, reading = sample_reading(sample, frame.ctx, thresholds)
+            event, flags = event_of(facts, sample.ts_ms, reading, frame.held, shape, said)
+            return event, flags, frame.annotations
+        event, flags, annotations, (rows, ctx, held) = _sample_join(t, view, sample, thresholds)
+        self._keep_frame(t, view, key, sample.ts_ms, rows, (ctx, held, annotations))
+        return event, flags, annotations
+
+    def spine_event(
+        self,
+        t: Tables,
+        view: NodeView,
+        key: str,
+        facts: DeviceFacts,
+        ts_ms: int,
+        origin: Origin,
+        telemetry: Telemetry,
+    ) -> AttributionEvent:
+        """:func:`spine_event`; from the device's frame when it holds, as :meth:`device_holders`
+        reads it."""
+        frame = self._joined(t, view, key, facts, ts_ms)
+        if frame is None:
+            return spine_event(t, view, key, facts, ts_ms, origin, telemetry)
+        shape = self.frames.shape(view.node, key, frame, describes_mig(facts))
+        return described(facts, ts_ms, frame.held, shape, origin, telemetry)
+
+    def device_holders(
+        self, t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int
+    ) -> tuple[Holder, ...]:
+        """:func:`device_holders`; from the device's frame when it holds — its events' holders,
+        allocation shares included (the supply never reads them), the same tuple while the
+        frame lasts."""
+        frame = self._joined(t, view, key, facts, ts_ms)
+        if frame is None:
+            return device_holders(t, view, key, facts, ts_ms)
+        return frame.held.holders if frame.rows else ()
+
+    def _frame_at(self, t: Tables, view: NodeView, key: str, ts_ms: int) -> Frame | None:
+        """The device's kept frame if it holds for a join at ``ts_ms`` of this view."""
+        if not view.sig:
+            return None
+        token = self.frames.token(view.node, view.sig)
+        return self.frames.get(view.node, key, token, ts_ms, t.slot_holders.get, t.pods.get)
+
+    def _keep_frame(
+        self,
+        t: Tables,
+        view: NodeView,
+        key: str,
+        ts_ms: int,
+        rows: tuple[DeviceAssignment, ...] | None,
+        join: tuple[DeviceContext, Holding, tuple[dict[str, str], ...]],
+    ) -> Frame | None:
+        """Keep a fresh join as the device's frame, when it may be kept
+        (:func:`streams.core.flow.deviceframe.frame_of`)."""
+        if not view.sig:
+            return None
+        frames = self.frames
+        token = frames.token(view.node, view.sig)
+        bases = bases_of(view, key)
+        kept = frame_of(view.node, token, bases, rows, join, ts_ms, t.slot_holders.get, t.pods.get)
+        if kept is not None:
+            frames.put(view.node, key, kept)
+        return kept
+
+    def _joined(
+        self, t: Tables, view: NodeView, key: str, facts: DeviceFacts, ts_ms: int
+    ) -> Frame | None:
+        """The device's frame for a description at ``ts_ms``: the one kept if it holds, else
+        the join made afresh and kept, when a frame may be kept (not through a DRA claim,
+        holders known, a time the answer no longer depends on) — so the node's next records and
+        the device's next sample read it instead of joining again. ``None``: join without a
+        frame — also for a device described as MIG by its profile alone: a frame decides MIG as
+        samples do, by the GPU instance."""
+        if not view.sig or (facts.mig_instance_id is None and facts.mig_profile):
+            return None
+        frame = self._frame_at(t, view, key, ts_ms)
+        if frame is not None:
+            return frame
+        rows = holder_rows(t, view, key, ts_ms)
+        if not rows or any(a.resource.startswith(DRA_PREFIX) for a in rows):
+            # unknown or DRA: no frame for these (frame_of); nobody: the plain path is cheaper
+            return None
+        ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)
+        held = accounted_holding(facts, ts_ms, rows, ctx)
+        annotations = tuple(holder_annotations(t.pods.get, view.node, held.holders))
+        return self._keep_frame(t, view, key, ts_ms, rows, (ctx, held, annotations))
 
 
 def unplaced_reason(view: NodeView, key: str) -> str:

@@ -15,7 +15,7 @@ time in the node's state, so a record processed again after a crash re-emits wha
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from contract.bounds import cut
 from contract.inputs import (
@@ -46,8 +46,6 @@ from contract.outputs import (
 from contract.quantity import valid as valid_quantity
 from contract.records import replace
 from infra.settings import AlertSettings
-from streams.core.alerts.alerts import DeviceAlerts, policy_for, step
-from streams.core.alerts.episodes import Episode
 from streams.core.demand import supply
 from streams.core.devices.dra import NodeSlices, device_map
 from streams.core.devices.holders import DraDevices, apply_podresources, base_of, reindex
@@ -58,12 +56,8 @@ from streams.core.devices.identity import (
     device_key,
 )
 from streams.core.devices.sharing import LABEL_PRODUCT
-from streams.core.flow.deviceframe import Frames
-from streams.core.flow.nodeview import (
-    read_node,
-    sample_event,
-)
-from streams.core.flow.spine import Spine, fingerprint
+from streams.core.flow.nodeview import Joins, NodeView, read_node, with_stack
+from streams.core.flow.spine import Spine, fingerprint, idle_of
 from streams.core.flow.tables import Tables, alert_key, claim_key, holder_key
 from streams.core.lifetimes import CLUSTER_ROLE, Lifetimes
 from streams.core.node import nodestate, telemetry
@@ -73,7 +67,6 @@ from streams.core.node.pods import (
     PodNames,
     apply_pod,
     apply_pod_list,
-    holder_annotations,
     name_key,
     resolve,
     settle,
@@ -155,28 +148,35 @@ class Processor:
         tables: Tables,
         policy: AlertSettings | None = None,
         life: Lifetimes | None = None,
-        *,
-        frames: bool = True,
     ) -> None:
         self.tables = tables
         self.policy = policy or AlertSettings.model_construct()  # defaults, no environment read
         self.life = life or Lifetimes()
         #: what a device's sample events share (a memo, not state; ``None``: joined afresh)
-        self.frames: Frames | None = Frames() if frames else None
-        #: what each device of a node supplied at its last supply (a memo, as the frames)
-        self.supplied: supply.Supplied | None = supply.Supplied() if frames else None
-        self.spine = Spine(tables, self.life, self._alerts, self._node_gone, self.frames)
-        self._idle_moved: set[str] = set()  # nodes whose idle episodes moved in this record
+        #: what each device of a node supplied at its last supply (a memo: no output depends
+        #: on whether it hit)
+        self.supplied = supply.Supplied()
+        self.spine = Spine(tables, self.life, self.policy, Joins())
+        #: the views of the nodes this record touches (:func:`read_node`), each read once
+        self._views: dict[str, NodeView] = {}
 
     # --- dispatch
 
     def handle(self, record: object, partition: int = 0) -> list[Output]:
         """Apply one record read from input partition ``partition``; return its outputs."""
-        self._idle_moved.clear()
         try:
             return self._handle(record, partition)
         finally:
             self.spine.flush()  # the node's state, once per record
+            self._views.clear()
+
+    def _view(self, node: str) -> NodeView:
+        """The node's view for this record, read from the tables once (after the record's own
+        writes to what it reads: the processor writes those first)."""
+        view = self._views.get(node)
+        if view is None:
+            view = self._views[node] = read_node(self.tables, node)
+        return view
 
     def _handle(self, record: object, partition: int) -> list[Output]:
         if isinstance(record, ClockTick):
@@ -186,7 +186,7 @@ class Processor:
                 )
             self._clock(partition, record.ts_ms, CLUSTER_ROLE)
             return [
-                *self.spine.tick(partition, record.ts_ms),
+                *self._tick(partition, record.ts_ms),
                 *self._stack_tick(record, partition),
                 *self._supply_tick(record, partition),
             ]
@@ -195,7 +195,7 @@ class Processor:
         if isinstance(record, NodeRecord) and record.deleted:
             self._clock(partition, record.ts_ms, CLUSTER_ROLE)
             why = "the node was deleted from the API"
-            return list(self.spine.leave(record.node, record.ts_ms, why, partition))
+            return self._leave(record.node, record.ts_ms, why, partition)
         if isinstance(record, ClusterPolicyRecord):
             self._clock(partition, record.ts_ms, CLUSTER_ROLE)
             return self._on_policy(record, partition)
@@ -221,9 +221,10 @@ class Processor:
         if isinstance(record, STACK_INPUTS) or refusal_moved:
             outputs += self._stack(node, ts_ms, record)
         if isinstance(record, CHANGES_DEVICES):
-            outputs += self.spine.sync(node, ts_ms)
+            outputs += self.spine.sync(self._view(node), ts_ms)
         outputs += self._stack_alert(node, ts_ms, record)
-        outputs += self.spine.beat(node, ts_ms, record)
+        if (beat := self.spine.beat_due(node, ts_ms, record)) is not None:
+            outputs += self.spine.beat(self._view(node), beat, ts_ms)
         outputs += self._supply(node, ts_ms, record, self._changes_supply(node, record))
         return outputs
 
@@ -303,6 +304,8 @@ class Processor:
         new, emit = nodestack.step(old, status, ts_ms, fingerprint(record), seen)
         if new is not None:
             t.node_stack[node] = new
+            if node in self._views and (old is None or new.last is not old.last):
+                self._views[node] = with_stack(self._views[node], new.last)
         return list(emit)
 
     def _stack_alert(self, node: str, ts_ms: int, record: object) -> list[Output]:
@@ -319,7 +322,7 @@ class Processor:
         status = old.last
         if old.broken is None and (status is None or status.state != "broken"):
             return []  # nothing open, nothing to open: no need to read the held GPUs
-        held = self.spine.held(node, ts_ms)
+        held = self.spine.held(self._view(node), ts_ms)
         episode, alerts = stackalerts.step(
             old.broken,
             status,
@@ -359,13 +362,34 @@ class Processor:
                 outputs += self._stack_alert(node, tick.ts_ms, tick)
         return outputs
 
+    def _tick(self, partition: int, ts_ms: int) -> list[Output]:
+        """The partition's clock: nodes silent too long go stale, then leave
+        (:meth:`Spine.tick`); a tick processed again emits what it caused again."""
+        again, due = self.spine.tick(partition, ts_ms)
+        outputs: list[Output] = list(again)
+        for d in due:
+            if d.why is None:
+                outputs += self.spine.stale(self._view(d.node), d.state, ts_ms)
+            else:
+                outputs += self._leave(d.node, ts_ms, d.why, partition)
+        return outputs
+
+    def _leave(self, node: str, ts_ms: int, why: str, partition: int) -> list[Output]:
+        """The node is gone (:meth:`Spine.leave`), or went at ``ts_ms`` already (a record
+        processed again: what its leaving emitted)."""
+        state = self._state(node)
+        if state is None:
+            return list(self.spine.left_again(node, ts_ms, partition))
+        view = self._view(node)
+        outputs = self.spine.leave(view, state, ts_ms, why, self._node_gone(node, ts_ms, why))
+        del self._views[node]  # its keys are gone, and what the memos kept for it
+        self.spine.joins.forget(node)
+        self.supplied.forget(node)
+        return list(outputs)
+
     def _node_gone(self, node: str, ts_ms: int, why: str) -> list[Alert | NodeSupply]:
         """The node leaves: its open ``stack-broken`` alert resolves, and each resource it
         supplied is withdrawn (its keys go after)."""
-        if self.frames is not None:
-            self.frames.forget(node)
-        if self.supplied is not None:
-            self.supplied.forget(node)
         old = self.tables.node_stack.get(node)
         alerts = stackalerts.gone(old.broken if old is not None else None, ts_ms, why)
         return [*alerts, *supply.gone(self.tables.node_supply.get(node), node, ts_ms)]
@@ -417,7 +441,7 @@ class Processor:
         if not changed and isinstance(record, PodRecord):
             changed = self._identities_moved(node, old, at)
         measured = telemetry.measured(state, at, self.life)
-        moved = node in self._idle_moved or (
+        moved = node in self.spine.idle_moved or (
             old is not None and bool(old.current) and old.measured != measured
         )
         if not changed and not moved:
@@ -429,17 +453,13 @@ class Processor:
                 held.device_uuid,
                 held.holders,
                 held.measured,
-                _idle_of(t.alert_state.get(alert_key(node, held.device_uuid))),
+                idle_of(t.alert_state.get(alert_key(node, held.device_uuid))),
                 held.mig_profile,
                 held.mig,
             )
-            for held in self.spine.holding(node, at)
+            for held in self.spine.holding(self._view(node), at)
         ]
-        supplies = (
-            supply.node_supply(product, devices)
-            if self.supplied is None
-            else self.supplied.node_supply(node, product, devices)
-        )
+        supplies = self.supplied.node_supply(node, product, devices)
         taken = by if by is not None else functools.partial(fingerprint, record)
         new, emit = supply.step(old, node, supplies, ts_ms, taken, measured)
         if new is not None:
@@ -472,7 +492,7 @@ class Processor:
     def _on_scrape(self, scrape: DcgmScrape, *, merge: bool = False) -> list[Output]:
         """``merge``: the scrape is one device's row (older agents): the devices with rows are
         the ones seen before and this one."""
-        view = read_node(self.tables, scrape.node)
+        view = self._view(scrape.node)
         verdict = telemetry.verify(
             scrape, view.known_gpus(), view.host_names, view.inventory.pci_buses
         )
@@ -505,34 +525,13 @@ class Processor:
             new = nodestate.refused(state, scrape.ts_ms, verdict.cause, verdict.reason)
             self._put_state(scrape.node, state, new)
         for sample in verdict.accepted:
-            event, flags, annotations = sample_event(
-                self.tables, view, sample, self.policy, self.frames
+            event, flags, annotations = self.spine.joins.sample_event(
+                self.tables, view, sample, self.policy
             )
             since = sample.since_last
             previous_ms = sample.ts_ms - since.interval_ms if since is not None else None
-            outputs += [event, *flags, *self._alerts(event, annotations, previous_ms)]
+            outputs += [event, *flags, *self.spine.step_alerts(event, annotations, previous_ms)]
         return outputs
-
-    def _alerts(
-        self,
-        event: AttributionEvent,
-        annotations: Sequence[dict[str, str]] | None = None,
-        previous_ms: int | None = None,
-    ) -> list[Alert]:
-        """The device's alert step after ``event`` (``annotations``: its holders' pod
-        annotations, :func:`streams.core.node.pods.holder_annotations`, when the caller has them;
-        ``previous_ms``: a sample's previous scrape of the device, where the agent knew it)."""
-        t = self.tables
-        key = alert_key(event.node, event.device_uuid)
-        if annotations is None:
-            annotations = holder_annotations(t.pods.get, event.node, event.holders)
-        old = t.alert_state.get(key)
-        new, alerts = step(old, event, policy_for(self.policy, annotations), previous_ms)
-        if new is not old and new != old:
-            t.alert_state[key] = new
-            if _idle_of(old) != _idle_of(new) and _idle(old) != _idle(new):
-                self._idle_moved.add(event.node)
-        return alerts
 
     # --- inputs
 
@@ -604,7 +603,7 @@ class Processor:
         # a change at this time, or one already applied (processed again after a crash: the
         # holders changed then, whatever changed since)
         moved = set(changed) | {b for b, h in current.items() if h.changed_at(record.ts_ms)}
-        return list(self.spine.allocation(node, moved, record.ts_ms))
+        return list(self.spine.allocation(self._view(node), moved, record.ts_ms))
 
     def _dra_devices(self, node: str) -> DraDevices:
         node_slices = self.tables.dra_slices.get(node)
@@ -656,18 +655,6 @@ class Processor:
                 t.pods[key] = names
         if new_index != index or node not in t.node_pods:
             t.node_pods[node] = new_index
-
-
-def _idle_of(alerts: DeviceAlerts | None) -> Episode | None:
-    """A device's idle episode as its alert state holds it (equal ones: no move to look for; the
-    supply reads only when it began, and whose: :func:`streams.core.demand.supply.idle_since`)."""
-    return alerts.idle if alerts is not None else None
-
-
-def _idle(alerts: DeviceAlerts | None) -> Episode | None:
-    """A device's idle episode, firing or not: whether the supply's word on it moved."""
-    idle = alerts.idle if alerts is not None else None
-    return replace(idle, firing=False) if idle is not None and idle.firing else idle
 
 
 def _check_quantities(record: ResourceClaimRecord | ResourceSliceRecord) -> None:

@@ -12,7 +12,7 @@ of a live node lists any more leaves on its own (:meth:`Spine.sync`). When is de
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from contract.inputs import NodeSupply
@@ -25,36 +25,28 @@ from contract.outputs import (
     Telemetry,
 )
 from contract.records import fast_init, replace
+from infra.settings import AlertSettings
 from streams.core import lifetimes
+from streams.core.alerts.alerts import DeviceAlerts, policy_for, step
+from streams.core.alerts.episodes import Episode
 from streams.core.devices.attribution import DeviceFacts, describes_mig, device_name
 from streams.core.devices.holders import NodeDevices
 from streams.core.devices.roster import device_ids
-from streams.core.flow.deviceframe import Frames
 from streams.core.flow.nodeview import (
+    Joins,
     NodeView,
     bases_of,
-    device_holders,
-    read_node,
-    roster,
-    spine_event,
+    gone_event,
     unplaced_reason,
 )
 from streams.core.flow.tables import Tables, alert_key
 from streams.core.lifetimes import Lifetimes
 from streams.core.node import nodestate, telemetry
 from streams.core.node.nodestate import Departure, GoneNode, NodeState, PartitionNodes
+from streams.core.node.pods import holder_annotations
 from streams.core.stack.stackalerts import HeldDevice
 
 Event = AttributionEvent | Alert | NodeStatusRetired | NodeSupply
-#: steps one device's alerts by one event (the processor's: policy, annotations, alert state)
-StepAlerts = Callable[[AttributionEvent], list[Alert]]
-#: what a node's leaving resolves of its own (node-wide) alerts, and the supply it withdraws
-#: (:mod:`streams.core.demand.supply`): (node, ts_ms, why)
-NodeGone = Callable[[str, int, str], list[Alert | NodeSupply]]
-
-
-def _nothing(node: str, ts_ms: int, why: str) -> list[Alert | NodeSupply]:
-    return []
 
 
 @fast_init
@@ -92,23 +84,68 @@ def _gone_facts(node: str, key: str, device_id: str) -> DeviceFacts:
     return DeviceFacts(node, key.partition("/gi")[0], device_uuid=device_id)
 
 
+@fast_init
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """A heartbeat the record owes its node (:meth:`Spine.beat_due`): made for the first time
+    (``again`` false: remembered by the record's fingerprint ``by``), or made again."""
+
+    state: NodeState
+    by: str
+    again: bool
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A node a tick judges (:meth:`Spine.tick`): stale (``why`` is ``None``) or gone, and why."""
+
+    node: str
+    state: NodeState
+    why: str | None
+
+
 class Spine:
+    """A node's life in the tables. Every method that describes devices is handed the node's
+    view (:func:`streams.core.flow.nodeview.read_node`), read once per record by its caller."""
+
     def __init__(
         self,
         tables: Tables,
         life: Lifetimes,
-        alerts: StepAlerts,
-        node_gone: NodeGone = _nothing,
-        frames: Frames | None = None,
+        policy: AlertSettings,
+        joins: Joins,
     ) -> None:
         self.tables = tables
-        self.frames = frames  # the devices' frames, shared with the sample path
+        self.joins = joins  # the devices' joins, shared with the sample path
         self.life = life
-        self.alerts = alerts
-        self.node_gone = node_gone
+        self.policy = policy
         self._pending: dict[str, NodeState] = {}
         #: per partition, the first refused jump ahead not yet confirmed, and whose it was
         self._ahead: dict[int, tuple[int, str]] = {}
+        #: nodes whose idle episodes moved in this record (what the node's supply reads)
+        self.idle_moved: set[str] = set()
+
+    def step_alerts(
+        self,
+        event: AttributionEvent,
+        annotations: Sequence[dict[str, str]] | None = None,
+        previous_ms: int | None = None,
+    ) -> list[Alert]:
+        """The device's alert step after ``event`` (``annotations``: its holders' pod
+        annotations, :func:`streams.core.node.pods.holder_annotations`, when the caller has them;
+        ``previous_ms``: a sample's previous scrape of the device, where the agent knew it)."""
+        t = self.tables
+        key = alert_key(event.node, event.device_uuid)
+        if annotations is None:
+            annotations = holder_annotations(t.pods.get, event.node, event.holders)
+        old = t.alert_state.get(key)
+        new, alerts = step(old, event, policy_for(self.policy, annotations), previous_ms)
+        if new is not old and new != old:
+            t.alert_state[key] = new
+            if idle_of(old) != idle_of(new) and _idle(old) != _idle(new):
+                self.idle_moved.add(event.node)
+        return alerts
 
     def describe(
         self,
@@ -121,31 +158,25 @@ class Spine:
         holders: bool,
     ) -> list[Event]:
         """One spine event, and what it does to its device's alerts."""
-        event = spine_event(
-            self.tables, view, key, facts, ts_ms, origin, why, holders=holders, frames=self.frames
-        )
-        return [event, *self.alerts(event)]
+        if holders:
+            event = self.joins.spine_event(self.tables, view, key, facts, ts_ms, origin, why)
+        else:
+            event = gone_event(facts, ts_ms, why)
+        return [event, *self.step_alerts(event)]
 
     def _gone_events(
         self, node: str, devices: Iterable[tuple[str, str]], ts_ms: int, why: str
     ) -> list[Event]:
         """The last events of devices that left, made again (no alert is stepped: what their
         leaving resolved is remembered with it)."""
-        view = read_node(self.tables, node)
         gone = telemetry.gone(why, ts_ms)
         return [
-            spine_event(
-                self.tables,
-                view,
-                key,
-                _gone_facts(node, key, device_id),
-                ts_ms,
-                "gone",
-                gone,
-                holders=False,
-            )
-            for key, device_id in devices
+            gone_event(_gone_facts(node, key, device_id), ts_ms, gone) for key, device_id in devices
         ]
+
+    def devices(self, view: NodeView, state: NodeState, ts_ms: int) -> Mapping[str, DeviceFacts]:
+        """The node's devices at ``ts_ms`` (:func:`streams.core.flow.nodeview.roster`)."""
+        return self.joins.roster(view, self._scraped(state, ts_ms))
 
     # --- state
 
@@ -161,10 +192,12 @@ class Spine:
             self._pending[node] = new
 
     def flush(self) -> None:
+        """The record's end: the nodes' new states written, the record's idle moves forgotten."""
         for node, state in self._pending.items():
             if self.tables.node_state.get(node) != state:
                 self.tables.node_state[node] = state
         self._pending.clear()
+        self.idle_moved.clear()
 
     def _index(self, partition: int) -> PartitionNodes:
         return self.tables.partition_nodes.get(str(partition), PartitionNodes())
@@ -220,50 +253,40 @@ class Spine:
             )
         return why
 
-    def held(self, node: str, ts_ms: int) -> tuple[HeldDevice, ...]:
+    def held(self, view: NodeView, ts_ms: int) -> tuple[HeldDevice, ...]:
         """The devices pods hold on the node now, with their holders (as the spine's events name
         them) and whether a fresh trusted reading speaks for each."""
         return tuple(
             HeldDevice(event.device_uuid, event.holders, measured=measured)
-            for event, measured in self.allocated(node, ts_ms)
+            for event, measured in self.allocated(view, ts_ms)
         )
 
-    def allocated(self, node: str, ts_ms: int) -> list[tuple[AttributionEvent, bool]]:
+    def allocated(self, view: NodeView, ts_ms: int) -> list[tuple[AttributionEvent, bool]]:
         """Each device pods hold on the node now, described as the spine's events describe it
         (holders, MIG instance), and whether a fresh trusted reading speaks for it."""
-        state = self.state(node)
+        state = self.state(view.node)
         if state is None:
             return []
-        view = read_node(self.tables, node)
         out = []
-        for key, facts in roster(view, self._scraped(state, ts_ms), self.frames).items():
+        for key, facts in self.devices(view, state, ts_ms).items():
             why = self.unknown(view, state, key, ts_ms)
-            event = spine_event(
-                self.tables,
-                view,
-                key,
-                facts,
-                ts_ms,
-                "heartbeat",
-                why or Telemetry(),
-                holders=True,
-                frames=self.frames,
+            event = self.joins.spine_event(
+                self.tables, view, key, facts, ts_ms, "heartbeat", why or Telemetry()
             )
             if event.holders and event.state != "mig-parent":
                 out.append((event, why is None))
         return out
 
-    def holding(self, node: str, ts_ms: int) -> list[HeldNow]:
+    def holding(self, view: NodeView, ts_ms: int) -> list[HeldNow]:
         """Each device pods hold on the node now — its holders as the spine's events name them,
         whether a fresh trusted reading speaks for it — without describing it in full (what a
         node's supply reads on every change of its holders)."""
-        state = self.state(node)
+        state = self.state(view.node)
         if state is None:
             return []
-        view = read_node(self.tables, node)
         out = []
-        for key, facts in roster(view, self._scraped(state, ts_ms), self.frames).items():
-            holders = device_holders(self.tables, view, key, facts, ts_ms, self.frames)
+        for key, facts in self.devices(view, state, ts_ms).items():
+            holders = self.joins.device_holders(self.tables, view, key, facts, ts_ms)
             if holders:
                 measured = self.unknown(view, state, key, ts_ms) is None
                 out.append(
@@ -277,15 +300,14 @@ class Spine:
                 )
         return out
 
-    def allocation(self, node: str, bases: set[str], ts_ms: int) -> list[Event]:
+    def allocation(self, view: NodeView, bases: set[str], ts_ms: int) -> list[Event]:
         """Every device whose holders changed: its holders now; usage not measured since."""
         if not bases:
             return []
-        state = self.state(node)
+        state = self.state(view.node)
         assert state is not None
-        view = read_node(self.tables, node)
         outputs: list[Event] = []
-        for key, facts in roster(view, self._scraped(state, ts_ms), self.frames).items():
+        for key, facts in self.devices(view, state, ts_ms).items():
             if not bases & set(bases_of(view, key)):
                 continue
             why = self.unknown(view, state, key, ts_ms)
@@ -294,33 +316,40 @@ class Spine:
             outputs += self.describe(view, key, facts, ts_ms, "allocation", why, True)
         return outputs
 
-    def beat(self, node: str, ts_ms: int, record: object) -> list[Event]:
-        """The heartbeat: every device no fresh sample speaks for, with its holders and why its
-        usage is unknown. The record that made a beat, processed again, beats again."""
+    def beat_due(self, node: str, ts_ms: int, record: object) -> Beat | None:
+        """The heartbeat the record owes the node, if any: every device no fresh sample speaks
+        for is reported (:meth:`beat`). The record that made a beat, processed again, beats
+        again."""
         state = self.state(node)
         if state is None:
-            return []
+            return None
         due = lifetimes.heartbeat_due(state.heartbeat_ms, ts_ms, self.life)
         beaten_then = any(b.ts_ms == ts_ms for b in state.beats)
         if not due and not beaten_then:
-            return []  # no beat due, none made at this time: no need for the fingerprint
+            return None  # no beat due, none made at this time: no need for the fingerprint
         by = fingerprint(record)
         again = beaten_then and any(b.ts_ms == ts_ms and b.by == by for b in state.beats)
         if not again and not due:
-            return []
-        view = read_node(self.tables, node)
+            return None
+        return Beat(state, by, again)
+
+    def beat(self, view: NodeView, beat: Beat, ts_ms: int) -> list[Event]:
+        """The heartbeat (:meth:`beat_due`): every device no fresh sample speaks for, with its
+        holders and why its usage is unknown."""
+        state = beat.state
         outputs: list[Event] = []
-        for key, facts in roster(view, self._scraped(state, ts_ms), self.frames).items():
+        for key, facts in self.devices(view, state, ts_ms).items():
             why = self.unknown(view, state, key, ts_ms)
             if why is not None:
                 outputs += self.describe(view, key, facts, ts_ms, "heartbeat", why, True)
-        if not again:
-            self.put(node, state, nodestate.beaten(state, ts_ms, by))
+        if not beat.again:
+            self.put(view.node, state, nodestate.beaten(state, ts_ms, beat.by))
         return outputs
 
-    def sync(self, node: str, ts_ms: int) -> list[Event]:
+    def sync(self, view: NodeView, ts_ms: int) -> list[Event]:
         """Devices no source of the node lists any more: their last events and alert state now;
         a departure at this time already applied is emitted again as it was."""
+        node = view.node
         state = self.state(node)
         if state is None:
             return []
@@ -329,8 +358,7 @@ class Spine:
             if d.ts_ms == ts_ms:  # processed again: the same devices leave again
                 outputs += self._gone_events(node, d.devices, ts_ms, DEPARTED)
                 outputs += d.alerts
-        view = read_node(self.tables, node)
-        now = device_ids(roster(view, self._scraped(state, ts_ms), self.frames))
+        now = device_ids(self.devices(view, state, ts_ms))
         present = set(now)
         left = tuple(d for d in state.devices if d not in present)
         if not left:
@@ -370,10 +398,11 @@ class Spine:
         self._put_index(partition, index, index.clocked(ts_ms, self.life.quantum_ms))
         return None
 
-    def tick(self, partition: int, ts_ms: int) -> list[Event]:
-        """Nodes silent too long go stale, then leave (with every key they have) once they are
-        past their TTL at this tick and the accepted one before it; a tick processed again
-        emits what it caused again."""
+    def tick(self, partition: int, ts_ms: int) -> tuple[list[Event], list[Due]]:
+        """What a tick emits again (a tick processed again: what its leaving emitted), and the
+        nodes it finds silent too long, in the partition's order: stale, or leaving (with every
+        key they have) once they are past their TTL at this tick and the accepted one before
+        it. The caller describes them (:meth:`stale`, :meth:`leave`) from their views."""
         index = self._index(partition)
         before = index.tick_before(ts_ms)
         self._put_index(partition, index, index.ticked(ts_ms))
@@ -386,6 +415,7 @@ class Spine:
                     *g.supply,
                 ]
                 outputs.append(NodeStatusRetired(g.node))
+        due: list[Due] = []
         for node in index.nodes:
             state = self.state(node)
             if state is None:
@@ -401,40 +431,50 @@ class Spine:
             if phase == "gone":
                 silent_s = (ts_ms - state.last_ms) / 1000
                 why = f"no record from the node's agent for {silent_s:.0f}s (its TTL)"
-                outputs += self.leave(node, ts_ms, why, partition)
+                due.append(Due(node, state, why))
             elif phase == "stale" and (not state.stale or state.stale_ms == ts_ms):
-                outputs += self._stale(node, state, ts_ms)
-        return outputs
+                due.append(Due(node, state, None))
+        return outputs, due
 
-    def _stale(self, node: str, state: NodeState, ts_ms: int) -> list[Event]:
-        view = read_node(self.tables, node)
+    def stale(self, view: NodeView, state: NodeState, ts_ms: int) -> list[Event]:
+        """The node fell silent: every device's events say so, once."""
         why = telemetry.silent(state.last_ms)
         outputs: list[Event] = []
-        for key, facts in roster(view, self._scraped(state, ts_ms), self.frames).items():
+        for key, facts in self.devices(view, state, ts_ms).items():
             outputs += self.describe(view, key, facts, ts_ms, "stale", why, True)
-        self.put(node, state, replace(state, stale=True, stale_ms=ts_ms))
+        self.put(view.node, state, replace(state, stale=True, stale_ms=ts_ms))
         return outputs
 
-    def leave(self, node: str, ts_ms: int, why: str, partition: int) -> list[Event]:
-        """The node is gone: its devices' last events, its alerts resolved, its node-status
-        retired (a tombstone), every key it has deleted (:func:`streams.core.lifetimes.node_keys`);
-        its partition remembers what went out."""
-        state = self.state(node)
-        if state is None:
-            again = self._index(partition).gone_at(node, ts_ms)
-            if again is None:
-                return []
-            gone_events = self._gone_events(node, again.devices, ts_ms, again.why)
-            return [*gone_events, *again.alerts, *again.supply, NodeStatusRetired(node)]
-        view = read_node(self.tables, node)
+    def left_again(self, node: str, ts_ms: int, partition: int) -> list[Event]:
+        """What the node's leaving at ``ts_ms`` emitted, for a record processed again after it
+        left (nothing if it did not leave then)."""
+        again = self._index(partition).gone_at(node, ts_ms)
+        if again is None:
+            return []
+        gone_events = self._gone_events(node, again.devices, ts_ms, again.why)
+        return [*gone_events, *again.alerts, *again.supply, NodeStatusRetired(node)]
+
+    def leave(
+        self,
+        view: NodeView,
+        state: NodeState,
+        ts_ms: int,
+        why: str,
+        farewell: Sequence[Alert | NodeSupply],
+    ) -> list[Event]:
+        """The node is gone: its devices' last events, its alerts resolved (``farewell``: what
+        its leaving resolves of its node-wide alerts and withdraws of its supply, emitted after
+        its devices'), its node-status retired (a tombstone), every key it has deleted
+        (:func:`streams.core.lifetimes.node_keys`); its partition remembers what went out."""
+        node = view.node
         devices = dict(state.devices)
-        devices.update(dict(device_ids(roster(view, self._scraped(state, ts_ms), self.frames))))
+        devices.update(dict(device_ids(self.devices(view, state, ts_ms))))
         gone = telemetry.gone(why, ts_ms)
         outputs: list[Event] = []
         for key, device_id in sorted(devices.items()):
             facts = _gone_facts(node, key, device_id)
             outputs += self.describe(view, key, facts, ts_ms, "gone", gone, False)
-        outputs += self.node_gone(node, ts_ms, why)  # before its keys go
+        outputs += farewell
         self._forget(node, state, view.index, devices.values())
         index = self._index(state.partition)
         alerts = tuple(o for o in outputs if isinstance(o, Alert))
@@ -472,3 +512,15 @@ class Spine:
         ):
             for key in table_keys:
                 self._drop(key, table)
+
+
+def idle_of(alerts: DeviceAlerts | None) -> Episode | None:
+    """A device's idle episode as its alert state holds it (equal ones: no move to look for; the
+    supply reads only when it began, and whose: :func:`streams.core.demand.supply.idle_since`)."""
+    return alerts.idle if alerts is not None else None
+
+
+def _idle(alerts: DeviceAlerts | None) -> Episode | None:
+    """A device's idle episode, firing or not: whether the supply's word on it moved."""
+    idle = alerts.idle if alerts is not None else None
+    return replace(idle, firing=False) if idle is not None and idle.firing else idle
