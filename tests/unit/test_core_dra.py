@@ -113,7 +113,7 @@ def test_only_the_newest_generation_of_a_pool_counts() -> None:
     ],
 )
 def test_split_row(resource: str, device_id: str, expected: object) -> None:
-    assert split_row(resource, device_id, "dra:") == expected
+    assert split_row(resource, device_id) == expected
 
 
 @pytest.mark.parametrize(

@@ -246,7 +246,7 @@ def test_rows_are_through_dra_when_any_is() -> None:
 
 
 #: modules that still test the path inline; the list only shrinks
-INLINE_DRA_TEST = {"devices/attribution.py", "flow/nodeview.py", "flow/deviceframe.py"}
+INLINE_DRA_TEST: set[str] = set()
 
 
 def test_the_allocation_path_is_told_only_in_allocation() -> None:

@@ -30,7 +30,7 @@ from infra.settings import AlertSettings
 from streams.core.alerts.alerts import DeviceAlerts, step
 from streams.core.alerts.episodes import gap_ended
 from streams.core.flow.processor import Output, Processor, Tables
-from streams.core.flow.tables import alert_key
+from streams.core.keys import alert_key
 from streams.present.promseries import families
 from streams.present.views import Filter, device_row, select
 from tests.unit.test_alerts import ev as alerts_ev

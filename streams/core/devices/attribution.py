@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, DraDevice, ResourceClaimRecord
+from contract.inputs import DcgmSample, DeviceAssignment, DraDevice, ResourceClaimRecord
 from contract.outputs import (
     Activity,
     Allocation,
@@ -40,6 +40,7 @@ from contract.outputs import (
 from contract.records import fast_init
 from infra.settings import AlertSettings
 from streams.core.devices.accounting import Accounting, Held, account, claim_unit, device_id_unit
+from streams.core.devices.allocation import through_dra, via_dra
 from streams.core.devices.dra import ClaimView, DeviceRef, claim_view, split_row
 from streams.core.devices.efficiency import activity
 from streams.core.devices.health import health
@@ -125,7 +126,7 @@ def _holds(
     identity of its pod (``who``, row by row)."""
     out = []
     for a, identity in zip(rows, who, strict=True):
-        if a.resource.startswith(DRA_PREFIX):
+        if via_dra(a.resource):
             view = views.get(a)
             identity = _reserved_identity(a.pod, identity, view)
             unit = claim_unit(
@@ -202,7 +203,7 @@ def _dra_views(
     observers: list[DeviceAssignment] = []
     views: dict[DeviceAssignment, ClaimView | None] = {}
     for a in rows:
-        ref = split_row(a.resource, a.device_id, DRA_PREFIX)
+        ref = split_row(a.resource, a.device_id)
         if ref is None:
             kept.append(a)
             continue
@@ -551,7 +552,7 @@ def _holding(
 ) -> Holding:
     """The device's :class:`Holding` at ``ts_ms`` (``accounted``: with each holder's allocation
     share and each pod's, else without the accounting)."""
-    if not any(a.resource.startswith(DRA_PREFIX) for a in rows):
+    if not through_dra(rows):
         return _plugin_holding(
             tuple(rows),
             _identities(rows, ts_ms, ctx),
@@ -641,7 +642,7 @@ def shape_of(
 ) -> Shape:
     """The :class:`Shape` of a device's events (``rows``: its holder rows as read, DRA observers
     included; ``held``: the holding made from them)."""
-    dra = any(a.resource.startswith(DRA_PREFIX) for a in rows)
+    dra = through_dra(rows)
     allocation: Allocation = "dra" if dra or ctx.dra_device or ctx.unplaced else "device-plugin"
     held_rows, observers, decision = held.rows, held.observers, held.decision
     tenants = held.tenants

@@ -100,14 +100,15 @@ def device_map(slices: Iterable[ResourceSliceRecord]) -> dict[DeviceRef, DraDevi
     }
 
 
-def split_row(resource: str, device_id: str, prefix: str) -> DeviceRef | None:
+def split_row(resource: str, device_id: str) -> DeviceRef | None:
     """``dra:<driver>`` + ``<pool>/<device>`` → (driver, pool, device); pools may hold ``/``."""
-    if not resource.startswith(prefix):
+    driver = dra_name(resource)
+    if driver is None:
         return None
     pool, sep, name = device_id.rpartition("/")
     if not sep or not pool or not name:
         return None
-    return resource.removeprefix(prefix), pool, name
+    return driver, pool, name
 
 
 @fast_init

@@ -23,8 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment
+from contract.inputs import DcgmSample, DeviceAssignment
 from contract.records import fast_init, replace
+from streams.core.devices.allocation import through_dra
 from streams.core.devices.attribution import (
     DeviceContext,
     DeviceFacts,
@@ -35,9 +36,9 @@ from streams.core.devices.attribution import (
     shape_of,
 )
 from streams.core.devices.holders import NodeDevices, SlotHolders
-from streams.core.flow.tables import holder_key
+from streams.core.keys import holder_key, name_key
 from streams.core.memo import keep_newest
-from streams.core.node.pods import PodNames, name_key
+from streams.core.node.pods import PodNames
 
 #: a worker at saturation holds ~13k devices (docs/BENCHMARKS.md): room for them twice over
 MAX_FRAMES = 32_768
@@ -102,7 +103,7 @@ def frame_of(
     holders of ``bases``; ``join``: the context, accounted holding and holder annotations made
     from them), or ``None`` when the join may not be kept: holders unknown, one through a DRA
     claim (claims are read live), or a time the answer still depends on."""
-    if rows is None or any(a.resource.startswith(DRA_PREFIX) for a in rows):
+    if rows is None or through_dra(rows):
         return None
     holder_keys = tuple(holder_key(node, base) for base in bases)
     holder_recs = tuple(map(holders_get, holder_keys))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contract.inputs import DRA_PREFIX, DcgmSample, DeviceAssignment, ResourceClaimRecord
+from contract.inputs import DcgmSample, DeviceAssignment, ResourceClaimRecord
 from contract.outputs import (
     AttributionEvent,
     ExporterMisattribution,
@@ -26,6 +26,7 @@ from contract.outputs import (
 )
 from contract.records import fast_init, replace
 from infra.settings import AlertSettings
+from streams.core.devices.allocation import through_dra, via_dra
 from streams.core.devices.attribution import (
     DeviceContext,
     DeviceFacts,
@@ -48,8 +49,9 @@ from streams.core.devices.identity import EMPTY_INVENTORY, Inventory, device_key
 from streams.core.devices.roster import devices, known_gpus
 from streams.core.devices.sharing import LABEL_PRODUCT, NodeSharing, sharing_from_labels
 from streams.core.flow.deviceframe import Frame, Frames, frame_of
-from streams.core.flow.tables import Tables, claim_key, holder_key
-from streams.core.node.pods import holder_annotations, name_key, resolve
+from streams.core.flow.tables import Tables
+from streams.core.keys import claim_key, holder_key, name_key
+from streams.core.node.pods import holder_annotations, resolve
 from streams.core.node.telemetry import LABEL_HOSTNAME
 from streams.core.stack.operatorstack import telemetry_plane
 
@@ -216,7 +218,7 @@ def _context(
         resolve_pod=view.resolve_pod,
         claim=view.claim,
         dra_devices=view.dra_devices,
-        dra_device=key in view.dra_keys or key.startswith("dra:"),
+        dra_device=key in view.dra_keys or via_dra(key),
         unplaced=unplaced,
         placement_notes=_remembered_notes(index, key),
         holders_note=(
@@ -421,7 +423,7 @@ class Joins:
         if frame is not None:
             return frame
         rows = holder_rows(t, view, key, ts_ms)
-        if not rows or any(a.resource.startswith(DRA_PREFIX) for a in rows):
+        if not rows or through_dra(rows):
             # unknown or DRA: no frame for these (frame_of); nobody: the plain path is cheaper
             return None
         ctx = _context(view, key, facts.gpu_uuid, facts.mig_instance_id, rows)

@@ -58,7 +58,16 @@ from streams.core.devices.identity import (
 from streams.core.devices.sharing import LABEL_PRODUCT
 from streams.core.flow.nodeview import Joins, NodeView, read_node, with_stack
 from streams.core.flow.spine import Spine, fingerprint, idle_of
-from streams.core.flow.tables import Tables, alert_key, claim_key, holder_key
+from streams.core.flow.tables import Tables
+from streams.core.keys import (
+    alert_key,
+    claim_key,
+    holder_key,
+    name_key,
+    partition_key,
+    short_key,
+    short_name,
+)
 from streams.core.lifetimes import CLUSTER_ROLE, Lifetimes
 from streams.core.node import nodestate, telemetry
 from streams.core.node.nodestate import NodeState
@@ -67,11 +76,8 @@ from streams.core.node.pods import (
     PodNames,
     apply_pod,
     apply_pod_list,
-    name_key,
     resolve,
     settle,
-    short_key,
-    short_name,
 )
 from streams.core.stack import nodestack, stackalerts
 from streams.core.stack.nodestack import PartitionPolicies
@@ -263,7 +269,7 @@ class Processor:
         """A ClusterPolicy (published into every partition): kept for the partition; every node
         of the partition judged anew."""
         t = self.tables
-        key = str(partition)
+        key = partition_key(partition)
         old = t.cluster_policies.get(key, PartitionPolicies())
         new = old.apply(record)
         if new != old:
@@ -349,7 +355,7 @@ class Processor:
         without waiting for a new record of the node. A tick processed again sends what it sent
         (:func:`streams.core.stack.nodestack.alert_again`)."""
         t = self.tables
-        index = t.partition_nodes.get(str(partition))
+        index = t.partition_nodes.get(partition_key(partition))
         by = fingerprint(tick)
         outputs: list[Output] = []
         for node in index.nodes if index is not None else ():
@@ -469,7 +475,7 @@ class Processor:
     def _supply_tick(self, tick: ClockTick, partition: int) -> list[Output]:
         """The partition's clock: a node whose readings stopped (stale, silent) no longer calls
         its devices idle, without waiting for a record of its own."""
-        index = self.tables.partition_nodes.get(str(partition))
+        index = self.tables.partition_nodes.get(partition_key(partition))
         outputs: list[Output] = []
         for node in index.nodes if index is not None else ():
             outputs += self._supply(node, tick.ts_ms, tick, False)
@@ -561,7 +567,7 @@ class Processor:
     def _on_claim(self, record: ResourceClaimRecord) -> None:
         t = self.tables
         key = claim_key(record.node, record.namespace, record.name)
-        short = f"{record.namespace}/{record.name}"
+        short = short_name(record.namespace, record.name)
         state = self._state(record.node)
         if record.deleted:
             if key in t.dra_claims:

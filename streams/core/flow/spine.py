@@ -39,7 +39,8 @@ from streams.core.flow.nodeview import (
     gone_event,
     unplaced_reason,
 )
-from streams.core.flow.tables import Tables, alert_key
+from streams.core.flow.tables import Tables
+from streams.core.keys import PER_NODE_TABLES, alert_key, partition_key
 from streams.core.lifetimes import Lifetimes
 from streams.core.node import nodestate, telemetry
 from streams.core.node.nodestate import Departure, GoneNode, NodeState, PartitionNodes
@@ -200,10 +201,10 @@ class Spine:
         self.idle_moved.clear()
 
     def _index(self, partition: int) -> PartitionNodes:
-        return self.tables.partition_nodes.get(str(partition), PartitionNodes())
+        return self.tables.partition_nodes.get(partition_key(partition), PartitionNodes())
 
     def _put_index(self, partition: int, old: PartitionNodes, new: PartitionNodes) -> None:
-        key = str(partition)
+        key = partition_key(partition)
         if new == old:
             return
         if new.nodes or new.gone or new.clock_ms is not None or new.ticks:
@@ -373,7 +374,7 @@ class Spine:
             self._drop(alert_key(node, device_id))
         alerts = tuple(o for o in emitted if isinstance(o, Alert))
         departure = Departure(ts_ms, left, alerts)
-        keep_ms = 2 * self.life.heartbeat_ms
+        keep_ms = self.life.departure_ms
         self.put(node, state, nodestate.departed(state, departure, now, keep_ms))
         return [*outputs, *emitted]
 
@@ -420,14 +421,7 @@ class Spine:
             state = self.state(node)
             if state is None:
                 continue
-            # last_ms lags the node's true last record by up to a quantum: judge it that much
-            # later, so a node is never called silent early
-            judged = state.last_ms + self.life.quantum_ms
-            phase = lifetimes.phase(judged, ts_ms, self.life)
-            if phase == "gone" and (
-                before is None or lifetimes.phase(judged, before, self.life) != "gone"
-            ):
-                phase = "stale"  # past its TTL at one tick only: gone at the next
+            phase = lifetimes.judged_phase(state.last_ms, ts_ms, before, self.life)
             if phase == "gone":
                 silent_s = (ts_ms - state.last_ms) / 1000
                 why = f"no record from the node's agent for {silent_s:.0f}s (its TTL)"
@@ -501,7 +495,7 @@ class Spine:
             device_ids=device_ids,
             claims=state.claims,
         )
-        for table in lifetimes.PER_NODE_TABLES:
+        for table in PER_NODE_TABLES:
             for key in keys.per_node:
                 self._drop(key, table)
         for table, table_keys in (

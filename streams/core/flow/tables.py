@@ -18,9 +18,6 @@ from streams.core.demand.supply import NodeSupplyState
 from streams.core.devices.dra import NodeSlices
 from streams.core.devices.holders import NodeDevices, SlotHolders
 from streams.core.devices.identity import Inventory
-from streams.core.keys import alert_key as alert_key  # where the record's pass imports them
-from streams.core.keys import claim_key as claim_key
-from streams.core.keys import holder_key as holder_key
 from streams.core.node.nodestate import NodeState, PartitionNodes
 from streams.core.node.pods import NodePods, PodNames
 from streams.core.stack.nodestack import NodeStack, PartitionPolicies

@@ -21,9 +21,7 @@ from contract.inputs import OwnerRef, PodListSnapshot, PodRecord
 from contract.outputs import Holder, Workload
 from contract.records import fast_init, replace
 from streams.core.devices.attribution import PodIdentity
-from streams.core.keys import name_key as name_key  # where the record's pass imports them
-from streams.core.keys import short_key as short_key
-from streams.core.keys import short_name as short_name
+from streams.core.keys import name_key
 from streams.core.lifetimes import LIVES_MAX, life_forgotten
 from streams.core.memo import live_memo
 
