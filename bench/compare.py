@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,6 @@ import orjson
 
 from bench import kafka_io
 from bench.fleet import sample_count
-from bench.run import latency, machine, rss_at_scale, steady_changelog, throughput
 
 #: the sides, in the order each repeat runs them
 SIDES = ("old", "new")
@@ -53,6 +52,10 @@ FIGURES: tuple[tuple[str, str, str], ...] = (
     ("latency_80pct_p50_ms", "p50 sample-to-event ms at 80 %", ".0f"),
     ("latency_80pct_p99_ms", "p99 sample-to-event ms at 80 %", ".0f"),
 )
+
+#: one side's figures (:data:`FIGURES`): the arguments, the broker, a work folder, and the tree
+#: its worker runs from (None: this one) — :func:`bench.run.compare_side`
+Measure = Callable[[argparse.Namespace, str, Path, Path | None], Awaitable[dict[str, float]]]
 
 #: runs a git command in this repository: its arguments after ``git``, its standard output
 Git = Callable[[Sequence[str]], str]
@@ -147,43 +150,9 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-async def side(
-    args: argparse.Namespace, bootstrap: str, workdir: Path, code: Path | None
-) -> dict[str, float]:
-    """One side's figures (:data:`FIGURES`): its worker run from ``code`` (None: this tree)."""
-    one = await throughput(
-        bootstrap, args.nodes, args.intervals, 1, workdir, code=code, samples_only=True
-    )
-    big = await rss_at_scale(
-        bootstrap,
-        args.rss_devices,
-        args.intervals,
-        one["rss_bytes"],
-        sample_count(args.nodes, 1),
-        workdir,
-        code=code,
-        samples_only=True,
-    )
-    steady = await steady_changelog(bootstrap, args.nodes, args.intervals, workdir, code)
-    lat = await latency(
-        bootstrap, args.latency_nodes, 0.8 * one["samples_per_s"], args.latency_s, workdir, code
-    )
-    return {
-        "samples_per_s": round(one["samples_per_s"]),
-        "cpu_us_per_sample": round(one["cpu_us_per_sample"], 1),
-        "samples_per_s_10k": big["samples_per_s"],
-        "cpu_us_per_sample_10k": big["cpu_us_per_sample"],
-        "cpu_10k_vs_fleet": round(big["cpu_us_per_sample"] / max(one["cpu_us_per_sample"], 1e-9), 3),
-        "rss_mib": round(one["rss_bytes"] / 2**20, 1),
-        "rss_mib_10k": big["rss_mib"],
-        "changelog_writes_per_sample": steady["writes_per_sample"],
-        "changelog_bytes_per_sample": steady["bytes_per_sample"],
-        "latency_80pct_p50_ms": round(lat["p50_ms"], 1),
-        "latency_80pct_p99_ms": round(lat["p99_ms"], 1),
-    }
-
-
-async def main(args: argparse.Namespace, repo: Path) -> dict[str, Any]:
+async def main(
+    args: argparse.Namespace, repo: Path, measure: Measure, machine: dict[str, Any]
+) -> dict[str, Any]:
     plan = order(args.repeat)
     git = git_in(repo)
     new = git(["rev-parse", "HEAD"]).strip()
@@ -197,7 +166,7 @@ async def main(args: argparse.Namespace, repo: Path) -> dict[str, Any]:
         bootstrap = await kafka_io.broker(stack, args.bootstrap, workdir)
         for n, name in plan:
             before = load()
-            figures = await side(args, bootstrap, workdir, code if name == "old" else None)
+            figures = await measure(args, bootstrap, workdir, code if name == "old" else None)
             run = {
                 "repeat": n + 1,
                 "side": name,
@@ -223,7 +192,7 @@ async def main(args: argparse.Namespace, repo: Path) -> dict[str, Any]:
             "latency_nodes": args.latency_nodes,
             "latency_s": args.latency_s,
         },
-        "machine": machine(),
+        "machine": machine,
         "load_avg_1_5_15_start": load0,
         "load_avg_1_5_15_end": load(),
         "runs": runs,
@@ -243,17 +212,21 @@ def recorded(previous: bytes | None, compared: dict[str, Any]) -> dict[str, Any]
     return {**kept, "compare": compared}
 
 
-def run_and_record(args: argparse.Namespace) -> dict[str, Any]:
+def run_and_record(
+    args: argparse.Namespace, measure: Measure, machine: dict[str, Any]
+) -> dict[str, Any]:
+    """Compare, record the ``compare`` section of ``--out`` and print the table."""
     repo = Path(__file__).resolve().parents[1]
-    compared = asyncio.run(main(args, repo))
+    compared = asyncio.run(main(args, repo, measure, machine))
     previous = args.out.read_bytes() if args.out.exists() else None
     args.out.write_bytes(
         orjson.dumps(recorded(previous, compared), option=orjson.OPT_INDENT_2) + b"\n"
     )
     devices = (compared["fleet"]["devices"], compared["fleet"]["at_scale_devices"])
+    changed = ", with changes" if compared["new"]["uncommitted_changes"] else ""
     print(
         f"\n{args.compare} ({compared['old']['commit'][:9]}) against this tree "
-        f"({compared['new']['commit'][:9]}{', with changes' if compared['new']['uncommitted_changes'] else ''}), "
+        f"({compared['new']['commit'][:9]}{changed}), "
         f"{args.repeat} run(s) each, alternating; load {compared['load_avg_1_5_15_start']} "
         f"at start, {compared['load_avg_1_5_15_end']} at end"
     )

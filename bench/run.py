@@ -31,7 +31,7 @@ import orjson
 import psutil
 from aiokafka import AIOKafkaConsumer
 
-from bench import kafka_io
+from bench import compare, kafka_io
 from bench.fleet import UtilTrace, fleet, sample_count, scrape, setup, stream
 from contract import codec
 from contract.inputs import DcgmScrape, InputRecord, PodRecord
@@ -289,6 +289,11 @@ async def rss_at_scale(
         "samples_per_s": round(run["samples_per_s"]),
         "cpu_us_per_sample": round(run["cpu_us_per_sample"], 1),
     }
+
+
+def cpu_growth(at_scale_us: float, at_fleet_us: float) -> float:
+    """How the worker's CPU per sample grows with the fleet: at scale over the bench fleet."""
+    return round(at_scale_us / max(at_fleet_us, 1e-9), 3)
 
 
 #: scrapes per node before the steady changelog row counts: the devices' first sight and the
@@ -661,8 +666,8 @@ async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> di
         "worker_rss_mib": round(one["rss_bytes"] / 2**20, 1),
         "worker_rss_at_10k": big,
         # how the cost per sample grows with the fleet (sizing by devices per worker reads it)
-        "cpu_per_sample_10k_vs_fleet": round(
-            big["cpu_us_per_sample"] / max(one["cpu_us_per_sample"], 1e-9), 3
+        "cpu_per_sample_10k_vs_fleet": cpu_growth(
+            big["cpu_us_per_sample"], one["cpu_us_per_sample"]
         ),
         "worker_rss_with_churn": churned,
         "agent_per_node": agent,
@@ -742,6 +747,43 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+async def compare_side(
+    args: argparse.Namespace, bootstrap: str, workdir: Path, code: Path | None
+) -> dict[str, float]:
+    """One side of ``--compare`` (:data:`bench.compare.FIGURES`): its worker run from ``code``
+    (None: this tree). The events timed are the samples' alone (any version emits them)."""
+    one = await throughput(
+        bootstrap, args.nodes, args.intervals, 1, workdir, code=code, samples_only=True
+    )
+    big = await rss_at_scale(
+        bootstrap,
+        args.rss_devices,
+        args.intervals,
+        one["rss_bytes"],
+        sample_count(args.nodes, 1),
+        workdir,
+        code=code,
+        samples_only=True,
+    )
+    steady = await steady_changelog(bootstrap, args.nodes, args.intervals, workdir, code)
+    lat = await latency(
+        bootstrap, args.latency_nodes, 0.8 * one["samples_per_s"], args.latency_s, workdir, code
+    )
+    return {
+        "samples_per_s": round(one["samples_per_s"]),
+        "cpu_us_per_sample": round(one["cpu_us_per_sample"], 1),
+        "samples_per_s_10k": big["samples_per_s"],
+        "cpu_us_per_sample_10k": big["cpu_us_per_sample"],
+        "cpu_10k_vs_fleet": cpu_growth(big["cpu_us_per_sample"], one["cpu_us_per_sample"]),
+        "rss_mib": round(one["rss_bytes"] / 2**20, 1),
+        "rss_mib_10k": big["rss_mib"],
+        "changelog_writes_per_sample": steady["writes_per_sample"],
+        "changelog_bytes_per_sample": steady["bytes_per_sample"],
+        "latency_80pct_p50_ms": round(lat["p50_ms"], 1),
+        "latency_80pct_p99_ms": round(lat["p99_ms"], 1),
+    }
+
+
 def parser() -> argparse.ArgumentParser:
     """``python -m bench.run``'s arguments (``--compare REV``: :mod:`bench.compare`)."""
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
@@ -778,8 +820,6 @@ def run_and_record(args: argparse.Namespace) -> dict[str, Any]:
 if __name__ == "__main__":
     cli_args = parser().parse_args()
     if cli_args.compare:
-        from bench import compare
-
-        compare.run_and_record(cli_args)
+        compare.run_and_record(cli_args, compare_side, machine())
     else:
         run_and_record(cli_args)
