@@ -200,16 +200,26 @@ async def main(
     }
 
 
-def recorded(previous: bytes | None, compared: dict[str, Any]) -> dict[str, Any]:
-    """The results file with ``compared`` as its ``compare`` section, the rest kept (an
-    ordinary run's figures); a missing or unreadable file starts empty."""
-    kept: dict[str, Any] = {}
+def kept(previous: bytes | None) -> dict[str, Any]:
+    """A results file's content; a missing or unreadable one is empty."""
     if previous:
         with contextlib.suppress(orjson.JSONDecodeError):
             loaded = orjson.loads(previous)
             if isinstance(loaded, dict):
-                kept = loaded
-    return {**kept, "compare": compared}
+                return loaded
+    return {}
+
+
+def recorded(previous: bytes | None, compared: dict[str, Any]) -> dict[str, Any]:
+    """The results file with ``compared`` as its ``compare`` section, the rest kept (an
+    ordinary run's figures)."""
+    return {**kept(previous), "compare": compared}
+
+
+def ordinary(previous: bytes | None, result: dict[str, Any]) -> dict[str, Any]:
+    """The results file of an ordinary run: its ``result``, and the ``compare`` section kept."""
+    section = kept(previous).get("compare")
+    return result if section is None else {**result, "compare": section}
 
 
 def run_and_record(

@@ -808,9 +808,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run_and_record(args: argparse.Namespace) -> dict[str, Any]:
-    """The ordinary run: every figure, ``--repeat`` times; the JSON is all of ``--out``."""
+    """The ordinary run: every figure, ``--repeat`` times, written to ``--out`` (its
+    ``compare`` section kept)."""
     result = asyncio.run(main(args))
-    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    previous = args.out.read_bytes() if args.out.exists() else None
+    recorded = compare.ordinary(previous, result)
+    args.out.write_bytes(orjson.dumps(recorded, option=orjson.OPT_INDENT_2) + b"\n")
     print(f"median of {args.repeat} run(s) [min, max]:")
     for key in FIGURES:
         print(f"  {key:<38} {result['median'][key]:>12,.3f}  {result['spread'][key]}")

@@ -165,6 +165,13 @@ def test_the_compare_section_replaces_only_itself(
     orjson.dumps(got)  # what is written
 
 
+def test_an_ordinary_run_keeps_the_compare_section() -> None:
+    previous = b'{"runs": [1], "compare": {"old": 1}}'
+    assert compare.ordinary(previous, {"runs": [2]}) == {"runs": [2], "compare": {"old": 1}}
+    assert compare.ordinary(b'{"runs": [1]}', {"runs": [2]}) == {"runs": [2]}
+    assert compare.ordinary(None, {"runs": [2]}) == {"runs": [2]}
+
+
 def test_the_node_stages_changelogs_are_the_apps_but_the_demand_stages() -> None:
     app = "bs1a2b3c.worker"
     names = [
