@@ -1,10 +1,14 @@
 """``python -m bench.run``: worker throughput vs a raw Kafka passthrough, latency at 50 % and
-80 % of saturation, worker CPU and RSS, agent cost, and two workers against one — on real Kafka.
+80 % of saturation, worker CPU and RSS (at the bench fleet and at ``--rss-devices``), the
+changelogs' writes and bytes per sample in steady state, agent cost, and two workers against
+one — on real Kafka.
 
 Samples/s counts GPU readings (a ``dcgm.scrape`` record carries every device of a node). The
 passthrough moves the same input records with the worker's producer settings. ``--repeat N``
 runs everything N times on one broker and prints each figure's median and spread; the JSON
-(``--out``, default ``bench/results.json``) holds every run, the medians and the machine.
+(``--out``, default ``bench/results.json``) holds every run, the medians and the machine (its
+``compare`` section kept). ``--compare REV`` runs REV's worker against this tree's instead,
+alternating (:mod:`bench.compare`).
 """
 
 from __future__ import annotations
