@@ -113,7 +113,7 @@ def summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if not all(by_side.values()):
         raise ValueError("a comparison needs at least one run of each side")
     median = {
-        side: {k: round(statistics.median(f[k] for f in figs), 3) for k, _, _ in FIGURES}
+        side: {k: round(statistics.median(f[k] for f in figs), 4) for k, _, _ in FIGURES}
         for side, figs in by_side.items()
     }
     pairs = list(zip(by_side["old"], by_side["new"], strict=False))
