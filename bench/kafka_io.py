@@ -224,3 +224,80 @@ async def wait_count(bootstrap: str, topic: str, expected: int, timeout_s: float
         if time.monotonic() > deadline:
             raise TimeoutError(f"{topic}: fewer than {expected} records after {timeout_s:.0f}s")
         await asyncio.sleep(0.2)
+
+
+async def topics(bootstrap: str) -> set[str]:
+    """The names of every topic on the broker."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        return set(await consumer.topics())
+    finally:
+        await consumer.stop()
+
+
+Ends = dict[TopicPartition, int]
+
+
+async def end_offsets(bootstrap: str, names: Iterable[str]) -> Ends:
+    """Every partition's end offset of the topics ``names``."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        tps = [
+            TopicPartition(name, p)
+            for name in sorted(names)
+            for p in sorted(await consumer._client._wait_on_metadata(name))
+        ]
+        return dict(await consumer.end_offsets(tps)) if tps else {}
+    finally:
+        await consumer.stop()
+
+
+async def settled_ends(
+    bootstrap: str, names: Iterable[str], quiet_s: float = 1.5, timeout_s: float = 15.0
+) -> Ends:
+    """End offsets once they stop moving for ``quiet_s`` (a producer's buffered writes are
+    out), or as they are after ``timeout_s`` (a writer that never stops)."""
+    wanted = sorted(names)
+    deadline = time.monotonic() + timeout_s
+    ends = await end_offsets(bootstrap, wanted)
+    still = time.monotonic()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.3)
+        now = await end_offsets(bootstrap, wanted)
+        if now != ends:
+            ends, still = now, time.monotonic()
+        elif time.monotonic() - still >= quiet_s:
+            break
+    return ends
+
+
+async def bytes_between(bootstrap: str, before: Ends, after: Ends) -> int:
+    """The key and value bytes of the records between two readings of end offsets (a
+    tombstone counts its key)."""
+    spans = {tp: (before.get(tp, 0), end) for tp, end in after.items() if end > before.get(tp, 0)}
+    if not spans:
+        return 0
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, max_partition_fetch_bytes=1 << 22
+    )
+    await consumer.start()
+    total = 0
+    try:
+        consumer.assign(list(spans))
+        for tp, (start, _) in spans.items():
+            consumer.seek(tp, start)
+        pending = set(spans)
+        while pending:
+            batch = await consumer.getmany(*pending, timeout_ms=500, max_records=10_000)
+            for tp, msgs in batch.items():
+                end = spans[tp][1]
+                total += sum(
+                    len(m.key or b"") + len(m.value or b"") for m in msgs if m.offset < end
+                )
+                if msgs and msgs[-1].offset >= end - 1:
+                    pending.discard(tp)
+    finally:
+        await consumer.stop()
+    return total

@@ -1,10 +1,14 @@
 """``python -m bench.run``: worker throughput vs a raw Kafka passthrough, latency at 50 % and
-80 % of saturation, worker CPU and RSS, agent cost, and two workers against one — on real Kafka.
+80 % of saturation, worker CPU and RSS (at the bench fleet and at ``--rss-devices``), the
+changelogs' writes and bytes per sample in steady state, agent cost, and two workers against
+one — on real Kafka.
 
 Samples/s counts GPU readings (a ``dcgm.scrape`` record carries every device of a node). The
 passthrough moves the same input records with the worker's producer settings. ``--repeat N``
 runs everything N times on one broker and prints each figure's median and spread; the JSON
-(``--out``, default ``bench/results.json``) holds every run, the medians and the machine.
+(``--out``, default ``bench/results.json``) holds every run, the medians and the machine (its
+``compare`` section kept). ``--compare REV`` runs REV's worker against this tree's instead,
+alternating (:mod:`bench.compare`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import argparse
 import asyncio
 import bisect
 import contextlib
+import functools
 import os
 import platform
 import random
@@ -30,12 +35,12 @@ import orjson
 import psutil
 from aiokafka import AIOKafkaConsumer
 
-from bench import kafka_io
+from bench import compare, kafka_io
 from bench.fleet import UtilTrace, fleet, sample_count, scrape, setup, stream
 from contract import codec
-from contract.inputs import InputRecord, PodRecord
+from contract.inputs import DcgmScrape, InputRecord, PodRecord
 from contract.outputs import AttributionEvent
-from contract.topics import TABLES
+from contract.topics import DEMAND_TABLES, TABLES
 from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
 from infra.settings import KafkaSettings
@@ -120,10 +125,14 @@ def app_id(kafka: KafkaSettings) -> str:
     return kafka.topic_prefix + "worker"
 
 
-def worker_children(kafka: KafkaSettings, n: int, workdir: Path, **settings: object) -> list[Child]:
+def worker_children(
+    kafka: KafkaSettings, n: int, workdir: Path, code: Path | None = None, **settings: object
+) -> list[Child]:
     """``n`` worker processes on ``kafka``'s topics (not started), with the bench's alert
     windows; ``settings``: more of the worker's settings, as :func:`settings_env` takes them.
-    Each logs to ``worker-<i>.log`` in a folder of ``workdir`` named by the topics' prefix."""
+    Each logs to ``worker-<i>.log`` in a folder of ``workdir`` named by the topics' prefix.
+    ``code``: the source tree the workers run from (another commit's checkout; its folder and
+    ``PYTHONPATH``, the same interpreter), None: this one."""
     env = settings_env(
         KAFKA_BOOTSTRAP=kafka.bootstrap,
         KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
@@ -133,12 +142,15 @@ def worker_children(kafka: KafkaSettings, n: int, workdir: Path, **settings: obj
         **settings,
     )
     env.update(ALERTS)
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     return [
         Child(
             f"worker-{i}",
             ["worker"],
             {**env, "GPUATTR_WORKER_DATA_DIR": str(workdir / f"{kafka.topic_prefix}{i}")},
             workdir / kafka.topic_prefix.rstrip(".") / f"worker-{i}.log",
+            cwd=code,
         )
         for i in range(n)
     ]
@@ -155,14 +167,18 @@ def attribution_events(records: Iterable[object]) -> list[AttributionEvent]:
     ]
 
 
-def expected_events(nodes: int, intervals: int) -> set[tuple[str, str, int, str]]:
+@functools.cache
+def expected_events(
+    nodes: int, intervals: int, samples_only: bool = False
+) -> frozenset[tuple[str, str, int, str]]:
     """The attribution events the worker emits for the fleet's stream: one per GPU sample, and
-    the allocation spine's (allocation changes, heartbeats)."""
+    the allocation spine's (allocation changes, heartbeats); ``samples_only``: the samples'
+    alone (what any version of the worker emits, whatever its spine decides)."""
     events = attribution_events(stream(nodes, intervals, start_ms=START_MS))
-    wanted = [event.identity() for event in events]
+    wanted = [e.identity() for e in events if not samples_only or e.origin == "sample"]
     if len(wanted) != len(set(wanted)):
         raise RuntimeError("two attribution events of one run share an identity")
-    return set(wanted)
+    return frozenset(wanted)
 
 
 def _identity(raw: bytes) -> tuple[str, str, int, str]:
@@ -179,13 +195,17 @@ async def throughput(
     workers: int,
     workdir: Path,
     timeout_s: float = 600,
+    code: Path | None = None,
+    samples_only: bool = False,
 ) -> dict[str, Any]:
-    """Load the input first, then start the workers: they run at saturation until done."""
+    """Load the input first, then start the workers: they run at saturation until done.
+    ``code``: the tree the workers run from (:func:`worker_children`); ``samples_only``: the
+    events waited for and timed are the samples' alone (:func:`expected_events`)."""
     samples = sample_count(nodes, intervals)
-    wanted = expected_events(nodes, intervals)
+    wanted = expected_events(nodes, intervals, samples_only)
     expected = len(wanted)
     kafka, inputs = await preloaded(bootstrap, f"w{workers}", nodes, intervals)
-    children = worker_children(kafka, workers, workdir)
+    children = worker_children(kafka, workers, workdir, code)
     for c in children:
         await c.start()
     cpu = CpuClock([c.proc.pid for c in children if c.proc])
@@ -214,7 +234,8 @@ async def throughput(
     # again after a rebalance is not new work). The events after the first are the work in it.
     made: dict[tuple[str, str, int, str], int] = {}
     for ts, value in stamped:
-        made.setdefault(_identity(value), ts)
+        if (identity := _identity(value)) in wanted:
+            made.setdefault(identity, ts)
     first_ms, last_ms = min(made.values()), max(made.values())
     span_s = max(last_ms - first_ms, 1) / 1000  # the stamps' resolution is 1 ms
     first = first_ms / 1000 + wall_to_monotonic
@@ -248,6 +269,8 @@ async def rss_at_scale(
     small_rss: int,
     small_devices: int,
     workdir: Path,
+    code: Path | None = None,
+    samples_only: bool = False,
 ) -> dict[str, float]:
     """The worker's RSS measured on a fleet of at least ``devices`` devices (all of its state
     built: every input processed), not extrapolated; the growth per 1,000 devices from the
@@ -256,7 +279,9 @@ async def rss_at_scale(
     nodes = 1
     while sample_count(nodes, 1) < devices:
         nodes += 1
-    run = await throughput(bootstrap, nodes, intervals, 1, workdir)
+    run = await throughput(
+        bootstrap, nodes, intervals, 1, workdir, code=code, samples_only=samples_only
+    )
     big = sample_count(nodes, 1)
     grown = (run["rss_bytes"] - small_rss) / 2**20 / max(big - small_devices, 1) * 1000
     return {
@@ -267,6 +292,80 @@ async def rss_at_scale(
         # the same worker's rate and cost at this size: what sizing by devices per worker reads
         "samples_per_s": round(run["samples_per_s"]),
         "cpu_us_per_sample": round(run["cpu_us_per_sample"], 1),
+    }
+
+
+def cpu_growth(at_scale_us: float, at_fleet_us: float) -> float:
+    """How the worker's CPU per sample grows with the fleet: at scale over the bench fleet."""
+    return round(at_scale_us / max(at_fleet_us, 1e-9), 3)
+
+
+#: scrapes per node before the steady changelog row counts: the devices' first sight and the
+#: idle episodes of idle devices starting and firing (as :func:`bench.core.steady_writes`)
+STEADY_WARM_INTERVALS = 6
+
+
+def node_changelogs(names: Iterable[str], app: str) -> list[str]:
+    """The changelog topics of worker app ``app`` among ``names``, but the demand stage's:
+    the node-keyed stage's tables, whichever the worker's version has."""
+    demand = {f"{app}-{name}-changelog" for name in DEMAND_TABLES.values()}
+    return sorted(
+        n for n in names if n.startswith(f"{app}-") and n.endswith("-changelog") and n not in demand
+    )
+
+
+async def steady_changelog(
+    bootstrap: str,
+    nodes: int,
+    intervals: int,
+    workdir: Path,
+    code: Path | None = None,
+    timeout_s: float = 600,
+) -> dict[str, float]:
+    """What the node-keyed stage writes to its changelogs per GPU sample in steady state: a
+    fleet without pod churn whose devices keep their levels. One worker reads the warm-up
+    (:data:`STEADY_WARM_INTERVALS` scrapes per node) and settles; the changelogs' end offsets
+    are read, then ``intervals`` more scrapes per node are produced and read, and the end
+    offsets read again: the records between them, counted and their key and value bytes
+    summed, over the samples of those scrapes."""
+    records = list(
+        stream(nodes, STEADY_WARM_INTERVALS + intervals, start_ms=START_MS, churn_every=0, switch=0)
+    )
+    first = next(i for i, r in enumerate(records) if isinstance(r, DcgmScrape))
+    warm = first + nodes * STEADY_WARM_INTERVALS
+
+    def sampled(part: list[InputRecord]) -> frozenset[tuple[str, str, int, str]]:
+        return frozenset(e.identity() for e in attribution_events(part) if e.origin == "sample")
+
+    kafka = await prepared(bootstrap, "s")
+    topic = kafka.topic("attribution")
+    await kafka_io.produce(bootstrap, kafka.topic("node-events"), records[:warm])
+    [child] = worker_children(kafka, 1, workdir, code)
+    await child.start()
+    try:
+        await kafka_io.wait_covered(
+            bootstrap, topic, sampled(records[:warm]), _identity, timeout_s=timeout_s
+        )
+        names = node_changelogs(await kafka_io.topics(bootstrap), app_id(kafka))
+        before = await kafka_io.settled_ends(bootstrap, names)
+        await kafka_io.produce(bootstrap, kafka.topic("node-events"), records[warm:])
+        await kafka_io.wait_covered(
+            bootstrap, topic, sampled(records), _identity, timeout_s=timeout_s
+        )
+        names = node_changelogs(await kafka_io.topics(bootstrap), app_id(kafka))
+        after = await kafka_io.settled_ends(bootstrap, names)
+        size = await kafka_io.bytes_between(bootstrap, before, after)
+    finally:
+        await child.stop()
+    writes = sum(end - before.get(tp, 0) for tp, end in after.items())
+    samples = sample_count(nodes, intervals)
+    return {
+        "nodes": nodes,
+        "intervals": intervals,
+        "samples": samples,
+        "tables": len(names),
+        "writes_per_sample": round(writes / samples, 4),
+        "bytes_per_sample": round(size / samples, 1),
     }
 
 
@@ -320,7 +419,7 @@ async def rss_with_churn(
 
 
 async def latency(
-    bootstrap: str, nodes: int, rate: float, seconds: float, workdir: Path
+    bootstrap: str, nodes: int, rate: float, seconds: float, workdir: Path, code: Path | None = None
 ) -> dict[str, float]:
     """Paced samples stamped with wall time; latency = arrival on the output topic - ts_ms."""
     kafka = await prepared(bootstrap, "lat")
@@ -339,7 +438,7 @@ async def latency(
         auto_offset_reset="latest",
     )
     await consumer.start()
-    children = worker_children(kafka, 1, workdir)
+    children = worker_children(kafka, 1, workdir, code)
     await children[0].start()
     lat: list[float] = []
 
@@ -447,6 +546,8 @@ FIGURES = (
     "ratio_to_like_for_like",
     "worker_cpu_us_per_sample",
     "changelog_writes_per_sample",
+    "steady_changelog.writes_per_sample",
+    "steady_changelog.bytes_per_sample",
     "two_workers_samples_per_s",
     "two_vs_one",
     "latency_50pct.p99_ms",
@@ -457,6 +558,7 @@ FIGURES = (
     "worker_rss_at_10k.mib_per_1k_devices",
     "worker_rss_at_10k.samples_per_s",
     "worker_rss_at_10k.cpu_us_per_sample",
+    "cpu_per_sample_10k_vs_fleet",
     "worker_rss_with_churn.rss_half_mib",
     "worker_rss_with_churn.rss_end_mib",
     "worker_rss_with_churn.mib_per_1k_lifecycles",
@@ -536,6 +638,7 @@ async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> di
         bootstrap, args.rss_devices, args.intervals, one["rss_bytes"], devices, workdir
     )
     churned = await rss_with_churn(bootstrap, args.churn_nodes, args.churn_intervals, workdir)
+    steady = await steady_changelog(bootstrap, args.nodes, args.intervals, workdir)
     input_rate = sat * one["inputs"] / one["samples"]  # all input records, setup and churn too
     return {
         "fleet": {
@@ -554,6 +657,7 @@ async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> di
         "ratio_to_like_for_like": round(sat / raw_samples, 3),
         "worker_cpu_us_per_sample": round(one["cpu_us_per_sample"], 1),
         "changelog_writes_per_sample": round(one["changelog_writes_per_sample"], 3),
+        "steady_changelog": steady,
         "alerts": one["alerts"],
         "two_workers_samples_per_s": round(two["samples_per_s"]),
         "two_vs_one": round(two["samples_per_s"] / sat, 2),
@@ -565,6 +669,10 @@ async def one_run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> di
         "latency_80pct": lat80,
         "worker_rss_mib": round(one["rss_bytes"] / 2**20, 1),
         "worker_rss_at_10k": big,
+        # how the cost per sample grows with the fleet (sizing by devices per worker reads it)
+        "cpu_per_sample_10k_vs_fleet": cpu_growth(
+            big["cpu_us_per_sample"], one["cpu_us_per_sample"]
+        ),
         "worker_rss_with_churn": churned,
         "agent_per_node": agent,
     }
@@ -583,6 +691,12 @@ def table(r: dict[str, Any]) -> str:
             f"({r['one_worker_input_records_per_s']} input records/s), "
             f"{r['worker_cpu_us_per_sample']} µs CPU per sample, {r['alerts']} alerts, "
             f"{r['changelog_writes_per_sample']} changelog writes per sample",
+        ),
+        (
+            "changelog, steady state",
+            f"{r['steady_changelog']['writes_per_sample']} writes and "
+            f"{r['steady_changelog']['bytes_per_sample']} bytes per sample "
+            f"({r['steady_changelog']['tables']} node tables; no churn, levels kept)",
         ),
         ("raw aiokafka passthrough", f"{r['raw_passthrough_records_per_s']} records/s"),
         ("ratio to raw", f"{r['ratio_to_raw']}"),
@@ -614,7 +728,8 @@ def table(r: dict[str, Any]) -> str:
             f"devices ({r['worker_rss_at_10k']['nodes']} nodes, measured); "
             f"{r['worker_rss_at_10k']['mib_per_1k_devices']} MiB per 1,000 devices more; "
             f"{r['worker_rss_at_10k']['samples_per_s']} samples/s at "
-            f"{r['worker_rss_at_10k']['cpu_us_per_sample']} µs CPU per sample there",
+            f"{r['worker_rss_at_10k']['cpu_us_per_sample']} µs CPU per sample there "
+            f"({r['cpu_per_sample_10k_vs_fleet']}x the fleet's)",
         ),
         (
             "worker RSS with churn",
@@ -636,22 +751,82 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", default=None)
-    parser.add_argument("--nodes", type=int, default=250)
-    parser.add_argument("--intervals", type=int, default=8)
-    parser.add_argument("--latency-nodes", type=int, default=50)
-    parser.add_argument("--latency-s", type=float, default=20.0)
-    parser.add_argument("--agent-s", type=float, default=30.0)
-    parser.add_argument("--rss-devices", type=int, default=10_000)
-    parser.add_argument("--churn-nodes", type=int, default=50)
-    parser.add_argument("--churn-intervals", type=int, default=80)
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=Path("bench/results.json"))
-    args = parser.parse_args()
+async def compare_side(
+    args: argparse.Namespace, bootstrap: str, workdir: Path, code: Path | None
+) -> dict[str, float]:
+    """One side of ``--compare`` (:data:`bench.compare.FIGURES`): its worker run from ``code``
+    (None: this tree). The events timed are the samples' alone (any version emits them)."""
+    one = await throughput(
+        bootstrap, args.nodes, args.intervals, 1, workdir, code=code, samples_only=True
+    )
+    big = await rss_at_scale(
+        bootstrap,
+        args.rss_devices,
+        args.intervals,
+        one["rss_bytes"],
+        sample_count(args.nodes, 1),
+        workdir,
+        code=code,
+        samples_only=True,
+    )
+    steady = await steady_changelog(bootstrap, args.nodes, args.intervals, workdir, code)
+    lat = await latency(
+        bootstrap, args.latency_nodes, 0.8 * one["samples_per_s"], args.latency_s, workdir, code
+    )
+    return {
+        "samples_per_s": round(one["samples_per_s"]),
+        "cpu_us_per_sample": round(one["cpu_us_per_sample"], 1),
+        "samples_per_s_10k": big["samples_per_s"],
+        "cpu_us_per_sample_10k": big["cpu_us_per_sample"],
+        "cpu_10k_vs_fleet": cpu_growth(big["cpu_us_per_sample"], one["cpu_us_per_sample"]),
+        "rss_mib": round(one["rss_bytes"] / 2**20, 1),
+        "rss_mib_10k": big["rss_mib"],
+        "changelog_writes_per_sample": steady["writes_per_sample"],
+        "changelog_bytes_per_sample": steady["bytes_per_sample"],
+        "latency_80pct_p50_ms": round(lat["p50_ms"], 1),
+        "latency_80pct_p99_ms": round(lat["p99_ms"], 1),
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    """``python -m bench.run``'s arguments (``--compare REV``: :mod:`bench.compare`)."""
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    p.add_argument("--bootstrap", default=None)
+    p.add_argument("--nodes", type=int, default=250)
+    p.add_argument("--intervals", type=int, default=8)
+    p.add_argument("--latency-nodes", type=int, default=50)
+    p.add_argument("--latency-s", type=float, default=20.0)
+    p.add_argument("--agent-s", type=float, default=30.0)
+    p.add_argument("--rss-devices", type=int, default=10_000)
+    p.add_argument("--churn-nodes", type=int, default=50)
+    p.add_argument("--churn-intervals", type=int, default=80)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument(
+        "--compare",
+        metavar="REV",
+        default=None,
+        help="also build REV's worker (a temporary git worktree) and alternate the two",
+    )
+    p.add_argument("--out", type=Path, default=Path("bench/results.json"))
+    return p
+
+
+def run_and_record(args: argparse.Namespace) -> dict[str, Any]:
+    """The ordinary run: every figure, ``--repeat`` times, written to ``--out`` (its
+    ``compare`` section kept)."""
     result = asyncio.run(main(args))
-    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    previous = args.out.read_bytes() if args.out.exists() else None
+    recorded = compare.ordinary(previous, result)
+    args.out.write_bytes(orjson.dumps(recorded, option=orjson.OPT_INDENT_2) + b"\n")
     print(f"median of {args.repeat} run(s) [min, max]:")
     for key in FIGURES:
-        print(f"  {key:<34} {result['median'][key]:>12,.3f}  {result['spread'][key]}")
+        print(f"  {key:<38} {result['median'][key]:>12,.3f}  {result['spread'][key]}")
+    return result
+
+
+if __name__ == "__main__":
+    cli_args = parser().parse_args()
+    if cli_args.compare:
+        compare.run_and_record(cli_args, compare_side, machine())
+    else:
+        run_and_record(cli_args)

@@ -33,7 +33,7 @@ async def main(rounds: int) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def _rounds(rounds: int, wanted: set[tuple[str, str, int, str]], workdir: Path) -> None:
+async def _rounds(rounds: int, wanted: frozenset[tuple[str, str, int, str]], workdir: Path) -> None:
     async with LocalKafka(LocalKafkaConfig(data_dir=workdir / "kafka", heap_mb=1024)) as broker:
         bootstrap = broker.bootstrap
         for n in range(rounds):

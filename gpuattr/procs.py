@@ -21,9 +21,16 @@ class Child:
     """A ``gpuattr`` subcommand run as its own process, its output in a log file."""
 
     def __init__(
-        self, name: str, args: Sequence[str], env: Mapping[str, str], log_path: Path
+        self,
+        name: str,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        log_path: Path,
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
+        #: where it runs (``python -m`` imports from there first); None: this process's folder
+        self.cwd = cwd
         self.args = list(args)
         self.env = {**os.environ, **env}
         self.log_path = log_path
@@ -39,6 +46,7 @@ class Child:
             "gpuattr.cli",
             *self.args,
             env=self.env,
+            cwd=self.cwd,
             stdout=self._log,
             stderr=asyncio.subprocess.STDOUT,
             stdin=asyncio.subprocess.DEVNULL,
