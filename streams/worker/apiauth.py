@@ -27,11 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client
-from kubernetes_asyncio.config import ConfigException
 from pydantic import SecretStr
 
-from infra.kube import make_api_client
 from infra.settings import ApiSettings, KubeSettings
 
 log = logging.getLogger(__name__)
@@ -141,6 +138,19 @@ class KubeReview:
     client is made at the first review (``connect``), inside the worker's event loop."""
 
     def __init__(self, connect: Callable[[], Awaitable[Any]]) -> None:
+        # the Kubernetes client is ~40 MiB of a worker's RSS: loaded only where reviews are on
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.config import ConfigException
+
+        self._client = client
+        #: what a failed review raises (no in-cluster account, no kubeconfig: tried again next time)
+        self._failures: tuple[type[BaseException], ...] = (
+            client.ApiException,
+            ConfigException,
+            aiohttp.ClientError,
+            OSError,
+            TimeoutError,
+        )
         self._connect = connect
         self._lock = asyncio.Lock()
         self._apis: tuple[Any, Any] | None = None
@@ -149,6 +159,7 @@ class KubeReview:
         async with self._lock:
             if self._apis is None:
                 api = await self._connect()
+                client = self._client
                 self._apis = (client.AuthenticationV1Api(api), client.AuthorizationV1Api(api))
             return self._apis
 
@@ -161,13 +172,7 @@ class KubeReview:
                 return WRONG_TOKEN
             spec = {**subject, "resourceAttributes": QUERY_API}
             access = await authz.create_subject_access_review({"spec": spec})
-        except (
-            client.ApiException,
-            ConfigException,  # no in-cluster account, no kubeconfig: tried again next time
-            aiohttp.ClientError,
-            OSError,
-            TimeoutError,
-        ) as exc:
+        except self._failures as exc:
             log.error("the API server did not review a query-API token: %r", exc)
             return Verdict(503, "the API server could not review the token")
         if access.status is not None and access.status.allowed:
@@ -177,7 +182,11 @@ class KubeReview:
 
 def guard_for(api: ApiSettings, kube: KubeSettings) -> ApiGuard:
     """The query API's guard from its settings (the API server's reviews with ``kube_auth``)."""
-    review = KubeReview(lambda: make_api_client(kube)) if api.kube_auth else None
+    review = None
+    if api.kube_auth:
+        from infra.kube import make_api_client
+
+        review = KubeReview(lambda: make_api_client(kube))
     guard = ApiGuard(api.token, review, api.decision_ttl_s)
     if not guard.configured:
         log.warning(
