@@ -115,6 +115,11 @@ class Codec:
             cls: {} for cls in self._shared
         }
         self._fields: dict[type[Any], tuple[str, ...]] = {}
+        # per record type: the envelope's bytes, which never change, made once
+        self._heads: dict[type[Any], bytes] = {
+            rt.cls: b'{"schema":' + orjson.dumps(rt.kind) + b',"v":' + str(rt.version).encode()
+            for rt in self.registry.values()
+        }
 
     def kind_of(self, record: object) -> RecordType:
         try:
@@ -124,17 +129,20 @@ class Codec:
 
     def encode(self, record: object) -> bytes:
         """Serialize a registered record to its versioned JSON payload."""
-        rt = self.kind_of(record)
-        shared = self._shared.get(type(record))
+        cls = type(record)
+        try:
+            head = self._heads[cls]
+        except KeyError:
+            raise TypeError(f"{cls.__name__} is not a registered record") from None
+        shared = self._shared.get(cls)
         if shared is None:
             body = self._encoder.encode(record)
         else:
             body = orjson.dumps(
                 record,
-                default=functools.partial(self._part, shared, self._fragments[type(record)]),
+                default=functools.partial(self._part, shared, self._fragments[cls]),
                 option=orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS,
             )
-        head = b'{"schema":' + orjson.dumps(rt.kind) + b',"v":' + str(rt.version).encode()
         # orjson renders a dataclass as one JSON object: splice the envelope into it.
         return head + (b"}" if body == b"{}" else b"," + body[1:])
 

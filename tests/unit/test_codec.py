@@ -64,6 +64,12 @@ def test_payload_carries_kind_and_version() -> None:
     assert (payload["schema"], payload["v"]) == ("podresources.snapshot", 1)
 
 
+@pytest.mark.parametrize("codec_", [codec.WIRE, TABLE_CODEC], ids=["wire", "tables"])
+def test_an_unregistered_record_is_refused_by_name(codec_: codec.Codec) -> None:
+    with pytest.raises(TypeError, match=r"^ExporterClaim is not a registered record$"):
+        codec_.encode(ExporterClaim("a", "b", "c", None, None))
+
+
 @pytest.mark.parametrize(
     ("payload", "reason"),
     [
