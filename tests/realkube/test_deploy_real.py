@@ -124,7 +124,7 @@ async def test_agent_token_reads_pods_nodes_and_dra_objects_and_nothing_else(
     for group, resource in readable:
         for verb in ("list", "watch"):
             assert await agent.allowed(verb, resource, group=group), (verb, resource)
-        # the agent lists and watches; it never gets a single object (issue 27: no unused verb)
+        # the agent lists and watches; it never gets a single object: no unused verb
         for verb in ("get", *WRITES):
             assert not await agent.allowed(verb, resource, group=group), (verb, resource)
     for resource in ("deviceclasses", "resourceclaimtemplates"):
@@ -241,7 +241,7 @@ async def test_the_dashboard_configmap_carries_the_committed_json(real_kube: Loc
 async def test_agent_token_watches_its_nodes_operand_pods_with_the_shipped_cluster_role(
     real_kube: LocalKube, tmp_path: Path
 ) -> None:
-    """The operand-pod watcher (issue 28) with the agent's own token and no new rule: the GPU
+    """The operand-pod watcher with the agent's own token and no new rule: the GPU
     Operator's pods on its node only, driven through their states by the status subresource as a
     kubelet would — crash looping, ready, deleted."""
     agent_token = (await _tokens(real_kube))["agent"]

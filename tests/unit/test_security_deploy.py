@@ -1,6 +1,6 @@
 """Security properties of the deployment: an agent that needs no write access — its DaemonSet
 (base and microk8s renders) cannot write to the node, and its service account can only list and
-watch pods, nodes and DRA objects; one identity per role (issue 27) — its own ServiceAccount,
+watch pods, nodes and DRA objects; one identity per role — its own ServiceAccount,
 Secret and Kafka user, the Slack and webhook secrets in the sink's Secret alone; Pod Security
 `restricted` for every namespace but the agent's.
 """
@@ -50,7 +50,7 @@ def test_agent_daemonset_cannot_write_to_the_node(render: str) -> None:
         assert all(m["readOnly"] is True for m in pod_resources)
 
 
-#: what the agent may read, by API group: pods and nodes; DRA slices and claims (issue 18)
+#: what the agent may read, by API group: pods and nodes; DRA slices and claims
 AGENT_READS = {"": {"pods", "nodes"}, "resource.k8s.io": {"resourceslices", "resourceclaims"}}
 
 
