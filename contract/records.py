@@ -1,9 +1,9 @@
 """What a record is, and how records are copied with changes.
 
-The contract's records and the pure core's values are frozen :class:`msgspec.Struct` classes:
-C code builds, compares, hashes and copies them (about a tenth of a slotted dataclass's
-``__init__``, which was 16 % of the core's bytecodes), and msgspec encodes and decodes them
-directly. :func:`replace` copies any record with changes; :func:`field_names`,
+The contract's records and the pure core's values are :class:`Record` classes, frozen
+:class:`msgspec.Struct` types: C code builds, compares, hashes and copies them (about a tenth of
+a slotted dataclass's ``__init__``, which was 16 % of the core's bytecodes), and msgspec encodes
+and decodes them directly. :func:`replace` copies any record with changes; :func:`field_names`,
 :func:`field_types` and :func:`is_record` read a record type the same way whether it is a
 Struct or a dataclass. The JSON schemas see them as pydantic sees a dataclass
 (:mod:`contract.schemas`).
@@ -35,9 +35,12 @@ D = TypeVar("D", bound="DataclassInstance")
 R = TypeVar("R", bound="DataclassInstance | msgspec.Struct")
 
 
-class Record(msgspec.Struct, frozen=True):
+class Record(msgspec.Struct, frozen=True, gc=False):
     """A record of the contract or a value of the pure core: frozen, built and compared by C
-    code, encoded and decoded by msgspec."""
+    code, encoded and decoded by msgspec. Not tracked by the cyclic garbage collector
+    (``gc=False``): a worker keeps hundreds of thousands of them, and every collection would
+    walk them all. A record never reaches itself (it is frozen and made of values older than
+    it): ``tests/unit/test_record_cycles.py`` walks what a worker keeps to hold that."""
 
 
 #: every class given a fast ``__init__``, with the dataclass's own (for the conformance test)
