@@ -12,8 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import orjson
-import pydantic
+import msgspec
 
 from contract.inputs import DeviceInventory, GpuInfo, MigInfo
 
@@ -73,17 +72,17 @@ def read_nvml(nvml: Any, node: str, ts_ms: int) -> DeviceInventory:
     return DeviceInventory(node, ts_ms, "nvml", tuple(gpus), tuple(migs))
 
 
-class _FileInventory(pydantic.BaseModel):
+class _FileInventory(msgspec.Struct):
     gpus: list[GpuInfo]
-    migs: list[MigInfo] = []
+    migs: list[MigInfo] = msgspec.field(default_factory=list)
 
 
 def read_file(path: Path, node: str, ts_ms: int) -> DeviceInventory:
     """Read ``{"gpus": [{index, uuid, model, pci_bus_id}], "migs": [{mig_uuid, parent_uuid,
     gi, ...}]}`` (``model`` and ``pci_bus_id`` may be left out)."""
     try:
-        doc = _FileInventory.model_validate(orjson.loads(path.read_bytes()))
-    except (OSError, orjson.JSONDecodeError, pydantic.ValidationError) as exc:
+        doc = msgspec.json.decode(path.read_bytes(), type=_FileInventory, strict=False)
+    except (OSError, msgspec.DecodeError) as exc:
         raise InventoryError(f"inventory file {path}: {exc}") from exc
     return DeviceInventory(node, ts_ms, "file", tuple(doc.gpus), tuple(doc.migs))
 

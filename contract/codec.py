@@ -6,12 +6,13 @@ Payload shape::
 
 ``schema`` and ``v`` are reserved: no record may have a field of that name (checked at import).
 
-Records are frozen dataclasses, written and read by compiled codecs: msgspec builds each record
-type's typed decoder (and writes records whose type shares no nested JSON), so a poison message
-becomes a :class:`DecodeError` naming what is wrong, never a half-built record; orjson writes the
-records whose nested parts are shared (``shared``) and reads the envelope of a payload whose
-first keys are not ``schema`` and ``v``. The decoders are lax the way pydantic is (a number in
-a string is the number; :func:`contract.schemas` still derives the JSON schemas with pydantic).
+Records are frozen msgspec Structs (:mod:`contract.records`), written and read by compiled
+codecs: msgspec builds each record type's typed decoder (and writes records whose type shares no
+nested JSON), so a poison message becomes a :class:`DecodeError` naming what is wrong, never a
+half-built record; orjson writes the records whose nested parts are shared (``shared``) and reads
+the envelope of a payload whose first keys are not ``schema`` and ``v``. The decoders are lax the
+way pydantic is (a number in a string is the number; :func:`contract.schemas` still derives the
+JSON schemas with pydantic).
 Unknown extra fields are ignored (additive changes keep ``v``); a change that breaks readers
 bumps ``v``. msgspec because it is the fast path: reading a scrape costs 2.0 µs per GPU sample
 and writing an attribution event 6.9 µs, against pydantic's 5.7 and 12.9 (bench.run).
@@ -19,18 +20,16 @@ and writing an attribution event 6.9 µs, against pydantic's 5.7 and 12.9 (bench
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import orjson
 
 from contract import delivery, inputs, interning, outputs
-from contract.records import fast_init
+from contract.records import Record, field_names, is_record
 
 #: what every payload this codec writes begins with: its kind and version, read without parsing
 #: the rest (a payload written otherwise is read through its parsed envelope)
@@ -41,9 +40,7 @@ class DecodeError(ValueError):
     """A payload that is not a record we know: bad JSON, unknown kind or version, wrong fields."""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class RecordType:
+class RecordType(Record, frozen=True):
     kind: str
     version: int  # the version this build writes
     cls: type[Any]
@@ -63,7 +60,7 @@ def _registry(tables: tuple[KindTable, ...]) -> dict[str, RecordType]:
         for kind, (cls, version, *older) in table.items():
             if kind in reg:
                 raise RuntimeError(f"record kind {kind!r} registered twice")
-            clash = set(ENVELOPE) & {f.name for f in dataclasses.fields(cls)}
+            clash = set(ENVELOPE) & set(field_names(cls))
             if clash:
                 raise RuntimeError(f"{cls.__name__} has reserved field(s) {sorted(clash)}")
             reads = frozenset((version, *(older[0] if older else ())))
@@ -152,22 +149,28 @@ class Codec:
         fragments: dict[int, tuple[object, orjson.Fragment]],
         obj: object,
     ) -> object:
-        """A nested record as orjson renders it: a shared one's remembered JSON, any other
-        dataclass as its fields in order (what orjson writes for a dataclass)."""
+        """A nested record as orjson renders it: a shared one's remembered JSON, any other as its
+        fields in order (:meth:`_record`)."""
         if type(obj) in shared:
             hit = fragments.get(id(obj))
             if hit is not None and hit[0] is obj:
                 return hit[1]
-            fragment = orjson.Fragment(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
+            fragment = orjson.Fragment(
+                orjson.dumps(obj, default=self._record, option=orjson.OPT_NON_STR_KEYS)
+            )
             if len(fragments) >= SHARED_KEPT:  # the oldest out
                 fragments.pop(next(iter(fragments)))
             fragments[id(obj)] = (obj, fragment)
             return fragment
+        return self._record(obj)
+
+    def _record(self, obj: object) -> dict[str, object]:
+        """A record as orjson renders a dataclass: its fields in order."""
         names = self._fields.get(type(obj))
         if names is None:
-            if not dataclasses.is_dataclass(obj):
+            if not is_record(obj):
                 raise TypeError(f"{type(obj).__name__} is not JSON serializable")
-            names = self._fields[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+            names = self._fields[type(obj)] = field_names(type(obj))
         return {name: getattr(obj, name) for name in names}
 
     def to_dict(self, record: object) -> dict[str, Any]:

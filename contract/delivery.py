@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from contract.records import fast_init
+from contract.records import Record
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class DeliveryFailure:
+class DeliveryFailure(Record, frozen=True):
     """An alert one destination would not take after every retry: kept, with the last error."""
 
     alert_id: str

@@ -1,24 +1,22 @@
 """Input records: what node agents publish and the worker reads (the wire contract).
 
-Every record is a frozen dataclass carrying its node and its source timestamp (``ts_ms``).
+Every record is frozen (:mod:`contract.records`) and carries its node and its source timestamp
+(``ts_ms``).
 They travel through :mod:`contract.codec` with a ``schema`` name and version ``v``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
-from contract.records import fast_init
+from contract.records import Record
 
 #: ``DeviceAssignment.resource`` of a device allocated through DRA: ``dra:<driver>``, with
 #: ``device_id`` ``<pool>/<device>``
 DRA_PREFIX = "dra:"
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, order=True)
-class DeviceAssignment:
+class DeviceAssignment(Record, frozen=True, order=True):
     """One device ID handed by the kubelet to one container (a row of PodResources ``List``).
 
     A DRA row (``resource`` ``dra:<driver>``) also names the ResourceClaim that holds the device
@@ -34,9 +32,7 @@ class DeviceAssignment:
     share_id: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, order=True)
-class AllocatableDevice:
+class AllocatableDevice(Record, frozen=True, order=True):
     """One device the kubelet can hand out (``GetAllocatableResources``)."""
 
     resource: str
@@ -44,9 +40,7 @@ class AllocatableDevice:
     numa_nodes: tuple[int, ...] = ()
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PodResourcesSnapshot:
+class PodResourcesSnapshot(Record, frozen=True):
     """Every device assignment on a node at ``ts_ms``: enough to rebuild state from scratch."""
 
     node: str
@@ -55,9 +49,7 @@ class PodResourcesSnapshot:
     allocatable: tuple[AllocatableDevice, ...] = ()
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PodResourcesDiff:
+class PodResourcesDiff(Record, frozen=True):
     """Assignments that appeared or disappeared between two consecutive ``List`` polls."""
 
     node: str
@@ -66,9 +58,7 @@ class PodResourcesDiff:
     removed: tuple[DeviceAssignment, ...]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ExporterClaim:
+class ExporterClaim(Record, frozen=True):
     """Pod labels dcgm-exporter stamped on a row: its claim, not our attribution. With
     ``--kubernetes-enable-dra`` it also names the DRA claim (``namespace/name``) and device
     (``driver/pool/device``) it matched the row to."""
@@ -95,9 +85,7 @@ CounterName = Literal[
 ]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class SinceLast:
+class SinceLast(Record, frozen=True):
     """What each cumulative counter of a device did since the agent's previous scrape of it,
     ``interval_ms`` earlier (:mod:`agents.dcgm.counters` decides). An increase is ``None`` when
     the counter is not exported in both scrapes, or when it went backwards (``resets`` names it:
@@ -114,9 +102,7 @@ class SinceLast:
     resets: tuple[CounterName, ...] = ()
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class DcgmSample:
+class DcgmSample(Record, frozen=True):
     """One GPU (or MIG instance) as one dcgm-exporter scrape saw it.
 
     ``uuid`` is the physical GPU's UUID as the exporter labels it; MIG rows add
@@ -170,9 +156,7 @@ class DcgmSample:
     since_last: SinceLast | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class DcgmScrape:
+class DcgmScrape(Record, frozen=True):
     """One scrape of a node's dcgm-exporter: every GPU and MIG instance it showed, at one time.
 
     What agents publish (one record per node per scrape, ``dcgm.scrape``); the worker still
@@ -188,9 +172,7 @@ class DcgmScrape:
     exporter_pod: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class OwnerRef:
+class OwnerRef(Record, frozen=True):
     """A controller: the pod's direct owner, or the workload it resolves to."""
 
     kind: str
@@ -198,9 +180,7 @@ class OwnerRef:
     inferred: bool = False
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PodRecord:
+class PodRecord(Record, frozen=True):
     """A pod as the API server sees it (one watch event), compact.
 
     ``deleted`` is set when the watch reports DELETED (the object is gone from the API server);
@@ -223,9 +203,7 @@ class PodRecord:
     resource_version: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PodListSnapshot:
+class PodListSnapshot(Record, frozen=True):
     """Every pod UID on the node after a (re)list: pods missing from it are gone."""
 
     node: str
@@ -234,9 +212,7 @@ class PodListSnapshot:
     resource_version: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodeRecord:
+class NodeRecord(Record, frozen=True):
     """A node's GPU-related labels (``nvidia.com/*``) and allocatable ``nvidia.com/*`` capacity."""
 
     node: str
@@ -247,9 +223,7 @@ class NodeRecord:
     resource_version: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class GpuInfo:
+class GpuInfo(Record, frozen=True):
     index: int
     uuid: str
     model: str = ""
@@ -258,9 +232,7 @@ class GpuInfo:
     pci_bus_id: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class MigInfo:
+class MigInfo(Record, frozen=True):
     """One MIG device: new-style MIG UUIDs do not encode their parent, NVML does."""
 
     mig_uuid: str
@@ -269,9 +241,7 @@ class MigInfo:
     profile: str | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class DeviceInventory:
+class DeviceInventory(Record, frozen=True):
     """A node's GPUs and MIG devices, read through NVML (or a static file where NVML is absent)."""
 
     node: str
@@ -281,9 +251,7 @@ class DeviceInventory:
     migs: tuple[MigInfo, ...] = ()
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class DraDevice:
+class DraDevice(Record, frozen=True):
     """One device a DRA driver publishes in a ResourceSlice, with the attributes we join on.
 
     The NVIDIA driver names full GPUs ``gpu-<minor>`` (``type`` ``gpu``, ``uuid``) and MIG
@@ -300,9 +268,7 @@ class DraDevice:
     capacity: tuple[tuple[str, str], ...] = ()  # name → quantity, e.g. ("memory", "80Gi")
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ResourceSliceRecord:
+class ResourceSliceRecord(Record, frozen=True):
     """A ``resource.k8s.io/v1`` ResourceSlice of this node (watched with ``spec.nodeName``)."""
 
     node: str
@@ -316,9 +282,7 @@ class ResourceSliceRecord:
     resource_version: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ClaimResult:
+class ClaimResult(Record, frozen=True):
     """One device allocated to a ResourceClaim (``status.allocation.devices.results[]``)."""
 
     request: str
@@ -330,9 +294,7 @@ class ClaimResult:
     consumed: tuple[tuple[str, str], ...] = ()  # consumable capacity: name → quantity
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ClaimConsumer:
+class ClaimConsumer(Record, frozen=True):
     """One consumer reserving a claim (``status.reservedFor[]``): a pod, with its UID."""
 
     resource: str
@@ -340,9 +302,7 @@ class ClaimConsumer:
     uid: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ClaimConfig:
+class ClaimConfig(Record, frozen=True):
     """Driver configuration applied to some requests of a claim (all when ``requests`` is
     empty). ``sharing`` is the NVIDIA driver's ``GpuConfig``/``MigDeviceConfig``
     ``sharing.strategy`` as we name modes (``time-slicing``, ``mps``), when set."""
@@ -353,9 +313,7 @@ class ClaimConfig:
     sharing: str | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ResourceClaimRecord:
+class ResourceClaimRecord(Record, frozen=True):
     """A ``resource.k8s.io/v1`` ResourceClaim allocated on this node (or its deletion)."""
 
     node: str
@@ -373,9 +331,7 @@ class ResourceClaimRecord:
 SourceState = Literal["ok", "failing", "disabled", "starting"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class SourceStatus:
+class SourceStatus(Record, frozen=True):
     """How one of the agent's sources is doing: ``ok``; ``failing`` (since when, why);
     ``disabled`` (nothing to read here, on purpose or because it is not deployed on this node);
     ``starting`` (not tried yet)."""
@@ -388,9 +344,7 @@ class SourceStatus:
     target: str = ""  # the URL, socket or pod it reads
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class AgentStatus:
+class AgentStatus(Record, frozen=True):
     """The agent's own view of each boundary it reads, published every status interval and on
     every change: the worker's heartbeat for the node, and the reason behind "usage unknown"."""
 
@@ -399,9 +353,7 @@ class AgentStatus:
     sources: tuple[SourceStatus, ...]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ClockTick:
+class ClockTick(Record, frozen=True):
     """Event time for one partition of the input topic, published by the cluster role to every
     partition: a node that falls silent ages by it (no node's own records say time passes)."""
 
@@ -416,9 +368,7 @@ PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
 ContainerState = Literal["waiting", "running", "terminated", "unknown"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ContainerProgress:
+class ContainerProgress(Record, frozen=True):
     """One container of an operand pod as its status says: init containers in the pod's order
     (the validator's run ``driver-validation`` → ``toolkit-validation`` → ``cuda-validation`` →
     ``plugin-validation``), so how far the pod got is readable from them."""
@@ -431,9 +381,7 @@ class ContainerProgress:
     exit_code: int | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class OperandPod:
+class OperandPod(Record, frozen=True):
     """One GPU Operator operand pod on the node: which operand (its ``app`` label), how it runs."""
 
     namespace: str
@@ -451,9 +399,7 @@ class OperandPod:
     deleting: bool = False  # ``deletionTimestamp`` set
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class OperandPods:
+class OperandPods(Record, frozen=True):
     """Every GPU Operator operand pod on one node (those of the operator's namespace with an
     ``app`` label it deploys), published whole on every change: a pod missing from it is gone.
     The agent already watches its node's pods; a node with none says so (``pods`` empty)."""
@@ -465,9 +411,7 @@ class OperandPods:
     resource_version: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class OperandSpec:
+class OperandSpec(Record, frozen=True):
     """``spec.<operand>.enabled`` of a ClusterPolicy as written: ``None`` when not set (the
     operator's default applies, :mod:`streams.core.stack.operatorstack` owns those)."""
 
@@ -475,9 +419,7 @@ class OperandSpec:
     enabled: bool | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PolicyCondition:
+class PolicyCondition(Record, frozen=True):
     """One ``status.conditions[]`` entry (``metav1.Condition``): the operator writes ``Ready`` and
     ``Error``, the message naming the states not ready."""
 
@@ -492,9 +434,7 @@ class PolicyCondition:
 PolicyState = Literal["ignored", "ready", "notReady", ""]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ClusterPolicyRecord:
+class ClusterPolicyRecord(Record, frozen=True):
     """The GPU Operator's ``ClusterPolicy`` (``nvidia.com/v1``, cluster-scoped): what it intends
     and whether it says it is reconciled. Read once per cluster by the cluster role, which
     publishes it into every partition of the input topic (like ``clock.tick``): every node's
@@ -522,9 +462,7 @@ class ClusterPolicyRecord:
 PendingState = Literal["pending", "bound", "deleted"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class GpuRequest:
+class GpuRequest(Record, frozen=True):
     """One kind of GPU a pending pod asks for, and how many.
 
     ``resource`` is a device-plugin resource (``nvidia.com/gpu``, a renamed shared resource such
@@ -542,9 +480,7 @@ class GpuRequest:
     claim: str = ""  # DRA: the ResourceClaim (namespace/name) the request is made through
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PendingPod:
+class PendingPod(Record, frozen=True):
     """A pod that asks for GPUs and that the scheduler has not bound to a node (the cluster
     role's pending-pod watch), with the scheduler's own word on why (its ``PodScheduled``
     condition). Published on every change, and once more when it is ``bound`` or ``deleted``:
@@ -571,9 +507,7 @@ class PendingPod:
     resource_version: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PendingPodList:
+class PendingPodList(Record, frozen=True):
     """Every pod pending for a GPU after a (re)list of the cluster role's watch (a new leader
     lists first): a pod of the demand stage's tables missing from it is gone. Published into
     every partition of the demand-events topic (no key), like ``clock.tick``."""
@@ -583,9 +517,7 @@ class PendingPodList:
     resource_version: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class SupplyHolder:
+class SupplyHolder(Record, frozen=True):
     """A pod holding an allocated device, as the demand stage names it."""
 
     namespace: str
@@ -594,9 +526,7 @@ class SupplyHolder:
     workload: str | None = None  # "Kind/name"
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class SupplyDevice:
+class SupplyDevice(Record, frozen=True):
     """One allocated device of a node, in the terms a pending pod asks for: its ``product``
     (the node's ``nvidia.com/gpu.product``) and MIG profile; ``idle_since_ms`` the start of its
     measured idle episode (below the idle threshold, :mod:`streams.core.alerts.alerts`), ``None``
@@ -614,9 +544,7 @@ class SupplyDevice:
     measured: bool = True
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodeSupply:
+class NodeSupply(Record, frozen=True):
     """A node's allocated devices of one resource (the node's worker, on change): what the
     demand stage joins pending pods with. Empty ``devices`` (or ``gone``): the node has none of
     that resource allocated any more. A DRA device's resource is the device class that selects

@@ -20,11 +20,16 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import inspect
 import sys
 import types
 import typing
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
+
+from contract.records import field_types
 
 Intern = Callable[[Any], Any]
 
@@ -49,13 +54,14 @@ def interner(cls: type[Any]) -> Intern | None:
 
 
 def _record_plan(cls: type[Any]) -> Intern | None:
-    if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"interning: {cls.__name__} is not a dataclass")
-    fields = dataclasses.fields(cls)
-    if any(f.kw_only or not f.init for f in fields):  # the rebuild passes every field in order
+    if not _is_record_type(cls):
+        raise TypeError(f"interning: {cls.__name__} is not a record type")
+    hints = field_types(cls)
+    params = inspect.signature(cls).parameters.values()
+    positional = [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    if positional != list(hints):  # the rebuild passes every field in order
         raise TypeError(f"interning: {cls.__name__} has keyword-only or non-init fields")
-    hints = typing.get_type_hints(cls)
-    steps = [(f.name, _plan(hints[f.name])) for f in fields]
+    steps = [(name, _plan(hint)) for name, hint in hints.items()]
     if all(step is None for _, step in steps):
         return None
     # generated once per type (as contract.records.fast_init does): each field read by name and
@@ -72,6 +78,12 @@ def _record_plan(cls: type[Any]) -> Intern | None:
     exec(compile(source, f"<interning {cls.__name__}>", "exec"), scope)
     rebuild: Intern = scope["rebuild"]
     return rebuild
+
+
+def _is_record_type(hint: Any) -> bool:
+    return isinstance(hint, type) and (
+        issubclass(hint, msgspec.Struct) or dataclasses.is_dataclass(hint)
+    )
 
 
 def _plan(hint: Any) -> Intern | None:
@@ -99,7 +111,7 @@ def _plan(hint: Any) -> Intern | None:
         if key is _same and value is _same:
             return None
         return lambda v: {key(a): value(b) for a, b in v.items()}
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+    if _is_record_type(hint):
         return interner(hint)
     raise TypeError(f"interning: no plan for {hint!r}")
 

@@ -9,10 +9,9 @@ Honesty rules encoded in the shapes:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
-from contract.records import fast_init
+from contract.records import Record
 
 State = Literal["unallocated", "exclusive", "shared", "mig-parent", "unknown"]
 Sharing = Literal["none", "time-slicing", "mps", "mig", "mig+time-slicing", "unknown"]
@@ -57,16 +56,12 @@ TelemetryCause = Literal[
 ShareBasis = Literal["whole", "replicas", "capacity", "equal-split"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Workload:
+class Workload(Record, frozen=True):
     kind: str
     name: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Holder:
+class Holder(Record, frozen=True):
     """A container holding one or more slots of one device."""
 
     namespace: str
@@ -82,9 +77,7 @@ class Holder:
     claim: str | None = None  # DRA: the ResourceClaim (namespace/name) the pod holds it through
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(Record, frozen=True):
     """What the hardware measured, for the whole device (or the whole MIG instance)."""
 
     scope: Literal["device", "mig-instance"]
@@ -107,9 +100,7 @@ EffectiveSource = Literal["DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTI
 WorkKind = Literal["tensor", "memory-bound", "compute", "light", "unknown"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Activity:
+class Activity(Record, frozen=True):
     """Busy versus effective, for the whole device or MIG instance — never split per pod.
 
     ``busy_pct`` is the share of time *any* kernel ran (``DCGM_FI_DEV_GPU_UTIL``; on a MIG
@@ -137,9 +128,7 @@ class Activity:
 HealthMark = Literal["hot", "throttled", "memory-fault", "pcie-replays"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Health:
+class Health(Record, frozen=True):
     """What the hardware says of its own condition at this sample (device-wide). Counter figures
     are increases since the agent's previous scrape (``None`` at the first scrape, or where the
     counter reset: ``counter_resets`` names those)."""
@@ -166,25 +155,19 @@ class Health:
     watched: tuple[HealthMark, ...] = ()
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class MigInstance:
+class MigInstance(Record, frozen=True):
     instance_id: int | None
     profile: str | None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ClaimedPod:
+class ClaimedPod(Record, frozen=True):
     namespace: str
     pod: str
     container: str
     claim: str | None = None  # the DRA claim the exporter matched the row to
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ExporterView:
+class ExporterView(Record, frozen=True):
     """Which pods dcgm-exporter's own labels credited, and whether that claim can be trusted."""
 
     claims: tuple[ClaimedPod, ...]
@@ -194,9 +177,7 @@ class ExporterView:
     verdict: ExporterVerdict = "unchecked"  # additive: payloads before it read as unchecked
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Telemetry:
+class Telemetry(Record, frozen=True):
     """Whether the event carries what the hardware measured, and if not, why."""
 
     status: TelemetryStatus = "measured"
@@ -209,9 +190,7 @@ class Telemetry:
     plane: PlaneName | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PodShare:
+class PodShare(Record, frozen=True):
     """One pod's share of one device: the accounting figure every output uses (GPU-hours,
     Prometheus, report, dashboard). At most 1 per device; an *allocation* share, never usage."""
 
@@ -226,9 +205,7 @@ class PodShare:
     claims: tuple[str, ...] = ()
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class AttributionEvent:
+class AttributionEvent(Record, frozen=True):
     """One device at one sample time: who held it and what the hardware did."""
 
     node: str
@@ -264,9 +241,7 @@ class AttributionEvent:
         return (self.node, self.device_uuid, self.ts_ms, self.origin)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
+class DeadLetter(Record, frozen=True):
     """An input the worker could not use, kept with where it came from and why."""
 
     source_topic: str
@@ -283,9 +258,7 @@ class DeadLetter:
 OutputRefusalCause = Literal["too-large", "broker-refused"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class OutputRefused:
+class OutputRefused(Record, frozen=True):
     """An output (or changelog record) the worker could not write for its size: dead-lettered in
     its place, naming it and why, never carrying its payload. The input that caused it is
     committed all the same (docs/RELIABILITY.md)."""
@@ -300,9 +273,7 @@ class OutputRefused:
     ts_ms: int
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ExporterMisattribution:
+class ExporterMisattribution(Record, frozen=True):
     """dcgm-exporter credited a pod that holds no slot on that device at that time. ``holders``
     are the device's holders as attribution events name them (v2: with container, UID and
     workload; v1 had namespace and pod only)."""
@@ -318,9 +289,7 @@ class ExporterMisattribution:
 RefusalCause = Literal["hostname", "foreign-devices", "unverifiable", "pci-bus-id"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class TelemetryRefused:
+class TelemetryRefused(Record, frozen=True):
     """A dcgm-exporter answer the worker refused as not provably this node's: its rows never
     become devices, events or alerts. One record per refused scrape (counted and flagged)."""
 
@@ -350,9 +319,7 @@ AlertKind = Literal[
 ]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class AlertFigures:
+class AlertFigures(Record, frozen=True):
     util_pct: float | None = None
     util_threshold_pct: float | None = None
     fb_used_mib: float | None = None
@@ -380,9 +347,7 @@ class AlertFigures:
     idle_for_s: float | None = None  # the shortest idle time among the idle GPUs named
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Alert:
+class Alert(Record, frozen=True):
     """An alert on one device. ``id`` is the idempotency key: stable across retries, restarts
     and the firing → resolved transition of the same episode."""
 
@@ -445,17 +410,13 @@ PlaneState = Literal[
 StackState = Literal["ready", "broken", "reconciling", "disabled", "unknown"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PlaneIntent:
+class PlaneIntent(Record, frozen=True):
     kind: IntentKind
     decided_by: DecidedBy
     detail: str  # what decided, as written: "nvidia.com/gpu.deploy.dcgm-exporter=false"
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PlanePod:
+class PlanePod(Record, frozen=True):
     """The operand pod of a plane on this node, as its status says."""
 
     pod: str  # namespace/name
@@ -466,9 +427,7 @@ class PlanePod:
     init_at: str = ""  # the init container it has not passed yet (toolkit-validation, …)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PlaneReach:
+class PlaneReach(Record, frozen=True):
     """What our agent can reach of a plane: its source's word (``agent.status``)."""
 
     source: str  # dcgm, podresources
@@ -477,9 +436,7 @@ class PlaneReach:
     since_ms: int | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Plane:
+class Plane(Record, frozen=True):
     name: PlaneName
     state: PlaneState
     intent: PlaneIntent
@@ -489,9 +446,7 @@ class Plane:
     waits_on: PlaneName | None = None  # the lower plane it waits on (state waiting)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class MigReconcile:
+class MigReconcile(Record, frozen=True):
     """MIG on this node: desired (``nvidia.com/mig.config``) versus reconciled
     (``nvidia.com/mig.config.state``), and the ClusterPolicy's ``spec.mig.strategy``."""
 
@@ -502,9 +457,7 @@ class MigReconcile:
     reason: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PolicyStanding:
+class PolicyStanding(Record, frozen=True):
     """The ClusterPolicy as it says of itself (``status.state`` and its ``Ready`` condition)."""
 
     name: str
@@ -513,9 +466,7 @@ class PolicyStanding:
     message: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodeStatus:
+class NodeStatus(Record, frozen=True):
     """One node's GPU stack: per plane what was intended, what runs and what our agent reaches,
     the first broken boundary in dependency order, MIG desired versus reconciled, the
     ClusterPolicy's own word, and the one line that says why its telemetry is unknown."""
@@ -535,9 +486,7 @@ class NodeStatus:
     telemetry_disabled: bool = False  # the exporter is off on purpose (no alert for it)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class StackBreak:
+class StackBreak(Record, frozen=True):
     """What a ``stack-broken`` alert is about: the node's first broken plane (one the operator
     was meant to run there: a plane disabled by intent never breaks), its reason, the planes
     that wait on it, and the node's held devices — those left without telemetry apart."""
@@ -549,9 +498,7 @@ class StackBreak:
     unmeasured: tuple[str, ...]  # of those, the ones without a trusted reading
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Pool:
+class Pool(Record, frozen=True):
     """GPUs a pending pod could be given: a resource, and the product and MIG profile where the
     pod's request says so (``""``: any)."""
 
@@ -569,9 +516,7 @@ class Pool:
         return "|".join(parts)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class WaitingPod:
+class WaitingPod(Record, frozen=True):
     """A pod waiting for GPUs of a pool, with the scheduler's word."""
 
     namespace: str
@@ -585,9 +530,7 @@ class WaitingPod:
     message: str = ""  # PodScheduled message
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class IdleGpu:
+class IdleGpu(Record, frozen=True):
     """An allocated device of the pool that has been measured idle since ``since_ms``."""
 
     node: str
@@ -596,9 +539,7 @@ class IdleGpu:
     holders: tuple[Holder, ...] = ()
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PoolDemand:
+class PoolDemand(Record, frozen=True):
     """A pool's demand and supply at ``ts_ms``: the pods waiting for its GPUs (oldest first, at
     most ``WAITING_LISTED``; ``pending_pods`` counts them all) and, in the same pool, the allocated
     GPUs and those measured idle with their holders (longest idle first, at most ``IDLE_LISTED``;
@@ -640,9 +581,7 @@ WAITING_LISTED = 50
 IDLE_LISTED = 50
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class DemandBrief:
+class DemandBrief(Record, frozen=True):
     """What a ``demand-while-idle`` alert is about."""
 
     pool: str
@@ -653,18 +592,14 @@ class DemandBrief:
     idle: tuple[IdleGpu, ...]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PoolDemandRetired:
+class PoolDemandRetired(Record, frozen=True):
     """A pool with nobody waiting and nothing allocated: its key on the demand topic is removed
     with a tombstone. Never encoded: no kind."""
 
     pool: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodeStatusRetired:
+class NodeStatusRetired(Record, frozen=True):
     """The node left (deleted in the API, or silent past its TTL): its key on the compacted
     node-status topic is removed with a tombstone (a null value). Never encoded: no kind."""
 

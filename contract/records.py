@@ -1,33 +1,47 @@
-"""Frozen records built without ``object.__setattr__``: a faster ``__init__`` for frozen, slotted
-dataclasses.
+"""What a record is, and how records are copied with changes.
 
-A frozen dataclass's generated ``__init__`` sets each field with
-``object.__setattr__(self, name, value)`` (its own ``__setattr__`` refuses), a global lookup, an
-attribute lookup and a three-argument call per field. The pure core builds several such records
-per GPU sample (the attribution event, its usage, activity and health), and that ``__init__`` was
-19 % of the core's Python bytecodes (bench.run). :func:`fast_init` gives the
-class an ``__init__`` with the same signature that sets each field through its slot's own
-descriptor (``Cls.field.__set__``, C code, bound once at import): about half the time per record.
+The contract's records and the pure core's values are :class:`Record` classes, frozen
+:class:`msgspec.Struct` types: C code builds, compares, hashes and copies them (about a tenth of
+a slotted dataclass's ``__init__``, which was 16 % of the core's bytecodes), and msgspec encodes
+and decodes them directly. :func:`replace` copies any record with changes; :func:`field_names`,
+:func:`field_types` and :func:`is_record` read a record type the same way whether it is a
+Struct or a dataclass. The JSON schemas see them as pydantic sees a dataclass
+(:mod:`contract.schemas`).
 
-Everything else stays the dataclass's: fields, defaults, ``__eq__``, ``__hash__``, ``__repr__``,
-``dataclasses.replace`` (which calls ``__init__``), the frozen ``__setattr__``, pickling, and what
-mypy, pydantic and msgspec see. Classes using what this ``__init__`` does not reproduce
-(``default_factory``, ``InitVar``, ``__post_init__``, fields left out of ``__init__``, a field
-named ``self``) are refused at import, never built differently.
+The presentation rows the query API validates with pydantic stay frozen, slotted dataclasses;
+:func:`fast_init` gives them an ``__init__`` with the same signature that sets each field
+through its slot's own descriptor (``Cls.field.__set__``, C code, bound once at import) instead of
+``object.__setattr__``: about half the time per row. Everything else stays the dataclass's.
+Classes using what this ``__init__`` does not reproduce (``default_factory``, ``InitVar``,
+``__post_init__``, fields left out of ``__init__``, a field named ``self``) are refused at import,
+never built differently.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 T = TypeVar("T")
 D = TypeVar("D", bound="DataclassInstance")
+R = TypeVar("R", bound="DataclassInstance | msgspec.Struct")
+
+
+class Record(msgspec.Struct, frozen=True, gc=False):
+    """A record of the contract or a value of the pure core: frozen, built and compared by C
+    code, encoded and decoded by msgspec. Not tracked by the cyclic garbage collector
+    (``gc=False``): a worker keeps hundreds of thousands of them, and every collection would
+    walk them all. A record never reaches itself (it is frozen and made of values older than
+    it): ``tests/unit/test_record_cycles.py`` walks what a worker keeps to hold that."""
+
 
 #: every class given a fast ``__init__``, with the dataclass's own (for the conformance test)
 GENERATED: dict[type[Any], Any] = {}
@@ -36,15 +50,41 @@ GENERATED: dict[type[Any], Any] = {}
 _REPLACERS: dict[type[Any], Callable[[Any, dict[str, Any]], Any]] = {}
 
 
-def replace(obj: D, /, **changes: Any) -> D:
-    """``dataclasses.replace``, without its per-field checks for a class given :func:`fast_init`
-    (the same result, the same ``TypeError`` for a name that is no field); any other dataclass
-    goes to ``dataclasses.replace``."""
+def replace(obj: R, /, **changes: Any) -> R:
+    """A copy of a record with ``changes``: :func:`msgspec.structs.replace` for a
+    :class:`Record`; for a dataclass, ``dataclasses.replace``, without its per-field checks for a
+    class given :func:`fast_init` (the same result, the same ``TypeError`` for a name that is no
+    field)."""
+    if isinstance(obj, msgspec.Struct):
+        return msgspec.structs.replace(obj, **changes)
     copy = _REPLACERS.get(type(obj))
     if copy is None:
         return dataclasses.replace(obj, **changes)
-    result: D = copy(obj, changes)
+    result: R = copy(obj, changes)
     return result
+
+
+def field_names(cls: type[Any]) -> tuple[str, ...]:
+    """A record type's fields in order (a :class:`msgspec.Struct` or a dataclass)."""
+    if issubclass(cls, msgspec.Struct):
+        return cls.__struct_fields__
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def field_types(cls: type[Any]) -> dict[str, Any]:
+    """A record type's fields and their types, resolved (a :class:`msgspec.Struct` or a
+    dataclass)."""
+    if issubclass(cls, msgspec.Struct):
+        return {f.name: f.type for f in msgspec.structs.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def is_record(obj: object) -> bool:
+    """A record instance: a :class:`msgspec.Struct` or a dataclass (not a class)."""
+    return isinstance(obj, msgspec.Struct) or (
+        dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+    )
 
 
 def fast_init(cls: type[T]) -> type[T]:

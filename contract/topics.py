@@ -6,10 +6,9 @@ its partition count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
-from contract.records import fast_init
+from contract.records import Record
 
 TopicRole = Literal[
     "node-events",
@@ -25,9 +24,7 @@ TopicRole = Literal[
 DAY_MS = 24 * 3600 * 1000
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class TopicDoc:
+class TopicDoc(Record, frozen=True):
     role: TopicRole
     key: str
     carries: str

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from contract.inputs import PendingPod, PendingPodList
 from contract.outputs import Pool
+from contract.records import replace
 
 HOUR_MS = 3_600_000
 

@@ -8,11 +8,11 @@ with ``GPUATTR_REGEN_GOLDEN=1`` and check the diff by hand.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from agents.dcgm.translate import ParseResult, parse_exposition
@@ -56,7 +56,7 @@ def fixture(prefix: str) -> Path:
 
 
 def as_json(samples: tuple[DcgmSample, ...]) -> Any:
-    return orjson.loads(orjson.dumps([dataclasses.asdict(s) for s in samples]))
+    return orjson.loads(orjson.dumps([msgspec.to_builtins(s) for s in samples]))
 
 
 def golden(name: str, got: Any) -> Any:

@@ -16,10 +16,10 @@ exporter or the driver restarts. So:
 
 from __future__ import annotations
 
-import dataclasses
 from typing import get_args
 
 from contract.inputs import CounterName, DcgmSample, SinceLast
+from contract.records import replace
 
 __all__ = ["COUNTERS", "since_last", "with_since_last"]
 
@@ -59,4 +59,4 @@ def since_last(previous: DcgmSample | None, current: DcgmSample) -> SinceLast | 
 
 def with_since_last(previous: DcgmSample | None, current: DcgmSample) -> DcgmSample:
     """``current`` with ``since_last`` filled from ``previous`` (``None``: first sight)."""
-    return dataclasses.replace(current, since_last=since_last(previous, current))
+    return replace(current, since_last=since_last(previous, current))

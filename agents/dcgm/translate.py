@@ -45,12 +45,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from agents.bounds import bounded_map, oversized
 from agents.dcgm.fields import FIELDS, as_bitmask, as_flag, as_us, as_xid
 from agents.dcgm.rows import MetricRow, RejectedLine, read_rows
 from contract.inputs import DcgmSample, ExporterClaim
+from contract.records import replace
 
 __all__ = ["FIELDS", "IgnoredFamily", "ParseResult", "RejectedLine", "parse_exposition"]
 

@@ -28,7 +28,6 @@ A claim that could not be read says nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -40,6 +39,7 @@ from agents.kube.translate import GPU_PREFIX, resolve_workload
 from agents.selfmetrics import REFUSED_VALUES
 from contract.inputs import DRA_PREFIX, GpuRequest, OwnerRef, PendingPod, PendingState
 from contract.quantity import parse as parse_quantity
+from contract.records import replace
 
 log = logging.getLogger(__name__)
 
@@ -336,4 +336,4 @@ def per_resource(record: PendingPod) -> list[tuple[str, PendingPod]]:
 
 
 def _with_requests(record: PendingPod, requests: tuple[GpuRequest, ...]) -> PendingPod:
-    return dataclasses.replace(record, requests=requests)
+    return replace(record, requests=requests)

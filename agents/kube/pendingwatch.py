@@ -19,7 +19,6 @@ read once: a claim's spec is immutable), nothing else.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -39,6 +38,7 @@ from agents.kube.pending import (
 from agents.kube.watch import ListWatcher
 from agents.types import NowMs
 from contract.inputs import PendingPod, PendingPodList, PendingState
+from contract.records import replace
 from infra.settings import KubeSettings
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class DemandSink(Protocol):
 
 def _said(record: PendingPod) -> PendingPod:
     """What a change is judged on: the record without when it was read and at which version."""
-    return dataclasses.replace(record, ts_ms=0, resource_version="")
+    return replace(record, ts_ms=0, resource_version="")
 
 
 class PendingPodWatcher(ListWatcher[PendingPod]):
@@ -137,7 +137,7 @@ class PendingPodWatcher(ListWatcher[PendingPod]):
         """The pod left the selector: read it once; publish its last records; forget it."""
         last = self.pods[uid]
         state, node = await self._where(last)
-        final = dataclasses.replace(last, ts_ms=self.now_ms(), state=state, node=node)
+        final = replace(last, ts_ms=self.now_ms(), state=state, node=node)
         await self.emit(final)
         del self.pods[uid]
         self.claims.pop(uid, None)

@@ -17,7 +17,6 @@ watcher had published are published as deleted: with its CRD gone, so are they.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,6 +31,7 @@ from agents.kube.watch import ListWatcher
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import NowMs
 from contract.inputs import ClusterPolicyRecord
+from contract.records import replace
 from infra.backoff import Backoff
 from infra.settings import KubeSettings
 
@@ -50,7 +50,7 @@ EmitPolicy = Callable[[ClusterPolicyRecord], Awaitable[None]]
 
 def _said(record: ClusterPolicyRecord) -> ClusterPolicyRecord:
     """The record without when it was read and at which version: what a change is judged on."""
-    return dataclasses.replace(record, ts_ms=0, resource_version="")
+    return replace(record, ts_ms=0, resource_version="")
 
 
 class ClusterPolicyWatcher(ListWatcher[ClusterPolicyRecord]):
@@ -112,7 +112,7 @@ class ClusterPolicyWatcher(ListWatcher[ClusterPolicyRecord]):
             await self.emit(self._gone(self.published.pop(name)))
 
     def _gone(self, record: ClusterPolicyRecord) -> ClusterPolicyRecord:
-        return dataclasses.replace(record, ts_ms=self.now_ms(), deleted=True)
+        return replace(record, ts_ms=self.now_ms(), deleted=True)
 
     async def _not_served(self) -> bool:
         """No ClusterPolicy CRD: a cluster without the GPU Operator. Publish what was published

@@ -14,7 +14,6 @@ Each step is a small method; every outage is one warning and one recovery line, 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,6 +37,7 @@ from contract.inputs import (
     ResourceClaimRecord,
     ResourceSliceRecord,
 )
+from contract.records import replace
 from infra.backoff import Backoff
 from infra.kube import make_api_client as make_api_client  # where every watcher gets it
 from infra.settings import KubeSettings
@@ -437,7 +437,7 @@ class _DraWatcher(ListWatcher[AgentRecord]):
         raise NotImplementedError
 
     def _gone(self, record: DraRecord) -> DraRecord:
-        return dataclasses.replace(record, ts_ms=self.now_ms(), deleted=True)
+        return replace(record, ts_ms=self.now_ms(), deleted=True)
 
     def _records(self, obj: Any, deleted: bool) -> list[AgentRecord]:
         key = self._key(obj)

@@ -36,9 +36,10 @@ another order produces no diff.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from contract.inputs import DRA_PREFIX, AllocatableDevice, DeviceAssignment
+from contract.records import replace
 
 NO_POD = "no_pod_listed"
 OWN_POD_MISSING = "own_pod_not_listed"

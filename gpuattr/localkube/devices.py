@@ -12,8 +12,10 @@ agent's ``GPUATTR_INVENTORY_FILE``).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+from contract.records import replace
 
 WHOLE = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"

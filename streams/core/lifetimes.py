@@ -27,10 +27,9 @@ Pure, and the one owner of these rules (the modules that keep state call them):
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Literal
 
-from contract.records import fast_init
+from contract.records import Record
 from streams.core import keys
 from streams.core.keys import PER_NODE_TABLES as PER_NODE_TABLES  # where the spine reads it
 
@@ -50,9 +49,7 @@ QUANTUM_MS = 15_000
 Phase = Literal["live", "stale", "gone"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Lifetimes:
+class Lifetimes(Record, frozen=True):
     """The spine's clock settings (``GPUATTR_SPINE_*``), in event-time milliseconds."""
 
     heartbeat_ms: int = MINUTE_MS
@@ -196,9 +193,7 @@ def heartbeat_due(last_heartbeat_ms: int, now_ms: int, life: Lifetimes) -> bool:
     return now_ms - last_heartbeat_ms >= life.heartbeat_ms
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodeKeys:
+class NodeKeys(Record, frozen=True):
     """Every key a node has, table by table: what its tombstones remove."""
 
     per_node: tuple[str, ...]  # tables keyed by the node itself

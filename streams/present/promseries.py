@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from contract.outputs import HealthMark, WorkKind
+from contract.records import fast_init
 from streams.present.noderows import STATE_ORDER, NodeRow
 from streams.present.poolrows import PoolRow
 from streams.present.views import DeviceRow
@@ -62,6 +63,7 @@ Sample = tuple[Labels, float]
 FamilyType = Literal["gauge"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Family:
     name: str

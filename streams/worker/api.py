@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -41,6 +41,7 @@ import orjson
 from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
 
+from contract.records import replace
 from infra.endpoints import endpoint
 from infra.observe import metrics_body
 from streams.core.flow.processor import Tables

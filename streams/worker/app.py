@@ -235,7 +235,7 @@ def build_app(
         record = dead_letter_of(msg, error, worker.max_record_bytes, int(time.time() * 1000))
         await deadletter.send(key=msg.key, value=codec.encode(record))
 
-    names = {
+    names: dict[type, str] = {
         Alert: alert_topic.get_topic_name(),
         AttributionEvent: attribution.get_topic_name(),
         ExporterMisattribution: flags.get_topic_name(),

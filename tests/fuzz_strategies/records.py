@@ -8,7 +8,6 @@ their malformed neighbours; names mostly come from the realistic pools of
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from hypothesis import strategies as st
@@ -33,6 +32,7 @@ from contract.inputs import (
     PodResourcesSnapshot,
     SinceLast,
 )
+from contract.records import field_names, replace
 from tests.fuzz_strategies.values import (
     EXPORTER_UID_PREFIX,
     GPU_UUIDS,
@@ -271,7 +271,7 @@ def _scrapes(draw: st.DrawFn) -> DcgmScrape:
         node,
         ts_ms,
         tuple(
-            s if foreign and i == 0 else dataclasses.replace(s, node=node, ts_ms=ts_ms)
+            s if foreign and i == 0 else replace(s, node=node, ts_ms=ts_ms)
             for i, s in enumerate(drawn)
         ),
     )
@@ -297,5 +297,5 @@ BY_CLASS: dict[type, st.SearchStrategy[Any]] = {
 def mutated(draw: st.DrawFn, record: AgentRecord) -> AgentRecord:
     """``record`` with one field replaced by the same field of a fresh random record."""
     fresh = draw(BY_CLASS[type(record)])
-    field = draw(st.sampled_from([f.name for f in dataclasses.fields(record)]))
-    return dataclasses.replace(record, **{field: getattr(fresh, field)})
+    field = draw(st.sampled_from(list(field_names(type(record)))))
+    return replace(record, **{field: getattr(fresh, field)})

@@ -22,7 +22,6 @@ per-scrape choice; no wall clock, no randomness.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -57,6 +56,7 @@ from contract.inputs import (
     SourceStatus,
     pool_resource,
 )
+from contract.records import replace
 from sim.cluster import Cluster
 from sim.exporter_rows import render
 from sim.gpuoperator import cluster_policy_objects, exporter_answers, operand_pod_objects
@@ -139,7 +139,7 @@ def _kube(api: ApiClient, raw: Mapping[str, Any], kind: str) -> Any:
 
 def _said(record: object) -> object:
     """A record without when it was read: what a watcher's change is judged on."""
-    return dataclasses.replace(record, ts_ms=0)  # type: ignore[type-var]
+    return replace(record, ts_ms=0)  # type: ignore[type-var]
 
 
 class NodeAgent:
@@ -253,7 +253,7 @@ class NodeAgent:
             self.dra[key] = record
         for key in sorted(set(self.dra) - set(seen)):
             gone = self.dra.pop(key)
-            out += self._out(dataclasses.replace(gone, ts_ms=ts, deleted=True))
+            out += self._out(replace(gone, ts_ms=ts, deleted=True))
         return out
 
     def _operands(self, t: float, ts: int) -> list[Published]:
@@ -389,7 +389,7 @@ class ClusterRole:
             last = self.pending.pop(uid)
             pod = next((p for p in self.scenario.pods if p.uid == uid), None)
             bound = pod is not None and pod.node and (pod.stop_s is None or t < pod.stop_s)
-            final = dataclasses.replace(
+            final = replace(
                 last,
                 ts_ms=ts,
                 state="bound" if bound else "deleted",

@@ -9,7 +9,6 @@ twice, 1.12 MB, and the worker stopped on the batch the broker refused, again af
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -23,6 +22,7 @@ from aiokafka.structs import TopicPartition
 from contract import codec
 from contract.bounds import CUT_MARK, MAX_TEXT_CHARS, cut
 from contract.outputs import OutputRefused, TelemetryRefused
+from contract.records import replace
 from contract.topics import TopicRole
 from infra.admin import TopicSpec, create_topics
 from infra.settings import KafkaSettings, WorkerSettings
@@ -52,7 +52,7 @@ def huge_hostname(sim: SimulatedCluster) -> None:
         if node != NODE:
             return out
         one = tuple(v for v in out[0].values if v[0] == "DCGM_FI_DEV_FB_USED")
-        first = dataclasses.replace(out[0], hostname=HUGE, values=one)
+        first = replace(out[0], hostname=HUGE, values=one)
         return [first, *out[1:]]
 
     sim.cluster.exporter_rows = rows  # type: ignore[method-assign]

@@ -82,7 +82,7 @@ def check_honesty(events: list[AttributionEvent]) -> None:
         for h in ev.holders:
             assert h.uid == UIDS[h.pod], (ev.device_uuid, h)  # 100 %: every holder, its UID
             assert h.namespace != "gpu-operator"  # the adminAccess observer is never a holder
-            assert not any(w in f for f in h.__dataclass_fields__ for w in USAGE_WORDS)
+            assert not any(w in f for f in h.__struct_fields__ for w in USAGE_WORDS)
         if ev.state == "shared":
             assert ev.credit == "device-wide"
             assert all(h.allocation_share in (None, 0.25, 0.5) for h in ev.holders)

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from contract import codec
 from contract.inputs import AgentStatus, ClusterPolicyRecord, NodeRecord
 from contract.outputs import Alert, AttributionEvent, NodeStatus
+from contract.records import replace
 from gpuattr.procs import Child, settings_env
 from infra.admin import create_topics
 from infra.settings import KafkaSettings

@@ -15,7 +15,6 @@ would (all nodes, all namespaces, the run's range), returns data.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import pytest
 from aiokafka.partitioner import murmur2
 from prometheus_client.parser import text_string_to_metric_families
 
+from contract.records import replace
 from gpuattr.localkafka import free_port
 from sim.cluster import holds_at
 from sim.scenario import Scenario, load, parse_slot

@@ -9,7 +9,6 @@ import os
 import sys
 import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from aiokafka import AIOKafkaProducer
 from bench.kafka_io import count
 from contract import codec
 from contract.inputs import GpuRequest, OwnerRef, PendingPod, PendingPodList
+from contract.records import replace
 from infra.admin import create_topics
 from infra.settings import KafkaSettings
 from infra.topics import topic_specs

@@ -14,7 +14,6 @@ after 6 s, gone after 12 s).
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from contract.outputs import Alert, AttributionEvent, TelemetryRefused
+from contract.records import replace
 from gpuattr.localkafka.broker import free_port
 from gpuattr.report import accumulate
 from sim.runner import SimulatedCluster
@@ -200,12 +200,9 @@ async def test_a_node_deleted_and_a_node_silent_leave_every_view_and_table(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     deleted, silent = "ts-acct", "blind-node"
-    scenario = dataclasses.replace(
+    scenario = replace(
         SCENARIO,
-        nodes=tuple(
-            dataclasses.replace(n, deleted_s=20.0) if n.name == deleted else n
-            for n in SCENARIO.nodes
-        ),
+        nodes=tuple(replace(n, deleted_s=20.0) if n.name == deleted else n for n in SCENARIO.nodes),
     )
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agents.kube.watch import ResourceClaimWatcher, ResourceSliceWatcher
 from contract.inputs import ResourceClaimRecord, ResourceSliceRecord
+from contract.records import replace
 from gpuattr.localkube import LocalKube
 from sim.apiserver import ApiServerDouble
 from sim.cluster import Cluster

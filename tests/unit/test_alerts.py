@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
 
 from contract.outputs import Alert, AttributionEvent, ExporterView, Holder, Telemetry, Usage
+from contract.records import replace
 from infra.settings import AlertSettings
 from streams.core.alerts.alerts import DeviceAlerts, policy_for, step
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from contract.inputs import DcgmSample, ExporterClaim
 from contract.inputs import DeviceAssignment as A
+from contract.records import replace
 from streams.core.devices.attribution import DeviceContext, PodIdentity, attribute
 from streams.core.devices.sharing import sharing_from_labels
 

@@ -4,8 +4,6 @@ accepted ticks, and a late record never moves a node's last heard back."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,6 +16,7 @@ from contract.inputs import (
     SourceStatus,
     SupplyDevice,
 )
+from contract.records import replace
 from streams.core.flow.demandstage import DemandClockJump, DemandStage, DemandTables
 from streams.core.flow.processor import ClockJump, Output, Processor, UnusableRecord
 from streams.core.lifetimes import QUANTUM_MS
@@ -191,9 +190,9 @@ def test_late_and_shuffled_records_never_change_a_live_nodes_phase(
     arrivals: list[tuple[int, int, object]] = []
     for i, (kind, late) in enumerate(zip(kinds, late_s, strict=True)):
         ts = T0 + MIN + i * 10 * S_
-        record = dataclasses.replace(RETRIED[kind], ts_ms=ts)  # type: ignore[type-var]
+        record = replace(RETRIED[kind], ts_ms=ts)  # type: ignore[type-var]
         if isinstance(record, PodRecord):
-            record = dataclasses.replace(record, created_ms=T0)
+            record = replace(record, created_ms=T0)
         arrivals.append((ts + late * S_, 1, record))
     for i, late in enumerate(status_late_s):
         ts = T0 + MIN + i * 30 * S_

@@ -4,7 +4,6 @@ for every value a real stream writes, and read back the same."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from bench.fleet import stream
@@ -12,6 +11,7 @@ from contract import codec, inputs
 from contract.codec import SHARED_KEPT, Codec
 from contract.inputs import NodeSupply
 from contract.outputs import Pool
+from contract.records import replace
 from infra.settings import AlertSettings
 from streams.core.demand import demand
 from streams.core.flow.demandstage import DemandStage, DemandTables, Emission, ResourceDemand

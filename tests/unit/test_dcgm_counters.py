@@ -6,7 +6,6 @@ by a rise). An increase is never negative and a counter that went down is a rese
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, get_args
 
 import pytest
@@ -15,6 +14,7 @@ from hypothesis import strategies as st
 
 from agents.dcgm.counters import COUNTERS, since_last, with_since_last
 from contract.inputs import CounterName, DcgmSample, SinceLast
+from contract.records import replace
 
 T0 = 1_700_000_000_000
 
@@ -40,7 +40,7 @@ def sample(ts_ms: int = T0, **counters: Any) -> DcgmSample:
         temp_c=None,
         xid=None,
     )
-    return dataclasses.replace(base, **counters)
+    return replace(base, **counters)
 
 
 def test_every_counter_is_a_sample_total_and_an_increase() -> None:
@@ -137,7 +137,7 @@ def test_since_last(
     assert since_last(previous, current) == expected
     filled = with_since_last(previous, current)
     assert filled.since_last == expected
-    assert dataclasses.replace(filled, since_last=None) == current  # nothing else changed
+    assert replace(filled, since_last=None) == current  # nothing else changed
 
 
 # successive scrapes of one device: (pcie_replays per scrape, the increases published)

@@ -259,7 +259,7 @@ def test_a_scrape_with_the_new_fields_and_since_last_round_trips_the_codec() -> 
     (l4,) = parse(fixture("01").read_text()).samples
     with_counters = DcgmSample(
         **{
-            **{name: getattr(l4, name) for name in l4.__dataclass_fields__},
+            **{name: getattr(l4, name) for name in l4.__struct_fields__},
             "sm_active": 0.03,
             "clock_event_reasons": 2**63 - 1024,
             "power_violation_us": 2500.0,

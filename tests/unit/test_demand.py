@@ -4,7 +4,6 @@ demand-while-idle alert, and the stage's table rules (bounded, ordered, written 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
 
@@ -27,6 +26,7 @@ from contract.outputs import (
     PoolDemand,
     PoolDemandRetired,
 )
+from contract.records import replace
 from sinks.payloads import slack_message
 from streams.core.demand import demandalerts
 from streams.core.demand.demand import (

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contract.inputs import NodeSupply, SupplyDevice, SupplyHolder
 from contract.outputs import IDLE_LISTED, IdleGpu, Pool, PoolDemand
+from contract.records import replace
 from streams.core.demand import demand
 from streams.core.demand.demand import holders_of, matches, pool_demand
 from streams.core.demand.supplyindex import SupplyIndex

@@ -28,6 +28,7 @@ from contract.inputs import (
     PodResourcesSnapshot,
 )
 from contract.outputs import AttributionEvent, ExporterMisattribution, Holder, Origin, Telemetry
+from contract.records import replace
 from infra.settings import AlertSettings
 from sim.scenario import builtin_names, load
 from streams.core.demand import supply
@@ -134,9 +135,9 @@ def test_devices_only_a_scrape_lists_come_and_go_the_same_with_frames() -> None:
     goes stale, leave the roster the same way with the memo (which keeps a node's roster per
     scrape) as without it."""
     records = [
-        dataclasses.replace(r, assignments=(), allocatable=())
+        replace(r, assignments=(), allocatable=())
         if isinstance(r, PodResourcesSnapshot)
-        else dataclasses.replace(r, migs=())
+        else replace(r, migs=())
         if isinstance(r, DeviceInventory)
         else r
         for r in bench_fleet.stream(4, 6, start_ms=START_MS, interval_ms=30_000)
@@ -146,7 +147,7 @@ def test_devices_only_a_scrape_lists_come_and_go_the_same_with_frames() -> None:
     for i in scrapes[len(scrapes) // 2 :]:  # the second half: one GPU fewer
         scrape = records[i]
         assert isinstance(scrape, DcgmScrape)
-        records[i] = dataclasses.replace(scrape, samples=scrape.samples[1:])
+        records[i] = replace(scrape, samples=scrape.samples[1:])
     last = records[scrapes[-1]]
     assert isinstance(last, DcgmScrape)
     later = last.ts_ms + 3_600_000  # long after: every reading stale
@@ -214,8 +215,8 @@ def test_the_exporters_word_is_remade_when_a_samples_pod_labels_change() -> None
         scrape = records[i]
         assert isinstance(scrape, DcgmScrape)
         first = next(s for s in scrape.samples if s.uuid == holder.device_id)
-        relabelled = dataclasses.replace(first, exporter_claims=claims, exporter_split_fields=split)
-        records[i] = dataclasses.replace(
+        relabelled = replace(first, exporter_claims=claims, exporter_split_fields=split)
+        records[i] = replace(
             scrape, samples=tuple(relabelled if s is first else s for s in scrape.samples)
         )
     framed, plain = Processor(Tables.in_memory()), fresh_processor()
@@ -289,12 +290,12 @@ def test_the_view_token_ignores_what_every_podresources_record_renews() -> None:
     index = NodeDevices("n", ("GPU-a",), {"GPU-a": ("GPU-a",)}, (), (), 1000)
     frames = Frames()
     token = frames.token("n", ("node", index, None, None, True))
-    renewed = dataclasses.replace(index, updated_ms=2000, allocatable=())
+    renewed = replace(index, updated_ms=2000, allocatable=())
     assert projection(("node", renewed, None, None, True)) == projection(
         ("node", index, None, None, True)
     )
     assert frames.token("n", ("node", renewed, None, None, True)) is token
-    moved = dataclasses.replace(renewed, keys={"GPU-a": ("GPU-b",)})
+    moved = replace(renewed, keys={"GPU-a": ("GPU-b",)})
     assert frames.token("n", ("node", moved, None, None, True)) is not token
     assert frames.token("n", ("other-labels", moved, None, None, True)) is not token
 

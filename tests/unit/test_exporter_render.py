@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from agents.dcgm.translate import parse_exposition
 from contract.inputs import DcgmSample, ExporterClaim
+from contract.records import replace
 from sim.exporter_rows import ExporterRow, render
 from tests.unit.test_dcgm_parse import fixture
 

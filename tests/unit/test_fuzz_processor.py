@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -53,6 +54,7 @@ from contract.outputs import (
     NodeStatusRetired,
     TelemetryRefused,
 )
+from contract.records import field_names
 from streams.core.demand import supply
 from streams.core.flow.processor import ClockJump, Output, Processor, Tables, UnusableRecord
 from streams.core.flow.spine import fingerprint
@@ -66,7 +68,7 @@ from tests.fuzz_strategies import (
 )
 
 USAGE_WORDS = ("util", "usage", "fb_", "power", "temp", "xid")
-HOLDER_FIELDS = {f.name for f in dataclasses.fields(Holder)}
+HOLDER_FIELDS = set(field_names(Holder))
 
 
 def new_processor() -> Processor:
@@ -153,7 +155,7 @@ def check_event(ev: AttributionEvent, uids: dict[str, set[str]]) -> None:
     if ev.origin != "sample":
         assert ev.telemetry.status == "unknown", ev.telemetry
         assert ev.telemetry.reason, ev.telemetry
-        reading = dataclasses.asdict(ev.usage)
+        reading = msgspec.structs.asdict(ev.usage)
         assert {k: v for k, v in reading.items() if k != "scope" and v is not None} == {}
     payload = orjson.loads(codec.encode(ev))
     for holder in payload["holders"]:

@@ -3,8 +3,6 @@ after it: it is never opened on the successor alone."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from contract.inputs import (
@@ -17,6 +15,7 @@ from contract.inputs import (
     SinceLast,
 )
 from contract.outputs import Alert, AttributionEvent, Health, Holder
+from contract.records import replace
 from infra.settings import AlertSettings
 from streams.core.alerts.alerts import DeviceAlerts, step
 from streams.core.flow.processor import Output, Processor, Tables

@@ -5,7 +5,6 @@ state."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
 
@@ -18,6 +17,7 @@ from contract.outputs import (
     Telemetry,
     Usage,
 )
+from contract.records import replace
 from infra.settings import AlertSettings
 from streams.core.alerts.alerts import DeviceAlerts, step
 

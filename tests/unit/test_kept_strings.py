@@ -11,13 +11,13 @@ mode, MIG included, pods replaced) and checks the parts that are kept per device
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from collections.abc import Iterator
 
 from bench.fleet import stream
 from contract import codec
 from contract.outputs import AttributionEvent
+from contract.records import field_names, is_record
 from streams.core.flow.processor import Processor, Tables
 from streams.worker.live import LiveDevices
 
@@ -54,9 +54,9 @@ def _strings(obj: object, path: str, seen: set[int]) -> Iterator[tuple[str, str]
     elif isinstance(obj, tuple | list | set | frozenset):
         for v in obj:
             yield from _strings(v, path + "[]", seen)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            yield from _strings(getattr(obj, f.name), f"{path}.{f.name}", seen)
+    elif is_record(obj):
+        for name in field_names(type(obj)):
+            yield from _strings(getattr(obj, name), f"{path}.{name}", seen)
 
 
 def test_what_is_kept_per_device_holds_one_copy_of_each_string() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -20,6 +19,7 @@ from kubernetes_asyncio.client import (
 
 from agents.kube.translate import exporter_pod
 from agents.locate import ExporterLocator, ExporterPod, NotFound, Target, refusal
+from contract.records import replace
 from infra.settings import DcgmSettings
 from sim.gpuoperator import operand_pod_objects
 from sim.kube_objects import exporter_pod_objects
@@ -106,7 +106,7 @@ def test_a_refusal_is_reported_once() -> None:
     loc = locator()
     tenant = pod(name="fake", namespace="tenant")
     assert loc.seen(tenant, deleted=False) == "other-namespace"
-    assert loc.seen(dataclasses.replace(tenant, ready=False), deleted=False) is None
+    assert loc.seen(replace(tenant, ready=False), deleted=False) is None
     assert loc.relisted([tenant]) == []  # a relist repeats nothing it already said
     assert loc.seen(tenant, deleted=True) is None
     assert loc.refused == {}
@@ -118,9 +118,7 @@ def test_a_pod_that_loses_its_owner_is_dropped() -> None:
     own = pod()
     loc.seen(own, deleted=False)
     assert isinstance(loc.target(), Target)
-    assert loc.seen(dataclasses.replace(own, owner_kind="", owner_name=""), False) == (
-        "no-daemonset-owner"
-    )
+    assert loc.seen(replace(own, owner_kind="", owner_name=""), False) == ("no-daemonset-owner")
     assert isinstance(loc.target(), NotFound)
 
 

@@ -5,7 +5,6 @@ an episode with the idle alert."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +19,7 @@ from contract.outputs import (
     Telemetry,
     Usage,
 )
+from contract.records import replace
 from infra.settings import AlertSettings
 from streams.core.alerts.alerts import DeviceAlerts, policy_for, step
 

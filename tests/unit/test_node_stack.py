@@ -6,7 +6,7 @@ every status it emitted emitted again after a crash at any point."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import orjson
 import pytest
@@ -21,6 +21,7 @@ from contract.inputs import (
     OperandPods,
 )
 from contract.outputs import MigReconcile, NodeStatus, NodeStatusRetired
+from contract.records import replace
 from streams.core.flow.processor import Output, Processor, Tables
 from streams.core.flow.state import TABLE_CODEC
 from streams.core.stack.nodestack import REMEMBERED, Emission, NodeStack, PartitionPolicies, step

@@ -9,7 +9,7 @@ broken and four operands "not ready".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given, settings
@@ -27,6 +27,7 @@ from contract.inputs import (
     SourceStatus,
 )
 from contract.outputs import NodeStatus, PlaneName
+from contract.records import replace
 from streams.core.stack.operatorstack import (
     DEVICE_PLUGIN_STACK,
     DRA_STACK,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import pytest
 
 from contract.outputs import Alert, AlertFigures, Holder, Workload
+from contract.records import replace
 from sinks.delivery import RetryPolicy
 from sinks.payloads import (
     IDEMPOTENCY_HEADER,

@@ -8,8 +8,6 @@ empty until the device plugins register again, and pods come back one by one.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from agents.podresources.readiness import (
@@ -22,6 +20,7 @@ from agents.podresources.readiness import (
     step,
 )
 from contract.inputs import AllocatableDevice, DeviceAssignment
+from contract.records import replace
 
 G0, G1 = "GPU-0f6c2d1e-8a9e-4f1b-a0d2-3c5e7f9a1b2c", "GPU-7a1b9c3d-52d4-4b8e-9a06-7d2e4c1b8f30"
 TRAIN = DeviceAssignment("ml", "train", "main", "nvidia.com/gpu", G0)

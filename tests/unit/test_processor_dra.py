@@ -5,7 +5,6 @@ dynamic MIG, an adminAccess observer), in any arrival order."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 
 import pytest
 
@@ -26,6 +25,7 @@ from contract.inputs import (
     ResourceSliceRecord,
 )
 from contract.outputs import AttributionEvent
+from contract.records import replace
 from gpuattr.report import accumulate
 from infra.settings import AlertSettings
 from streams.core.alerts.alerts import step

@@ -6,9 +6,9 @@ Regenerate on purpose only: ``python -m tests.unit.test_promexport_golden``.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
+from contract.records import replace
 from sim.scenario import builtin_names, load
 from streams.present.noderows import NodeRow, PlaneRow
 from streams.present.poolrows import PoolRow, pool_row

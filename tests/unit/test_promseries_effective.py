@@ -3,8 +3,7 @@ one series per kind and mark (stable label sets), none naming a pod."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+from contract.records import replace
 from streams.present.views import device_row
 from tests.unit.test_promseries import parsed
 from tests.unit.test_views_effective import BLIND, SM, with_activity

@@ -5,11 +5,11 @@ series only); two nodes' stacks; two pools."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from contract.records import replace
 from streams.present.noderows import NodeRow, PlaneRow
 from streams.present.poolrows import PoolRow
 from streams.present.promseries import (

@@ -3,8 +3,6 @@ without readings longer than ``reading_gap_s``, and unknown is never idle in any
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from contract.inputs import (
@@ -26,6 +24,7 @@ from contract.outputs import (
     Telemetry,
     Usage,
 )
+from contract.records import replace
 from infra.settings import AlertSettings
 from streams.core.alerts.alerts import DeviceAlerts, step
 from streams.core.alerts.episodes import gap_ended

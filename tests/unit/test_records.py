@@ -1,5 +1,6 @@
-"""contract.records: the fast ``__init__`` and ``replace`` build what the dataclass's own do, for
-every record they are given to, and refuse what they do not reproduce."""
+"""contract.records: the contract's and the core's records are Structs; the fast ``__init__`` and
+``replace`` build what the dataclass's own do, for every row they are given to, and refuse what
+they do not reproduce; ``replace`` copies a Struct as msgspec does."""
 
 from __future__ import annotations
 
@@ -9,23 +10,35 @@ import inspect
 import pkgutil
 from typing import Any
 
+import msgspec
 import pytest
 
 import contract
 import streams.core
-from contract.records import GENERATED, fast_init, replace
+import streams.present
+from contract.records import GENERATED, fast_init, field_names, replace
 
 
 def _modules() -> list[Any]:
     """Every module of the contract and the pure core, imported."""
     return [
         importlib.import_module(f"{package.__name__}.{info.name}")
-        for package in (contract, streams.core)
+        for package in (contract, streams.core, *_packages(streams.core), streams.present)
         for info in pkgutil.iter_modules(package.__path__)
+        if not info.ispkg
+    ]
+
+
+def _packages(package: Any) -> list[Any]:
+    return [
+        importlib.import_module(f"{package.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(package.__path__)
+        if info.ispkg
     ]
 
 
 MODULES = _modules()
+CORE = [m for m in MODULES if not m.__name__.startswith("streams.present")]
 RECORDS = sorted(GENERATED, key=lambda cls: f"{cls.__module__}.{cls.__qualname__}")
 
 
@@ -41,8 +54,31 @@ def _frozen_slotted(module: Any) -> list[type[Any]]:
     ]
 
 
-def test_every_frozen_record_of_the_contract_and_core_has_it_unless_it_uses_a_factory() -> None:
-    assert len(RECORDS) > 100
+def _structs(module: Any) -> list[type[Any]]:
+    return [
+        cls
+        for cls in vars(module).values()
+        if isinstance(cls, type)
+        and cls.__module__ == module.__name__
+        and issubclass(cls, msgspec.Struct)
+    ]
+
+
+def test_the_contract_and_core_records_are_frozen_structs_but_those_with_a_factory() -> None:
+    structs = [cls for module in CORE for cls in _structs(module)]
+    assert len(structs) > 100
+    assert [c.__qualname__ for c in structs if not c.__struct_config__.frozen] == []
+    dataclass_left = [
+        cls.__qualname__
+        for module in CORE
+        for cls in _frozen_slotted(module)
+        if all(f.default_factory is dataclasses.MISSING for f in dataclasses.fields(cls))
+    ]
+    assert dataclass_left == []
+
+
+def test_every_frozen_row_of_the_presentation_has_the_fast_init() -> None:
+    assert len(RECORDS) > 5
     missing = [
         cls.__qualname__
         for module in MODULES
@@ -51,6 +87,19 @@ def test_every_frozen_record_of_the_contract_and_core_has_it_unless_it_uses_a_fa
         and all(f.default_factory is dataclasses.MISSING for f in dataclasses.fields(cls))
     ]
     assert missing == []
+
+
+def test_replace_copies_a_struct_as_msgspec_does() -> None:
+    class Point(msgspec.Struct, frozen=True):
+        x: int
+        y: tuple[int, ...] = ()
+
+    p = Point(1, (2,))
+    assert replace(p, x=3) == msgspec.structs.replace(p, x=3) == Point(3, (2,))
+    assert replace(p, x=3).y is p.y
+    assert field_names(Point) == ("x", "y")
+    with pytest.raises(TypeError):
+        replace(p, z=1)
 
 
 def _original(cls: type[Any], /, *args: Any, **kwargs: Any) -> Any:

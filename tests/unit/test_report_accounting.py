@@ -6,13 +6,13 @@ GPUs-held rule, and in the report, whether the events carry their ``pods`` or on
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from contract.outputs import AttributionEvent, Holder
+from contract.records import replace
 from gpuattr.report import accumulate
 from sim.scenario import load
 from streams.core.devices.accounting import pod_shares

@@ -5,11 +5,11 @@ end; each pod counts once per pool however many copies of its records there are.
 from __future__ import annotations
 
 import io
-from dataclasses import replace
 
 import pytest
 
 from contract.inputs import GpuRequest, OwnerRef, PendingPod, PendingPodList
+from contract.records import replace
 from gpuattr.report_cli import report_waits, write_waits_csv
 from gpuattr.waited import WaitLine, accumulate_waits
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -25,6 +24,7 @@ from contract.inputs import (
 )
 from contract.inputs import DeviceAssignment as A
 from contract.outputs import DeadLetter, OutputRefused, Telemetry, TelemetryRefused
+from contract.records import replace
 from contract.schemas import OUTPUTS, file_name, json_schema
 from infra.settings import AlertSettings
 from streams.core.alerts.alerts import step

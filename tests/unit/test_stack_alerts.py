@@ -8,7 +8,7 @@ grace window."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pytest
 
@@ -21,6 +21,7 @@ from contract.inputs import (
     PodResourcesSnapshot,
 )
 from contract.outputs import Alert, Holder, NodeStatus, PlaneIntent
+from contract.records import replace
 from contract.topics import TABLES
 from infra.settings import AlertSettings
 from sinks.payloads import slack_message

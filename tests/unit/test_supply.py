@@ -5,7 +5,6 @@ node, withdrawn when the node leaves, and emitted again exactly after a crash at
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
-from dataclasses import replace
 
 import pytest
 
@@ -21,6 +20,7 @@ from contract.inputs import (
 )
 from contract.inputs import DeviceAssignment as A
 from contract.outputs import Holder, Workload
+from contract.records import replace
 from contract.topics import TABLES
 from infra.settings import AlertSettings
 from streams.core.alerts.episodes import Episode

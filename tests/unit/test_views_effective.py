@@ -3,7 +3,6 @@ allocation report, from hand-built events (the worker fills ``activity`` and ``h
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -18,6 +17,7 @@ from contract.outputs import (
     MigInstance,
     Telemetry,
 )
+from contract.records import replace
 from gpuattr.report import accumulate, csv_rows, effective_coverage
 from gpuattr.report_cli import print_table
 from gpuattr.top import render

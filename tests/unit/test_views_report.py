@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
 
@@ -17,6 +16,7 @@ from contract.outputs import (
     Usage,
     Workload,
 )
+from contract.records import replace
 from gpuattr.report import accumulate, csv_rows
 from gpuattr.report_cli import parse_duration
 from sim.cluster import Cluster

@@ -34,7 +34,6 @@ caused, with the same ids (receivers dedupe on ``<id>:<status>``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
 
 from contract.annotations import (
@@ -45,7 +44,7 @@ from contract.annotations import (
     override,
 )
 from contract.outputs import Alert, AlertFigures, AttributionEvent, Holder
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from infra.settings import AlertSettings
 from streams.core import replays
 from streams.core.alerts.episodes import (
@@ -74,9 +73,7 @@ ANNOTATION_WINDOW = IDLE_WINDOW_S
 __all__ = ["DeviceAlerts", "Episode", "HolderId", "alert_id", "holder_ids", "policy_for", "step"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Emission:
+class Emission(Record, frozen=True):
     """The alerts one event caused, kept so that processing that event again re-emits them."""
 
     ts_ms: int
@@ -84,9 +81,7 @@ class Emission:
     gone: bool = False  # caused by the device's last event
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class DeviceAlerts:
+class DeviceAlerts(Record, frozen=True):
     idle: Episode | None = None
     idle_resolved_ms: int | None = None
     orphan: Episode | None = None

@@ -19,19 +19,16 @@ such a gap ends it (resolved if it had fired), and the next reading starts a new
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 
 from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Holder
-from contract.records import fast_init
+from contract.records import Record
 from infra.settings import AlertSettings
 
 #: a pod holding the device, as episodes remember it: (namespace, pod, uid or "")
 HolderId = tuple[str, str, str]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Episode:
+class Episode(Record, frozen=True):
     """One pending-or-firing condition: when it began, whether it has fired, and under whom."""
 
     since_ms: int

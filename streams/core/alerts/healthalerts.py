@@ -30,11 +30,10 @@ writes nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 
 from contract.outputs import Alert, AlertFigures, AlertKind, AttributionEvent, Health, Holder
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from infra.settings import AlertSettings
 from streams.core.alerts.episodes import (
     Episode,
@@ -50,9 +49,7 @@ from streams.core.alerts.episodes import (
 )
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class HealthAlerts:
+class HealthAlerts(Record, frozen=True):
     """One device's health episodes, and the row-remap-failure flag as last seen (the baseline
     a change is judged against)."""
 

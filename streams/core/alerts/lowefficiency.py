@@ -21,11 +21,10 @@ has an episode open: they never describe the same episode.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 from contract.outputs import Alert, AlertFigures, AttributionEvent
-from contract.records import fast_init
+from contract.records import Record
 from infra.settings import AlertSettings
 from streams.core.alerts.episodes import (
     Episode,
@@ -39,9 +38,7 @@ from streams.core.alerts.episodes import (
 )
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class LowEfficiency:
+class LowEfficiency(Record, frozen=True):
     """One device's low-efficiency state: the episode under way, and when the last fired one
     resolved (the cool-down runs from there)."""
 

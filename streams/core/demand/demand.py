@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
 from itertools import islice
 from typing import Protocol
 
@@ -56,13 +55,11 @@ from contract.outputs import (
     WaitingPod,
     Workload,
 )
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from streams.core.devices import dra
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Waiter:
+class Waiter(Record, frozen=True):
     """A pending pod as the demand stage keeps it, for one resource (the partition's key): its
     requests of that resource, and what a demand record says of it. ``ts_ms`` is the event time
     of the record it came from (an older record of the same pod is stale)."""
@@ -200,9 +197,7 @@ class Group(Protocol):
     def latest(self) -> int | None: ...  # when the most recent of the idle ones began idling
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class SupplyGroup:
+class SupplyGroup(Record, frozen=True):
     """A node's allocated devices of one resource, product and MIG profile, counted and described
     once per distinct supply record (:func:`summarize`)."""
 

@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
 from contract.inputs import NodeSupply, SupplyDevice, SupplyHolder
 from contract.outputs import Holder, Workload
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from streams.core import replays
 from streams.core.alerts.episodes import Episode, HolderId, same_holders
 from streams.core.devices.dra import class_resource
@@ -48,9 +47,7 @@ from streams.core.replays import REMEMBERED
 Supplies = dict[str, tuple[SupplyDevice, ...]]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class AllocatedDevice:
+class AllocatedDevice(Record, frozen=True):
     """One held device as the allocation spine describes it now: its holders (every container,
     every resource), whether a fresh trusted reading speaks for it, and its idle episode."""
 
@@ -206,9 +203,7 @@ class Supplied:
 # --- what the node emitted: table node-supply
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Emission:
+class Emission(Record, frozen=True):
     """The records the node's record of event time ``ts_ms`` and fingerprint ``by`` emitted."""
 
     ts_ms: int
@@ -216,9 +211,7 @@ class Emission:
     records: tuple[NodeSupply, ...]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodeSupplyState:
+class NodeSupplyState(Record, frozen=True):
     """The node's last record per held resource (its event time: the emission's), its last emissions
     (newest first, :func:`streams.core.replays.remember`), the devices a fresh reading spoke for
     when it was last judged (``measured``: when that moves, idle devices may have become unknown, or

@@ -27,18 +27,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from contract.outputs import AttributionEvent, Holder, PodShare, ShareBasis, UidStatus, Workload
-from contract.records import fast_init
+from contract.records import Record
 
 #: a unit's share basis before any pod split (``equal-split`` only arises from splitting)
 UnitBasis = ShareBasis
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Unit:
+class Unit(Record, frozen=True):
     """One allocation of the device: what identifies it, and its share of the device."""
 
     key: tuple[str, str, str]  # ("id", device_id, "") or ("claim", claim, share_id or device)
@@ -46,9 +43,7 @@ class Unit:
     basis: UnitBasis
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Held:
+class Held(Record, frozen=True):
     """One container's hold of one unit, with its pod's identity."""
 
     namespace: str
@@ -76,9 +71,7 @@ def claim_unit(claim: str, allocation: str, capacity_share: float | None) -> Uni
     return Unit(("claim", claim, allocation), 1.0, "whole")
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Accounting:
+class Accounting(Record, frozen=True):
     """Each container's share (``None``: unknown, or split between pods) and each pod's."""
 
     containers: Mapping[tuple[str, str, str, str], float | None]  # (ns, pod, container, claim)

@@ -37,7 +37,7 @@ from contract.outputs import (
     Usage,
     Workload,
 )
-from contract.records import fast_init
+from contract.records import Record
 from infra.settings import AlertSettings
 from streams.core.devices.accounting import Accounting, Held, account, claim_unit, device_id_unit
 from streams.core.devices.allocation import through_dra, via_dra
@@ -48,9 +48,7 @@ from streams.core.devices.identity import parse_device_id
 from streams.core.devices.sharing import Advertised, NodeSharing, SharingDecision, decide
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PodIdentity:
+class PodIdentity(Record, frozen=True):
     """What our own join (PodResources x pod watch) knows of a holder at a time."""
 
     uid: str | None
@@ -387,9 +385,7 @@ def _summary(
     )
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class DeviceFacts:
+class DeviceFacts(Record, frozen=True):
     """What identifies a device in an event when no sample describes it (the allocation
     spine): from the node's inventory, slices and labels (:mod:`streams.core.devices.roster`)."""
 
@@ -520,9 +516,7 @@ def describes_mig(facts: DeviceFacts) -> bool:
     return facts.mig_instance_id is not None or facts.mig_profile is not None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Holding:
+class Holding(Record, frozen=True):
     """What a device's holder rows decide: the rows that hold it (DRA observers set apart), its
     sharing decision, its holders as events list them and each pod's share."""
 
@@ -620,9 +614,7 @@ def holding(
     return _holding(rows, ts_ms, ctx, describes_mig(facts), accounted=False).holders
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Shape:
+class Shape(Record, frozen=True):
     """What a device's events say of its holding whatever the sample — allocation kind, state,
     notes, credit, and the holders' pods and claims the exporter's claim is checked against —
     decided from its holder rows, context and :class:`Holding` (``is_mig``: as the events'
@@ -681,9 +673,7 @@ def shape_of(
     )
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Reading:
+class Reading(Record, frozen=True):
     """What an event says of the hardware: the sample (``None``: no sample describes the device),
     its usage, activity and health (their empty defaults without a sample)."""
 

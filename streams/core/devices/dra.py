@@ -27,7 +27,6 @@ What a pending pod asks for (``dra:<device class>``) and what a node supplies ar
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from decimal import Decimal
 
 from contract.inputs import (
@@ -37,7 +36,7 @@ from contract.inputs import (
     ResourceSliceRecord,
 )
 from contract.quantity import parse as parse_quantity
-from contract.records import fast_init
+from contract.records import Record
 from streams.core.devices.allocation import dra_name, dra_resource
 from streams.core.devices.identity import Inventory, device_key
 
@@ -70,9 +69,7 @@ def selects(resource: str, mig: bool) -> bool:
     return not types or (types[0] == "mig") == mig
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodeSlices:
+class NodeSlices(Record, frozen=True):
     """The live ResourceSlices of one node (a table value, keyed by node)."""
 
     slices: tuple[ResourceSliceRecord, ...] = ()
@@ -111,18 +108,14 @@ def split_row(resource: str, device_id: str) -> DeviceRef | None:
     return driver, pool, name
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Placed:
+class Placed(Record, frozen=True):
     """The device key DCGM reports on (a GPU UUID, or ``<parent>/gi<N>``), and the MIG UUID."""
 
     key: str
     mig_uuid: str | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class UnplacedMig:
+class UnplacedMig(Record, frozen=True):
     """A MIG device whose instance we cannot name: no UUID in the slice (dynamic MIG), or a
     UUID the node's inventory does not list (yet)."""
 
@@ -137,9 +130,7 @@ class UnplacedMig:
         )
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Unplaced:
+class Unplaced(Record, frozen=True):
     """A device we cannot relate to any GPU (no slice lists it, or it lists no UUID)."""
 
     reason: str
@@ -172,9 +163,7 @@ def placed_keys(devices: Mapping[DeviceRef, DraDevice], inventory: Inventory) ->
     return frozenset(p.key for p in placements if isinstance(p, Placed))
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ClaimView:
+class ClaimView(Record, frozen=True):
     """What one claim says about one of its devices."""
 
     claim: str  # namespace/name

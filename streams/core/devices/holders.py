@@ -19,7 +19,7 @@ from contract.inputs import (
     PodResourcesDiff,
     PodResourcesSnapshot,
 )
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from streams.core.devices.allocation import dra_base, dra_name, via_dra
 from streams.core.devices.dra import DeviceRef, Placed, UnplacedMig, place
 from streams.core.devices.identity import EMPTY_INVENTORY, Inventory, parse_device_id, resolve
@@ -30,9 +30,7 @@ DraDevices = Mapping[DeviceRef, DraDevice]
 NO_DRA: DraDevices = {}
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Epoch:
+class Epoch(Record, frozen=True):
     """Holders that were in place over ``[from_ms, until_ms)``."""
 
     from_ms: int
@@ -40,9 +38,7 @@ class Epoch:
     assignments: tuple[DeviceAssignment, ...]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class SlotHolders:
+class SlotHolders(Record, frozen=True):
     """Current holders of one base device (all its replicas), since ``since_ms``, and history."""
 
     node: str
@@ -149,9 +145,7 @@ def dra_ref(base: str) -> DeviceRef | None:
     return (driver, pool, device) if driver and pool and device else None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class IndexKeys:
+class IndexKeys(Record, frozen=True):
     """Where a node's held base devices sit: device key → bases, the bases we cannot place, the
     DRA MIG devices known only by their parent GPU, and the DRA devices placed from memory."""
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from sys import intern
 from typing import Literal
 
-from contract.records import fast_init
+from contract.records import Record
 from streams.core.memo import live_memo
 
 Family = Literal["gpu", "mig", "mig-legacy", "gke", "other"]
@@ -37,9 +37,7 @@ def small_index(text: str) -> int | None:
     return int(text) if re.fullmatch(_N, text) else None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class DeviceId:
+class DeviceId(Record, frozen=True):
     """A kubelet device ID taken apart: its base device and the replica it names, if any."""
 
     raw: str
@@ -51,9 +49,7 @@ class DeviceId:
     mig_gi: int | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class MigDevice:
+class MigDevice(Record, frozen=True):
     """One MIG device from the node's inventory (NVML or a static file)."""
 
     mig_uuid: str

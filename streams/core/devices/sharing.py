@@ -17,11 +17,10 @@ exclusive whatever the labels say.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from contract.inputs import AllocatableDevice, DeviceAssignment
 from contract.outputs import Sharing
-from contract.records import fast_init
+from contract.records import Record
 from streams.core.devices.identity import Inventory, parse_device_id, resolve, small_index
 
 LABEL_STRATEGY = "nvidia.com/gpu.sharing-strategy"
@@ -32,9 +31,7 @@ LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
 SHARING_STRATEGIES: Mapping[str, Sharing] = {"mps": "mps", "time-slicing": "time-slicing"}
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodeSharing:
+class NodeSharing(Record, frozen=True):
     """What a node's GPU feature discovery labels say about sharing (node-wide hints)."""
 
     strategy: str | None
@@ -65,9 +62,7 @@ def sharing_from_labels(labels: Mapping[str, str]) -> NodeSharing:
     )
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Advertised:
+class Advertised(Record, frozen=True):
     """How the kubelet advertises one device (a GPU or MIG instance) as allocatable."""
 
     whole: bool = False  # a plain device ID (no ``::n``)
@@ -95,9 +90,7 @@ def advertised_by_key(
     }
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class SharingDecision:
+class SharingDecision(Record, frozen=True):
     sharing: Sharing
     replicas: int | None
     notes: tuple[str, ...]

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field, fields
 
 from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList, pool_resource
 from contract.outputs import Alert, PoolDemand, PoolDemandRetired
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from streams.core import keys, lifetimes, replays
 from streams.core.demand import demand, demandalerts
 from streams.core.demand.demand import Waiter
@@ -79,18 +79,14 @@ class DemandClockJump(UnusableDemandRecord):
     """A record further ahead of its partition's event time than the jump bound allows."""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Departure:
+class Departure(Record, frozen=True):
     """A pod (``namespace/name``) or node (``node:<name>``) removed at ``ts_ms``."""
 
     key: str
     ts_ms: int
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Emission:
+class Emission(Record, frozen=True):
     """What the record with fingerprint ``by`` at ``ts_ms`` emitted: the pools whose records it
     changed (``pools``), the pools it retired, its alerts. ``demands``: the records themselves,
     as values of an older worker keep them (read, never written: their pools count as
@@ -108,9 +104,7 @@ class Emission:
         return tuple(sorted({*self.pools, *self.retired, *(d.pool for d in self.demands)}))
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ResourceDemand:
+class ResourceDemand(Record, frozen=True):
     """A resource's index and memory (module docstring)."""
 
     pods: tuple[str, ...] = ()  # namespace/name, sorted
@@ -125,9 +119,7 @@ class ResourceDemand:
         return next((d.ts_ms for d in self.departed if d.key == key), None)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PartitionResources:
+class PartitionResources(Record, frozen=True):
     resources: tuple[str, ...] = ()
     #: additive: the partition's accepted event time (quantized; None: none yet, or a value
     #: written before it was kept): a record further ahead than the jump bound is refused

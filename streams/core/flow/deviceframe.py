@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from contract.inputs import DcgmSample, DeviceAssignment
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from streams.core.devices.allocation import through_dra
 from streams.core.devices.attribution import (
     DeviceContext,
@@ -46,9 +45,7 @@ MAX_FRAMES = 32_768
 Get = Callable[[str], object]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(Record, frozen=True):
     view: object  # the token of the node's records its context was read from (Frames.token)
     holder_keys: tuple[str, ...]  # slot_holders keys of the device's bases
     holder_recs: tuple[object, ...]  # what they held

@@ -11,7 +11,6 @@ telemetry — only the usage differs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from contract.inputs import DcgmSample, DeviceAssignment, ResourceClaimRecord
@@ -24,7 +23,7 @@ from contract.outputs import (
     PlaneName,
     Telemetry,
 )
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from infra.settings import AlertSettings
 from streams.core.devices.allocation import through_dra, via_dra
 from streams.core.devices.attribution import (
@@ -56,9 +55,7 @@ from streams.core.node.telemetry import LABEL_HOSTNAME
 from streams.core.stack.operatorstack import telemetry_plane
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodeView:
+class NodeView(Record, frozen=True):
     node: str
     index: NodeDevices | None
     mig_parents: frozenset[str]  # GPUs with MIG instances (index, inventory)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from contract import codec
 from contract.inputs import NodeSupply
@@ -25,7 +24,7 @@ from contract.outputs import (
     Origin,
     Telemetry,
 )
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from infra.settings import AlertSettings
 from streams.core import lifetimes
 from streams.core.alerts.alerts import DeviceAlerts, policy_for, step
@@ -51,9 +50,7 @@ from streams.core.stack.stackalerts import HeldDevice
 Event = AttributionEvent | Alert | NodeStatusRetired | NodeSupply
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class HeldNow:
+class HeldNow(Record, frozen=True):
     """A device pods hold now (:meth:`Spine.holding`), named as its events name it."""
 
     device_uuid: str
@@ -90,9 +87,7 @@ def _gone_facts(node: str, key: str, device_id: str) -> DeviceFacts:
     return DeviceFacts(node, key.partition("/gi")[0], device_uuid=device_id)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Beat:
+class Beat(Record, frozen=True):
     """A heartbeat the record owes its node (:meth:`Spine.beat_due`): made for the first time
     (``again`` false: remembered by the record's fingerprint ``by``), or made again."""
 
@@ -101,9 +96,7 @@ class Beat:
     again: bool
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Due:
+class Due(Record, frozen=True):
     """A node a tick judges (:meth:`Spine.tick`): stale (``why`` is ``None``) or gone, and why."""
 
     node: str

@@ -18,11 +18,9 @@ than can happen between two commits of a partition (seconds apart).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from contract.inputs import NodeSupply, SourceStatus
 from contract.outputs import Alert, RefusalCause
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from streams.core import replays
 from streams.core.lifetimes import departure_kept, quantized, quantum_start
 from streams.core.replays import GONE_REMEMBERED, SCRAPES_REMEMBERED, TICKS_REMEMBERED
@@ -30,9 +28,7 @@ from streams.core.replays import GONE_REMEMBERED, SCRAPES_REMEMBERED, TICKS_REME
 Emitted = tuple[Alert, ...]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Refusal:
+class Refusal(Record, frozen=True):
     """The node's exporter answers are refused as not provably its own, since ``since_ms``."""
 
     since_ms: int
@@ -40,18 +36,14 @@ class Refusal:
     reason: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Beat:
+class Beat(Record, frozen=True):
     """A heartbeat: when, and the fingerprint of the record that made it."""
 
     ts_ms: int
     by: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Departure:
+class Departure(Record, frozen=True):
     """Devices that left a live node at ``ts_ms`` (no source lists them), and the alerts their
     leaving resolved (their last events are made again from the rest)."""
 
@@ -60,9 +52,7 @@ class Departure:
     alerts: Emitted = ()
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodeState:
+class NodeState(Record, frozen=True):
     first_ms: int  # the first record of this life of the node
     last_ms: int  # its latest record (quantized)
     partition: int = 0  # the input partition the node's records arrive on
@@ -200,9 +190,7 @@ def with_sources(state: NodeState, sources: tuple[SourceStatus, ...]) -> NodeSta
     return state if sources == state.sources else replace(state, sources=sources)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class GoneNode:
+class GoneNode(Record, frozen=True):
     """A node that left at ``ts_ms`` (deleted, or silent past its TTL): its keys are gone, so
     its partition remembers its devices and the alerts its leaving resolved, for a record
     processed again."""
@@ -216,9 +204,7 @@ class GoneNode:
     supply: tuple[NodeSupply, ...] = ()
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PartitionNodes:
+class PartitionNodes(Record, frozen=True):
     """The nodes whose records arrive on one input partition (what its clock ticks age), and
     the last nodes that left it."""
 

@@ -15,20 +15,17 @@ changed or fell due.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from contract.inputs import OwnerRef, PodListSnapshot, PodRecord
 from contract.outputs import Holder, Workload
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from streams.core.devices.attribution import PodIdentity
 from streams.core.keys import name_key
 from streams.core.lifetimes import LIVES_MAX, life_forgotten
 from streams.core.memo import live_memo
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PodLife:
+class PodLife(Record, frozen=True):
     """One incarnation of a pod name on a node."""
 
     uid: str
@@ -39,17 +36,13 @@ class PodLife:
     annotations: tuple[tuple[str, str], ...] = ()
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PodNames:
+class PodNames(Record, frozen=True):
     """Every remembered life of one ``namespace/name`` on one node, oldest first."""
 
     lives: tuple[PodLife, ...]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodePods:
+class NodePods(Record, frozen=True):
     """Index of one node's pod names (``namespace/name``, sorted) that have a remembered life.
 
     ``gone`` holds, for each name with a gone life, the earliest ``gone_ms`` among its remembered

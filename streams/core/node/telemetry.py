@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from contract.bounds import cut
 from contract.inputs import DcgmSample, DcgmScrape
 from contract.outputs import PlaneName, RefusalCause, Telemetry, TelemetryCause
-from contract.records import fast_init
+from contract.records import Record
 from streams.core.lifetimes import Lifetimes
 from streams.core.node.nodestate import NodeState
 
@@ -44,9 +43,7 @@ LABEL_HOSTNAME = "kubernetes.io/hostname"
 _PCI = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])")
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(Record, frozen=True):
     accepted: tuple[DcgmSample, ...]
     refused: tuple[DcgmSample, ...]
     cause: RefusalCause | None = None

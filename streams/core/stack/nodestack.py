@@ -27,19 +27,15 @@ opens pending or ends before it fired sends nothing and is kept without an emiss
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from contract.inputs import ClusterPolicyRecord
 from contract.outputs import Alert, NodeStatus
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from streams.core import replays
 from streams.core.replays import REMEMBERED
 from streams.core.stack.stackalerts import StackEpisode
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PartitionPolicies:
+class PartitionPolicies(Record, frozen=True):
     """The live ClusterPolicies, by name (a cluster normally has one)."""
 
     policies: tuple[ClusterPolicyRecord, ...] = ()
@@ -58,9 +54,7 @@ class PartitionPolicies:
         return next(iter(live or self.policies), None)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Emission:
+class Emission(Record, frozen=True):
     """A status emitted at ``ts_ms`` by the record whose fingerprint is ``by``."""
 
     ts_ms: int
@@ -68,9 +62,7 @@ class Emission:
     status: NodeStatus
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class AlertEmission:
+class AlertEmission(Record, frozen=True):
     """The ``stack-broken`` alerts the record whose fingerprint is ``by`` caused at ``ts_ms``."""
 
     ts_ms: int
@@ -78,9 +70,7 @@ class AlertEmission:
     alerts: tuple[Alert, ...]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class NodeStack:
+class NodeStack(Record, frozen=True):
     """What the node's stack last said (newest first), and its ``stack-broken`` alert
     (:mod:`streams.core.stack.stackalerts`): the open episode and the last emissions (newest
     first)."""

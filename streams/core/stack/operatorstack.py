@@ -38,7 +38,6 @@ says why the node's usage is unknown (:func:`telemetry_reason`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from contract.inputs import (
@@ -62,7 +61,7 @@ from contract.outputs import (
     PolicyStanding,
     StackState,
 )
-from contract.records import fast_init
+from contract.records import Record
 from streams.core.node.telemetry import when
 
 DEPLOY = "nvidia.com/gpu.deploy."
@@ -103,9 +102,7 @@ FAILING = frozenset(
 )
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PlaneSpec:
+class PlaneSpec(Record, frozen=True):
     name: PlaneName
     title: str  # as people say it
     label: str  # nvidia.com/gpu.deploy.<label>
@@ -381,9 +378,7 @@ def pods_of(spec: PlaneSpec, pods: Sequence[OperandPod]) -> list[OperandPod]:
 WitnessVerdict = Literal["passed", "failing", "running", "not-reached", "absent"]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Witness:
+class Witness(Record, frozen=True):
     """What an init container that checks a boundary says of it, and where it ran."""
 
     verdict: WitnessVerdict

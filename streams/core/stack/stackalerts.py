@@ -43,7 +43,6 @@ it on the partition's ``clock.tick`` too, so it can run out without a new record
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from contract.outputs import (
     Alert,
@@ -55,7 +54,7 @@ from contract.outputs import (
     PlaneName,
     StackBreak,
 )
-from contract.records import fast_init, replace
+from contract.records import Record, replace
 from streams.core.alerts.alerts import alert_id
 from streams.core.node.telemetry import when
 from streams.core.stack.operatorstack import TITLES
@@ -63,9 +62,7 @@ from streams.core.stack.operatorstack import TITLES
 KIND: AlertKind = "stack-broken"
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class HeldDevice:
+class HeldDevice(Record, frozen=True):
     """A device a pod holds on the node, its holders, and whether a fresh trusted reading
     speaks for it now."""
 
@@ -74,9 +71,7 @@ class HeldDevice:
     measured: bool
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class StackEpisode:
+class StackEpisode(Record, frozen=True):
     """A ``stack-broken`` episode: since when the plane has been broken with a GPU held, which
     plane, and the alert as it fired (its resolution names the same devices and holders);
     ``fired`` is ``None`` while the episode is within its grace window (pending)."""
