@@ -19,7 +19,6 @@ when its codec is built (at import), never at a record.
 from __future__ import annotations
 
 import collections.abc
-import dataclasses
 import inspect
 import sys
 import types
@@ -27,9 +26,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
-from contract.records import field_types
+from contract.records import field_types, is_record_type
 
 Intern = Callable[[Any], Any]
 
@@ -54,7 +51,7 @@ def interner(cls: type[Any]) -> Intern | None:
 
 
 def _record_plan(cls: type[Any]) -> Intern | None:
-    if not _is_record_type(cls):
+    if not is_record_type(cls):
         raise TypeError(f"interning: {cls.__name__} is not a record type")
     hints = field_types(cls)
     params = inspect.signature(cls).parameters.values()
@@ -78,12 +75,6 @@ def _record_plan(cls: type[Any]) -> Intern | None:
     exec(compile(source, f"<interning {cls.__name__}>", "exec"), scope)
     rebuild: Intern = scope["rebuild"]
     return rebuild
-
-
-def _is_record_type(hint: Any) -> bool:
-    return isinstance(hint, type) and (
-        issubclass(hint, msgspec.Struct) or dataclasses.is_dataclass(hint)
-    )
 
 
 def _plan(hint: Any) -> Intern | None:
@@ -111,7 +102,7 @@ def _plan(hint: Any) -> Intern | None:
         if key is _same and value is _same:
             return None
         return lambda v: {key(a): value(b) for a, b in v.items()}
-    if _is_record_type(hint):
+    if is_record_type(hint):
         return interner(hint)
     raise TypeError(f"interning: no plan for {hint!r}")
 

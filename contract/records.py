@@ -80,11 +80,16 @@ def field_types(cls: type[Any]) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-def is_record(obj: object) -> bool:
-    """A record instance: a :class:`msgspec.Struct` or a dataclass (not a class)."""
-    return isinstance(obj, msgspec.Struct) or (
-        dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+def is_record_type(hint: object) -> bool:
+    """A record type: a :class:`msgspec.Struct` or a dataclass."""
+    return isinstance(hint, type) and (
+        issubclass(hint, msgspec.Struct) or dataclasses.is_dataclass(hint)
     )
+
+
+def is_record(obj: object) -> bool:
+    """A record instance (not a class): a :class:`msgspec.Struct` or a dataclass."""
+    return is_record_type(type(obj))
 
 
 def fast_init(cls: type[T]) -> type[T]:

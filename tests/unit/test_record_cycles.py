@@ -18,7 +18,7 @@ from bench.fleet import stream
 from contract import codec
 from contract.inputs import NodeSupply, pool_resource
 from contract.outputs import AttributionEvent
-from contract.records import Record, field_names
+from contract.records import Record, field_names, is_record
 from contract.topics import DEMAND_TABLES, TABLES
 from infra.settings import AlertSettings, WorkerSettings
 from streams.core.flow.demandstage import DemandStage, DemandTables
@@ -27,7 +27,7 @@ from streams.worker.live import LiveDevices
 
 
 def _children(obj: object) -> Iterator[object]:
-    if isinstance(obj, Record):
+    if is_record(obj):  # Structs and the dataclasses holding them (memo frames)
         for name in field_names(type(obj)):
             yield getattr(obj, name)
     elif isinstance(obj, dict | MappingProxyType):
@@ -35,9 +35,6 @@ def _children(obj: object) -> Iterator[object]:
         yield from obj.values()
     elif isinstance(obj, tuple | list | set | frozenset):
         yield from obj
-    elif hasattr(obj, "__dataclass_fields__"):
-        for name in obj.__dataclass_fields__:
-            yield getattr(obj, name)
 
 
 def cycles_through_records(root: object, walked: list[int] | None = None) -> list[list[str]]:
