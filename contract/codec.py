@@ -1,4 +1,4 @@
-"""The one codec: every record on every topic is orjson with its ``schema`` name and version ``v``.
+"""The one codec: every record on every topic is JSON with its ``schema`` name and version ``v``.
 
 Payload shape::
 
@@ -7,12 +7,11 @@ Payload shape::
 ``schema`` and ``v`` are reserved: no record may have a field of that name (checked at import).
 
 Records are frozen msgspec Structs (:mod:`contract.records`), written and read by compiled
-codecs: msgspec builds each record type's typed decoder (and writes records whose type shares no
-nested JSON), so a poison message becomes a :class:`DecodeError` naming what is wrong, never a
-half-built record; orjson writes the records whose nested parts are shared (``shared``) and reads
-the envelope of a payload whose first keys are not ``schema`` and ``v``. The decoders are lax the
-way pydantic is (a number in a string is the number; :func:`contract.schemas` still derives the
-JSON schemas with pydantic).
+codecs: msgspec builds each record type's typed decoder and writes every record, so a poison
+message becomes a :class:`DecodeError` naming what is wrong, never a half-built record; orjson
+reads the envelope of a payload whose first keys are not ``schema`` and ``v``. The decoders are
+lax the way pydantic is (a number in a string is the number; :func:`contract.schemas` still
+derives the JSON schemas with pydantic).
 Unknown extra fields are ignored (additive changes keep ``v``); a change that breaks readers
 bumps ``v``. msgspec because it is the fast path: reading a scrape costs 2.0 µs per GPU sample
 and writing an attribution event 6.9 µs, against pydantic's 5.7 and 12.9 (bench.run).
@@ -20,7 +19,6 @@ and writing an attribution event 6.9 µs, against pydantic's 5.7 and 12.9 (bench
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -29,7 +27,7 @@ import msgspec
 import orjson
 
 from contract import delivery, inputs, interning, outputs
-from contract.records import Record, field_names, is_record
+from contract.records import Record, field_names
 
 #: what every payload this codec writes begins with: its kind and version, read without parsing
 #: the rest (a payload written otherwise is read through its parsed envelope)
@@ -68,27 +66,15 @@ def _registry(tables: tuple[KindTable, ...]) -> dict[str, RecordType]:
     return reg
 
 
-#: nested records whose JSON is remembered, by identity (:class:`Codec` ``shared``)
-SHARED_KEPT = 64
-
-
 class Codec:
     """Encodes and decodes the records of some kind tables (``KINDS``: kind → class, version).
 
     :data:`WIRE` reads and writes every topic; the worker builds one more for its changelogs
-    (its state kinds next to the input records its tables keep).
-
-    ``shared``: for a record type, nested record types whose objects it shares with the values
-    written before it (a state that keeps the records it emitted, written again on every
-    change): each such object's JSON is made once and spliced in as it is (``orjson.Fragment``),
-    the same bytes, remembered by identity for the last :data:`SHARED_KEPT` objects (immutable
-    records: an object's JSON never changes while it lives, and the memo keeps it alive), per
-    record type."""
+    (its state kinds next to the input records its tables keep)."""
 
     def __init__(
         self,
         *tables: KindTable,
-        shared: Mapping[type[Any], tuple[type[Any], ...]] | None = None,
         interned: tuple[type[Any], ...] = (),
     ) -> None:
         self.registry: Mapping[str, RecordType] = _registry(tables)
@@ -106,12 +92,6 @@ class Codec:
         self._interners = {
             cls: plan for cls in interned if (plan := interning.interner(cls)) is not None
         }
-        self._shared = {cls: frozenset(types) for cls, types in (shared or {}).items()}
-        # per record type that shares: the objects' JSON, by identity
-        self._fragments: dict[type[Any], dict[int, tuple[object, orjson.Fragment]]] = {
-            cls: {} for cls in self._shared
-        }
-        self._fields: dict[type[Any], tuple[str, ...]] = {}
         # per record type: the envelope's bytes, which never change, made once
         self._heads: dict[type[Any], bytes] = {
             rt.cls: b'{"schema":' + orjson.dumps(rt.kind) + b',"v":' + str(rt.version).encode()
@@ -131,47 +111,9 @@ class Codec:
             head = self._heads[cls]
         except KeyError:
             raise TypeError(f"{cls.__name__} is not a registered record") from None
-        shared = self._shared.get(cls)
-        if shared is None:
-            body = self._encoder.encode(record)
-        else:
-            body = orjson.dumps(
-                record,
-                default=functools.partial(self._part, shared, self._fragments[cls]),
-                option=orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS,
-            )
-        # orjson renders a dataclass as one JSON object: splice the envelope into it.
+        body = self._encoder.encode(record)
+        # msgspec writes the record as one JSON object: splice the envelope into it
         return head + (b"}" if body == b"{}" else b"," + body[1:])
-
-    def _part(
-        self,
-        shared: frozenset[type[Any]],
-        fragments: dict[int, tuple[object, orjson.Fragment]],
-        obj: object,
-    ) -> object:
-        """A nested record as orjson renders it: a shared one's remembered JSON, any other as its
-        fields in order (:meth:`_record`)."""
-        if type(obj) in shared:
-            hit = fragments.get(id(obj))
-            if hit is not None and hit[0] is obj:
-                return hit[1]
-            fragment = orjson.Fragment(
-                orjson.dumps(obj, default=self._record, option=orjson.OPT_NON_STR_KEYS)
-            )
-            if len(fragments) >= SHARED_KEPT:  # the oldest out
-                fragments.pop(next(iter(fragments)))
-            fragments[id(obj)] = (obj, fragment)
-            return fragment
-        return self._record(obj)
-
-    def _record(self, obj: object) -> dict[str, object]:
-        """A record as orjson renders a dataclass: its fields in order."""
-        names = self._fields.get(type(obj))
-        if names is None:
-            if not is_record(obj):
-                raise TypeError(f"{type(obj).__name__} is not JSON serializable")
-            names = self._fields[type(obj)] = field_names(type(obj))
-        return {name: getattr(obj, name) for name in names}
 
     def to_dict(self, record: object) -> dict[str, Any]:
         """The payload as a dict (what :meth:`encode` writes), for sinks and views."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from contract import inputs
 from contract.codec import Codec
-from contract.outputs import Alert, PoolDemand
 from streams.core.alerts.alerts import DeviceAlerts
 from streams.core.demand.demand import Waiter
 from streams.core.demand.supply import NodeSupplyState
@@ -43,9 +42,6 @@ KINDS: dict[str, tuple[type, int]] = {
 TABLE_CODEC = Codec(
     inputs.KINDS,
     KINDS,
-    # states that keep what they emitted and are written on every change: the emitted records'
-    # JSON is made once per record, not again in every value that still holds it
-    shared={ResourceDemand: (PoolDemand, Alert), NodeSupplyState: (inputs.NodeSupply,)},
     # what a worker recovers from its changelogs is its whole state: one copy of each string
     interned=(*inputs.KEPT, *(kind[0] for kind in KINDS.values())),
 )
