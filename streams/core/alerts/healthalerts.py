@@ -222,6 +222,21 @@ def _pcie_rise(h: Health, p: AlertSettings) -> str | None:
     return f"PCIe replays at {rate:g}/min (threshold {p.pcie_replays_per_min:g}/min)"
 
 
+def _calm(h: Health | None, s: HealthAlerts, p: AlertSettings) -> bool:
+    """The reading opens no episode and moves no remembered figure: no heat over a threshold,
+    no memory fault or PCIe replays rising, the row-remap failure flag as remembered (or no
+    reading at all)."""
+    if h is None:
+        return True
+    failed = h.row_remap_failure
+    return (
+        (failed is None or failed == s.remap_failed)
+        and not _over(h, p)
+        and _memory_rise(h, s.remap_failed) is None
+        and _pcie_rise(h, p) is None
+    )
+
+
 def step(
     s: HealthAlerts,
     ev: AttributionEvent,
@@ -242,6 +257,8 @@ def step(
         ended = _resolved(ev, "thermal", hot, fig, p.thermal_window_s, "thermal", why)
         return replace(s, thermal=None), ended  # a gap ends the heat window, whoever holds it
     h = ev.health if ev.telemetry.status == "measured" and ev.origin != "gone" else None
+    if s.thermal is None and s.memory_fault is None and s.pcie is None and _calm(h, s, p):
+        return s, []  # nothing open and nothing to open (the usual sample): the same state
     thermal, out = _step_thermal(s.thermal, ev, h, p, gap)
     memory_fig = partial(  # the figures, built only for an alert
         AlertFigures,
