@@ -1,10 +1,15 @@
 """The live memo: the same results as the function, and held keys bounded by what is asked for
-(the live set plus recent churn), never by every key ever seen."""
+(the live set plus recent churn), never by every key ever seen. The alert episodes' identity
+memo of holder ids: the same answers as deciding afresh, bounded."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from contract.outputs import Holder
+from streams.core.alerts import episodes
 from streams.core.memo import LiveMemo, live_memo
 
 
@@ -134,3 +139,38 @@ def test_a_memo_that_could_not_hold_anything_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         LiveMemo(abs, factor, floor, maxsize)
+
+
+# --- the holder-ids memo of the alert episodes (an identity memo behind ids_of)
+
+_names = st.sampled_from(["a", "b", "c"])
+_holders = st.lists(
+    st.builds(
+        Holder,
+        namespace=_names,
+        pod=_names,
+        container=_names,
+        resource=st.just("nvidia.com/gpu"),
+        device_ids=st.just(("GPU-1",)),
+        slots=st.just(1),
+        allocation_share=st.just(1.0),
+        uid=st.one_of(st.none(), _names),
+    ),
+    max_size=4,
+).map(tuple)
+
+
+@given(st.lists(_holders, min_size=1, max_size=8))
+def test_holder_ids_memo_answers_as_deciding_afresh(sets: list[tuple[Holder, ...]]) -> None:
+    for holders in [*sets, *sets]:  # the second pass meets what the first kept
+        assert episodes.ids_of(holders) == episodes.fresh_ids(holders)
+
+
+def test_holder_ids_memo_is_bounded_and_right_past_the_bound() -> None:
+    made = [(Holder("ns", f"p{i}", "c", "r", ("d",), 1, 1.0, f"u{i}"),) for i in range(5000)]
+    for holders in made:
+        assert episodes.ids_of(holders) == (("ns", holders[0].pod, holders[0].uid),)
+    assert len(episodes._IDS) <= episodes.IDS_KEPT
+    # an equal tuple that is another object is answered for its own content
+    again = (Holder("ns", "p1", "c", "r", ("d",), 1, 1.0, "other"),)
+    assert episodes.ids_of(again) == (("ns", "p1", "other"),)

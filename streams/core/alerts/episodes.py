@@ -45,7 +45,26 @@ class Episode(Record, frozen=True):
     before: tuple[Holder, ...] = ()
 
 
+#: holder tuples whose ids were asked for, by identity, with their ids: a device's holders are one
+#: tuple object while its join is kept, and one alert step asks for the ids of its event's holders
+#: and of the last reading's several times (a pure function's memo; emptied at the bound)
+_IDS: dict[int, tuple[tuple[Holder, ...], tuple[HolderId, ...]]] = {}
+IDS_KEPT = 4096
+
+
 def ids_of(holders: tuple[Holder, ...]) -> tuple[HolderId, ...]:
+    """The pods among ``holders`` (a pod's containers folded), sorted."""
+    hit = _IDS.get(id(holders))
+    if hit is not None and hit[0] is holders:
+        return hit[1]
+    ids = fresh_ids(holders)
+    if len(_IDS) >= IDS_KEPT:
+        _IDS.clear()
+    _IDS[id(holders)] = (holders, ids)
+    return ids
+
+
+def fresh_ids(holders: tuple[Holder, ...]) -> tuple[HolderId, ...]:
     return tuple(sorted({(h.namespace, h.pod, h.uid or "") for h in holders}))
 
 
