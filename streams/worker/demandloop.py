@@ -54,7 +54,7 @@ class DemandLoop:
 
     async def handle_event(self, event: Event) -> None:
         msg = event.message
-        selfmetrics.EVENTS_IN.labels(msg.topic).inc()
+        selfmetrics.child(selfmetrics.EVENTS_IN, msg.topic).inc()
         try:
             record = codec.decode(event.value)
         except codec.DecodeError as exc:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -155,7 +154,7 @@ class RecordLoop:
             await self.handle_event(event)
 
     async def handle_event(self, event: Event) -> None:
-        selfmetrics.EVENTS_IN.labels(event.message.topic).inc()
+        selfmetrics.child(selfmetrics.EVENTS_IN, event.message.topic).inc()
         try:
             record = codec.decode(event.value)
         except codec.DecodeError as exc:
@@ -183,19 +182,21 @@ class RecordLoop:
         except Exception as exc:
             raise defect(record, event.message, exc, self.stop) from exc
         await self.publish_all(outputs)  # the record's outputs together, in order
-        verdicts: Counter[str] = Counter()
-        origins: Counter[str] = Counter()
+        verdicts: dict[str, int] = {}
+        origins: dict[str, int] = {}
+        partition = event.message.partition
         for out in outputs:
             if isinstance(out, AttributionEvent):
-                self.live.update(event.message.partition, out)
+                self.live.update(partition, out)
                 if out.origin == "sample":
-                    verdicts[out.exporter.verdict] += 1
+                    verdict = out.exporter.verdict
+                    verdicts[verdict] = verdicts.get(verdict, 0) + 1
                 else:
-                    origins[out.origin] += 1
+                    origins[out.origin] = origins.get(out.origin, 0) + 1
             elif isinstance(out, TelemetryRefused):
-                selfmetrics.SCRAPES_REFUSED.labels(out.cause).inc()
+                selfmetrics.child(selfmetrics.SCRAPES_REFUSED, out.cause).inc()
                 self._log_refusal(out)
-        for verdict, n in verdicts.items():  # per record, not per output
-            selfmetrics.EXPORTER_VERDICTS.labels(verdict).inc(n)
-        for origin, n in origins.items():
-            selfmetrics.SPINE_EVENTS.labels(origin).inc(n)
+        for said, n in verdicts.items():  # per record, not per output
+            selfmetrics.child(selfmetrics.EXPORTER_VERDICTS, said).inc(n)
+        for made_by, n in origins.items():
+            selfmetrics.child(selfmetrics.SPINE_EVENTS, made_by).inc(n)

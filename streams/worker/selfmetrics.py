@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from prometheus_client import Counter, Gauge
 
 EVENTS_IN = Counter("gpuattr_worker_events_in_total", "Input records read", ["topic"])
@@ -53,3 +56,11 @@ API_REFUSED = Counter(
     "the API server could not review the token (503)",
     ["status"],
 )
+
+
+@functools.cache
+def child(metric: Any, value: str) -> Any:
+    """``metric.labels(value)``, made once per value: the record loop counts every record, and
+    ``labels`` takes a lock and builds its key on each call. For labels of a small fixed set
+    (topics, verdicts, origins), never an unbounded one."""
+    return metric.labels(value)
