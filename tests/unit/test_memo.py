@@ -170,7 +170,7 @@ def test_holder_ids_memo_is_bounded_and_right_past_the_bound() -> None:
     made = [(Holder("ns", f"p{i}", "c", "r", ("d",), 1, 1.0, f"u{i}"),) for i in range(5000)]
     for holders in made:
         assert episodes.ids_of(holders) == (("ns", holders[0].pod, holders[0].uid),)
-    assert len(episodes._IDS) <= episodes.IDS_KEPT
+    assert len(episodes._IDS) <= episodes.IDS_MAXSIZE
     # an equal tuple that is another object is answered for its own content
     again = (Holder("ns", "p1", "c", "r", ("d",), 1, 1.0, "other"),)
     assert episodes.ids_of(again) == (("ns", "p1", "other"),)

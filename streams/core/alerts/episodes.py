@@ -49,7 +49,7 @@ class Episode(Record, frozen=True):
 #: tuple object while its join is kept, and one alert step asks for the ids of its event's holders
 #: and of the last reading's several times (a pure function's memo; emptied at the bound)
 _IDS: dict[int, tuple[tuple[Holder, ...], tuple[HolderId, ...]]] = {}
-IDS_KEPT = 4096
+IDS_MAXSIZE = 4096
 
 
 def ids_of(holders: tuple[Holder, ...]) -> tuple[HolderId, ...]:
@@ -58,7 +58,7 @@ def ids_of(holders: tuple[Holder, ...]) -> tuple[HolderId, ...]:
     if hit is not None and hit[0] is holders:
         return hit[1]
     ids = fresh_ids(holders)
-    if len(_IDS) >= IDS_KEPT:
+    if len(_IDS) >= IDS_MAXSIZE:
         _IDS.clear()
     _IDS[id(holders)] = (holders, ids)
     return ids
