@@ -60,13 +60,13 @@ def _strings(obj: object, path: str, seen: set[int]) -> Iterator[tuple[str, str]
 
 
 def test_what_is_kept_per_device_holds_one_copy_of_each_string() -> None:
-    proc = Processor(Tables.in_memory())
+    t = Tables.in_memory()
+    proc = Processor(t)
     live = LiveDevices()
     for record in stream(8, 6, start_ms=1_700_000_000_000, churn_every=2):
         for out in proc.handle(codec.decode(codec.encode(record))):
             if isinstance(out, AttributionEvent):
                 live.update(0, out)
-    t = proc.tables
     roots = {
         "live": live._latest,
         "alert_state": t.alert_state,

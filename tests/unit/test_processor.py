@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from contract.inputs import DcgmSample, ExporterClaim, PodResourcesDiff, PodResourcesSnapshot
+from contract.inputs import (
+    DcgmSample,
+    DeviceInventory,
+    ExporterClaim,
+    GpuInfo,
+    MigInfo,
+    PodResourcesDiff,
+    PodResourcesSnapshot,
+)
 from contract.inputs import DeviceAssignment as A
 from contract.outputs import AttributionEvent, TelemetryRefused
-from streams.core.devices.identity import Inventory, MigDevice
 from streams.core.flow.processor import Processor, Tables
 from streams.core.node.nodestate import NodeState, accepted
 from streams.core.replays import SCRAPES_REMEMBERED
@@ -58,7 +65,7 @@ def test_holders_follow_snapshots_and_diffs() -> None:
 
 def test_sample_before_any_podresources_view_is_unknown_not_unallocated() -> None:
     p = proc()
-    p.set_inventory("n1", Inventory({0: G0, 1: G1}, {}))
+    p.handle(DeviceInventory("n1", 0, "nvml", (GpuInfo(0, G0), GpuInfo(1, G1))))
     out = p.handle(sample(1, G1, exporter_claims=(ExporterClaim("ml", "x", "c"),)))
     ev = only_event(out)
     assert (ev.state, ev.credit, ev.holders) == ("unknown", "none", ())
@@ -78,7 +85,9 @@ def test_a_scrape_nothing_can_check_is_refused_not_attributed() -> None:
 
 def test_mig_sample_joins_instance_holder_via_inventory() -> None:
     p = proc()
-    p.set_inventory("n1", Inventory({0: G0}, {"MIG-1": MigDevice("MIG-1", G0, 3, "1g.10gb")}))
+    p.handle(
+        DeviceInventory("n1", 0, "nvml", (GpuInfo(0, G0),), (MigInfo("MIG-1", G0, 3, "1g.10gb"),))
+    )
     p.handle(PodResourcesSnapshot("n1", 1, (A("ml", "m", "c", "nvidia.com/mig-1g.10gb", "MIG-1"),)))
     ev = only_event(p.handle(sample(5, mig_instance_id=3, gr_engine_active=0.5)))
     assert (ev.device_uuid, ev.state, ev.sharing) == ("MIG-1", "exclusive", "mig")

@@ -72,7 +72,8 @@ def cycles_through_records(root: object, walked: list[int] | None = None) -> lis
 
 def test_nothing_a_worker_keeps_reaches_a_record_again_through_itself() -> None:
     alerts = AlertSettings.model_construct(idle_window_s=20)
-    proc = Processor(Tables.in_memory(), alerts)
+    tables = Tables.in_memory()
+    proc = Processor(tables, alerts)
     stage = DemandStage(
         DemandTables(**{f: {} for f in DEMAND_TABLES}),  # type: ignore[arg-type]
         20,
@@ -88,7 +89,7 @@ def test_nothing_a_worker_keeps_reaches_a_record_again_through_itself() -> None:
             elif isinstance(out, NodeSupply):
                 stage.handle(out, 0, pool_resource(out.resource).encode())
     roots = {
-        **{name: getattr(proc.tables, name) for name in TABLES},
+        **{name: getattr(tables, name) for name in TABLES},
         **{name: getattr(stage.tables, name) for name in DEMAND_TABLES},
         "frames": proc.spine.joins.frames._frames,
         "supplied": proc.supplied._nodes,

@@ -57,7 +57,8 @@ from streams.core.devices.identity import (
 )
 from streams.core.devices.sharing import LABEL_PRODUCT
 from streams.core.flow.nodeview import Joins, NodeView, read_node, with_stack
-from streams.core.flow.spine import Spine, fingerprint, idle_of
+from streams.core.flow.spine import Spine, fingerprint, idle_moved, idle_of
+from streams.core.flow.staged import Stage
 from streams.core.flow.tables import Tables
 from streams.core.keys import (
     alert_key,
@@ -147,7 +148,11 @@ def inventory_of(record: DeviceInventory) -> Inventory:
 
 
 class Processor:
-    """Applies records to :class:`Tables` and returns what to publish."""
+    """Applies records to :class:`Tables` and returns what to publish.
+
+    A record is decided against staged views of the tables (:mod:`streams.core.flow.staged`):
+    its writes reach the tables together once its pass is decided, only where a value changed,
+    and not at all when it is refused part way."""
 
     def __init__(
         self,
@@ -155,14 +160,15 @@ class Processor:
         policy: AlertSettings | None = None,
         life: Lifetimes | None = None,
     ) -> None:
-        self.tables = tables
+        self._stage = Stage(tables)
+        self.tables = self._stage.tables
         self.policy = policy or AlertSettings.model_construct()  # defaults, no environment read
         self.life = life or Lifetimes()
         #: what a device's sample events share (a memo, not state; ``None``: joined afresh)
         #: what each device of a node supplied at its last supply (a memo: no output depends
         #: on whether it hit)
         self.supplied = supply.Supplied()
-        self.spine = Spine(tables, self.life, self.policy, Joins())
+        self.spine = Spine(self.tables, self.life, self.policy, Joins())
         #: the views of the nodes this record touches (:func:`read_node`), each read once
         self._views: dict[str, NodeView] = {}
 
@@ -171,9 +177,14 @@ class Processor:
     def handle(self, record: object, partition: int = 0) -> list[Output]:
         """Apply one record read from input partition ``partition``; return its outputs."""
         try:
-            return self._handle(record, partition)
+            outputs = self._handle(record, partition)
+        except BaseException:
+            self._stage.discard()
+            raise
+        else:
+            self._stage.commit()
+            return outputs
         finally:
-            self.spine.flush()  # the node's state, once per record
             self._views.clear()
 
     def _view(self, node: str) -> NodeView:
@@ -246,10 +257,9 @@ class Processor:
         elif isinstance(record, PodListSnapshot):
             self._on_pod_list(record)
         elif isinstance(record, DeviceInventory):
-            self.set_inventory(record.node, inventory_of(record))
+            self._set_inventory(record.node, inventory_of(record))
         elif isinstance(record, NodeRecord):
-            if self.tables.nodes.get(record.node) != record:
-                self.tables.nodes[record.node] = record
+            self.tables.nodes[record.node] = record
         elif isinstance(record, ResourceSliceRecord):
             self._on_slice(record)
         elif isinstance(record, ResourceClaimRecord):
@@ -257,8 +267,7 @@ class Processor:
         elif isinstance(record, AgentStatus):
             self._on_status(record)
         elif isinstance(record, OperandPods):
-            if self.tables.operand_pods.get(record.node) != record:
-                self.tables.operand_pods[record.node] = record
+            self.tables.operand_pods[record.node] = record
         else:
             raise UnusableRecord(f"the worker does not handle {type(record).__name__}")
         return []
@@ -447,7 +456,7 @@ class Processor:
         if not changed and isinstance(record, PodRecord):
             changed = self._identities_moved(node, old, at)
         measured = telemetry.measured(state, at, self.life)
-        moved = node in self.spine.idle_moved or (
+        moved = idle_moved(self._stage.changes("alert_state"), node) or (
             old is not None and bool(old.current) and old.measured != measured
         )
         if not changed and not moved:
@@ -615,7 +624,7 @@ class Processor:
         node_slices = self.tables.dra_slices.get(node)
         return device_map(node_slices.slices) if node_slices else {}
 
-    def set_inventory(self, node: str, inventory: Inventory) -> None:
+    def _set_inventory(self, node: str, inventory: Inventory) -> None:
         t = self.tables
         if t.inventories.get(node) == inventory:
             return

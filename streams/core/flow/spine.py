@@ -119,11 +119,8 @@ class Spine:
         self.joins = joins  # the devices' joins, shared with the sample path
         self.life = life
         self.policy = policy
-        self._pending: dict[str, NodeState] = {}
         #: per partition, the first refused jump ahead not yet confirmed, and whose it was
         self._ahead: dict[int, tuple[int, str]] = {}
-        #: nodes whose idle episodes moved in this record (what the node's supply reads)
-        self.idle_moved: set[str] = set()
 
     def step_alerts(
         self,
@@ -140,10 +137,8 @@ class Spine:
             annotations = holder_annotations(t.pods.get, event.node, event.holders)
         old = t.alert_state.get(key)
         new, alerts = step(old, event, policy_for(self.policy, annotations), previous_ms)
-        if new is not old and new != old:
+        if new is not old:
             t.alert_state[key] = new
-            if idle_of(old) != idle_of(new) and _idle(old) != _idle(new):
-                self.idle_moved.add(event.node)
         return alerts
 
     def describe(
@@ -180,23 +175,13 @@ class Spine:
     # --- state
 
     def state(self, node: str) -> NodeState | None:
-        if node in self._pending:
-            return self._pending[node]
         return self.tables.node_state.get(node)
 
     def put(self, node: str, old: NodeState | None, new: NodeState) -> None:
-        """A node's new state, written once at the end of the record (:meth:`flush`): a record
-        that moves several of its fields writes one changelog record, not one per field."""
-        if new != old:
-            self._pending[node] = new
-
-    def flush(self) -> None:
-        """The record's end: the nodes' new states written, the record's idle moves forgotten."""
-        for node, state in self._pending.items():
-            if self.tables.node_state.get(node) != state:
-                self.tables.node_state[node] = state
-        self._pending.clear()
-        self.idle_moved.clear()
+        """A node's new state (the tables are staged: a record that moves several of its fields
+        writes one changelog record at its end, :mod:`streams.core.flow.staged`)."""
+        if new is not old:
+            self.tables.node_state[node] = new
 
     def _index(self, partition: int) -> PartitionNodes:
         return self.tables.partition_nodes.get(partition_key(partition), PartitionNodes())
@@ -484,7 +469,6 @@ class Spine:
         self, node: str, state: NodeState, index: NodeDevices | None, device_ids: Iterable[str]
     ) -> None:
         t = self.tables
-        self._pending.pop(node, None)
         node_pods = t.node_pods.get(node)
         keys = lifetimes.node_keys(
             node,
@@ -504,6 +488,20 @@ class Spine:
         ):
             for key in table_keys:
                 self._drop(key, table)
+
+
+def idle_moved(changes: Iterable[tuple[str, object, object]], node: str) -> bool:
+    """Some device of ``node`` had its idle episode move: the supply's word on it may have
+    moved (``changes``: the record's writes to ``alert_state``, each key's value before and
+    after, :meth:`streams.core.flow.staged.Stage.changes`)."""
+    prefix = node + "/"
+    for key, old, new in changes:
+        if key.startswith(prefix):
+            assert isinstance(old, DeviceAlerts | None)
+            assert isinstance(new, DeviceAlerts | None)
+            if idle_of(old) != idle_of(new) and _idle(old) != _idle(new):
+                return True
+    return False
 
 
 def idle_of(alerts: DeviceAlerts | None) -> Episode | None:
