@@ -424,8 +424,8 @@ class Processor:
         listed pod, not its node's holders joined afresh. Checked for every listed pod, not only
         the record's: a name's lives resolve by time, so a pod's identity can move with the
         node's time as well as with its own record. A pod the supply names by a DRA claim's
-        ``reservedFor`` UID where the pod watch knows another always counts as moved: its
-        node's supply is recomputed on every pod record, as before."""
+        ``reservedFor`` UID where the pod watch knows another always counts as moved: such a
+        node's supply is recomputed on every pod record."""
         get = self.tables.pods.get
         watched = node in self.tables.node_pods
         seen: set[tuple[str, str]] = set()
@@ -583,8 +583,7 @@ class Processor:
                 del t.dra_claims[key]
             claims = tuple(c for c in state.claims if c != short) if state else ()
         else:
-            if t.dra_claims.get(key) != record:
-                t.dra_claims[key] = record
+            t.dra_claims[key] = record
             claims = tuple(sorted({*(state.claims if state else ()), short}))
         if state is not None and claims != state.claims:
             self._put_state(record.node, state, replace(state, claims=claims))
@@ -657,8 +656,9 @@ class Processor:
     def _settle(
         self, node: str, index: NodePods, changed: dict[str, PodNames | None], now_ms: int
     ) -> None:
-        """Prune (pure :func:`settle`), then write only what changed; forgotten keys are deleted
-        (a changelog tombstone), never assigned an empty value."""
+        """Prune (pure :func:`settle`), then write back what is kept (the stage passes on only
+        what changed); forgotten keys are deleted (a changelog tombstone), never assigned an
+        empty value."""
         t = self.tables
         kept, new_index = settle(index, changed, now_ms)
         for short, names in kept.items():
@@ -666,10 +666,9 @@ class Processor:
             if names is None:
                 if key in t.pods:
                     del t.pods[key]
-            elif names != t.pods.get(key):
+            else:
                 t.pods[key] = names
-        if new_index != index or node not in t.node_pods:
-            t.node_pods[node] = new_index
+        t.node_pods[node] = new_index
 
 
 def _check_quantities(record: ResourceClaimRecord | ResourceSliceRecord) -> None:
