@@ -1,5 +1,6 @@
 """Read gpu-attribution's output with plain aiokafka: no gpuattr code needed.
 
+    pip install aiokafka cramjam    # cramjam: the output's batches are zstd-compressed
     python docs/examples/consume.py --bootstrap localhost:9092 [--prefix gpuattr.] [--max 20]
 
 Prints one line per attribution event and per alert. Payloads are JSON with a `schema` name and

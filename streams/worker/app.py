@@ -191,6 +191,9 @@ def build_app(
         producer_acks=-1,
         processing_guarantee="at_least_once",
         producer_linger=worker.producer_linger_s,
+        producer_compression_type=None
+        if worker.producer_compression == "none"
+        else worker.producer_compression,
         producer_max_batch_size=worker.producer_batch_bytes,
         producer_max_request_size=worker.max_record_bytes,
         # what it reads ahead of processing: a bounded backlog in memory (WorkerSettings)

@@ -13,11 +13,13 @@ from aiokafka import AIOKafkaProducer
 from contract import codec
 from contract.inputs import DeviceAssignment, NodeSupply, PodResourcesSnapshot
 from contract.outputs import AttributionEvent, DeadLetter
+from contract.topics import TABLES
 from sim.cluster import Cluster
 from sim.scenario import gpu_uuid, load
 from tests.contract import assert_valid
 from tests.helpers import wait_for
 from tests.integration.pipeline import Collected, collect, pipeline
+from tests.kafka_batches import batch_codecs
 
 pytestmark = pytest.mark.integration
 
@@ -175,6 +177,8 @@ async def test_consumer_guide_example_reads_real_output(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     example = EXAMPLE
+    """The example reads the output as the worker writes it by default: zstd-compressed batches
+    (outputs and changelogs alike), which a plain aiokafka consumer decompresses."""
     async with pipeline(kafka_bootstrap, SCENARIO, tmp_path) as p:
         p.clock.offset_s = 10
         proc = await asyncio.create_subprocess_exec(
@@ -189,6 +193,15 @@ async def test_consumer_guide_example_reads_real_output(
             stdout=asyncio.subprocess.PIPE,
         )
         out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
+        stored = {
+            role: await batch_codecs(kafka_bootstrap, topic, p.kafka.partitions)
+            for role, topic in (
+                ("attribution", p.kafka.topic("attribution")),
+                ("changelog", f"{p.kafka.topic_prefix}worker-{TABLES['slot_holders']}-changelog"),
+            )
+        }
+    for role, codecs in stored.items():
+        assert set(codecs) == {"zstd"}, (role, codecs)
     lines = out.decode().splitlines()
     assert proc.returncode == 0
     assert len(lines) == 60

@@ -62,3 +62,19 @@ def test_the_clock_jump_bound_reaches_both_stages(
     )
     assert app.demand_stage.life.max_clock_jump_ms == 45_000
     assert SpineSettings.model_construct().max_clock_jump_s == 120.0  # shipped
+
+
+def test_the_worker_compresses_its_batches_in_zstd_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attribution events are kilobytes of repeated JSON: compressed by default, with a codec
+    the producer can load (aiokafka refuses one whose library is missing when it starts)."""
+    from aiokafka.codec import has_zstd
+
+    assert has_zstd()
+    assert _app(tmp_path).conf.producer_compression_type == "zstd"
+    assert _app(tmp_path, producer_compression="none").conf.producer_compression_type is None
+    monkeypatch.setenv("GPUATTR_WORKER_PRODUCER_COMPRESSION", "lz4")
+    assert WorkerSettings().producer_compression == "lz4"
+    with pytest.raises(ValueError, match="producer_compression"):
+        WorkerSettings(producer_compression="brotli")
