@@ -74,6 +74,54 @@ class ExporterClaim(Record, frozen=True):
     dra_mig_uuid: str | None = None
 
 
+#: where per-pod readings came from: dcgm-exporter's virtual-GPU rows
+#: (``--kubernetes-virtual-gpus``, summed per pod by the exporter) or NVML read by the agent
+#: itself (processes mapped to pods through ``/proc/<pid>/cgroup``)
+UsageSource = Literal["exporter", "nvml"]
+
+
+class PodUsage(Record, frozen=True):
+    """What the hardware measured for one pod's processes on one device, summed over them.
+
+    ``pod_uid`` is the reading's own (the exporter's ``pod_uid`` label, or the pod cgroup of the
+    process): the worker credits it only to a pod of that UID that holds the device. A pod
+    listed with no process reads ``0``, not absent. ``sm_util_pct`` is ``None`` on a MIG
+    instance: NVML samples no per-process utilisation there. ``copies`` is how many rows (a
+    pod's replicas, or its containers on the device) carried this one reading: never added up."""
+
+    pod_uid: str
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    fb_used_mib: float | None = None
+    sm_util_pct: float | None = None
+    copies: int = 1
+
+
+class ProcessUsage(Record, frozen=True):
+    """A process on the device that belongs to no pod the source could name: its PID and, when
+    its cgroup names one, its container (``container_id``) and the pod UID found there that no
+    live pod has. What a zombie process or an orphaned container holds."""
+
+    pid: int
+    container_id: str = ""
+    pod_uid: str = ""
+    fb_used_mib: float | None = None
+    sm_util_pct: float | None = None
+
+
+class DeviceUsage(Record, frozen=True):
+    """Per-pod readings of one device (GPU or MIG instance) at the sample's time: what the
+    hardware measured per process, by ``source``. The device-wide figure stays on the sample."""
+
+    source: UsageSource
+    pods: tuple[PodUsage, ...] = ()
+    orphans: tuple[ProcessUsage, ...] = ()
+    #: why the source gave rows but no pod reading can be trusted (its processes could not be
+    #: mapped to pods: every per-pod row reads 0 while the device works); empty when read
+    unread: str = ""
+
+
 #: the cumulative DCGM counters the agent turns into increases (:class:`SinceLast`)
 CounterName = Literal[
     "pcie_replays",
@@ -154,6 +202,8 @@ class DcgmSample(Record, frozen=True):
     #: the counters' increases since the agent's previous scrape of this device (None: the
     #: first scrape the agent made of it)
     since_last: SinceLast | None = None
+    #: additive: what the hardware measured per pod on this device, where a source gives it
+    usage: DeviceUsage | None = None
 
 
 class DcgmScrape(Record, frozen=True):

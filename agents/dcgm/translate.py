@@ -9,10 +9,12 @@ DRA-shared GPU. Those copies carry the *same* device-wide value: it is taken onc
 up, and the pods they name become the sample's ``exporter_claims`` — what the exporter says,
 not our attribution.
 
-Newer exporters can instead split ``DCGM_FI_DEV_GPU_UTIL``/``DCGM_FI_DEV_FB_USED`` per process,
-so the rows of one device then carry *different* values. Such a field is not a device-wide
-reading: it is left ``None`` and named in ``exporter_split_fields`` rather than picking one pod's
-share. Identical copies (the usual case) never trigger this.
+Exporters from 4.5.3-4.8.2 in that mode also print ``DCGM_FI_DEV_GPU_UTIL`` and
+``DCGM_FI_DEV_FB_USED`` per pod, measured from its processes, beside the device's own row:
+:mod:`agents.dcgm.perpod` reads those rows into the sample's ``usage`` and keeps the device row
+as the device-wide value. Rows of one device that carry *different* values in any other way are
+no device-wide reading: the field is left ``None`` and named in ``exporter_split_fields`` rather
+than picking one pod's share. Identical copies (the usual case) never trigger this.
 
 Labels read: ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname`` (or the
 newer ``hostname``), ``DCGM_FI_DRIVER_VERSION``, MIG ``GPU_I_ID``/``GPU_I_PROFILE``, and the pod
@@ -49,11 +51,19 @@ from dataclasses import dataclass
 
 from agents.bounds import bounded_map, oversized
 from agents.dcgm.fields import FIELDS, as_bitmask, as_flag, as_us, as_xid
+from agents.dcgm.perpod import PerPodRows, split_rows
 from agents.dcgm.rows import MetricRow, RejectedLine, read_rows
 from contract.inputs import DcgmSample, ExporterClaim
 from contract.records import replace
 
-__all__ = ["FIELDS", "IgnoredFamily", "ParseResult", "RejectedLine", "parse_exposition"]
+__all__ = [
+    "FIELDS",
+    "IgnoredFamily",
+    "ParseResult",
+    "PerPodRows",
+    "RejectedLine",
+    "parse_exposition",
+]
 
 DCGM_PREFIXES = ("DCGM_FI_", "dcgm_")
 UUID_LABELS = ("UUID", "uuid")  # uuid: --use-old-namespace
@@ -102,12 +112,15 @@ class ParseResult:
     ignored: tuple[IgnoredFamily, ...] = ()
 
 
-def parse_exposition(text: str, *, node: str, ts_ms: int) -> ParseResult:
+def parse_exposition(
+    text: str, *, node: str, ts_ms: int, per_pod: PerPodRows = "auto"
+) -> ParseResult:
     """One :class:`DcgmSample` per GPU or MIG instance, and the lines that could not be used.
 
     Never raises on bad input: a malformed line is rejected alone and every other device still
     yields its sample. ``node`` is the agent's node name (authoritative); the exporter's own
-    ``Hostname`` label goes to ``DcgmSample.hostname``.
+    ``Hostname`` label goes to ``DcgmSample.hostname``. ``per_pod`` says how pod-labelled rows
+    of the per-process fields are read (:mod:`agents.dcgm.perpod`).
     """
     rows, rejected = read_rows(text)
     rows = [_bounded(row) for row in rows]
@@ -125,7 +138,10 @@ def parse_exposition(text: str, *, node: str, ts_ms: int) -> ParseResult:
         if key is not None:
             devices.setdefault(key, []).append(row)
     relabelled = _relabelled(rows)
-    samples = tuple(_sample(key, group, node, ts_ms, relabelled) for key, group in devices.items())
+    samples = tuple(
+        _sample(key, group, node, ts_ms, relabelled, per_pod, rejected)
+        for key, group in devices.items()
+    )
     return ParseResult(
         samples,
         tuple(sorted(rejected, key=lambda r: r.line_no)),
@@ -221,11 +237,24 @@ def _readings(rows: Sequence[MetricRow]) -> tuple[dict[str, float | None], tuple
 
 
 def _sample(
-    key: DeviceKey, rows: Sequence[MetricRow], node: str, ts_ms: int, relabelled: bool
+    key: DeviceKey,
+    rows: Sequence[MetricRow],
+    node: str,
+    ts_ms: int,
+    relabelled: bool,
+    per_pod: PerPodRows,
+    rejected: list[RejectedLine],
 ) -> DcgmSample:
     uuid, mig_instance_id = key
     labels = rows[0].labels  # identity labels are the same on every row of a device
-    values, split = _readings(rows)
+    device_rows, usage = split_rows(
+        rows,
+        lambda row: _claim(row.labels, relabelled),
+        mig=mig_instance_id is not None,
+        mode=per_pod,
+        rejected=rejected,
+    )
+    values, split = _readings(device_rows)
     claims = (_claim(row.labels, relabelled) for row in rows)
     return DcgmSample(
         node=node,
@@ -263,4 +292,5 @@ def _sample(
         correctable_remapped_rows=values.get("correctable_remapped_rows"),
         power_violation_us=as_us(values.get("power_violation_us")),
         thermal_violation_us=as_us(values.get("thermal_violation_us")),
+        usage=usage,
     )
