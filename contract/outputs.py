@@ -3,7 +3,9 @@
 Honesty rules encoded in the shapes:
 - ``Usage`` is always device-wide (or MIG-instance-wide): what the hardware measured.
 - ``Holder.allocation_share`` is the share of the device's slots a holder was *allocated*; it is
-  never a usage figure. No record carries a per-pod usage split on a shared device.
+  never a usage figure. No record carries a per-pod usage split on a shared device: a pod's
+  ``PodShare.measured`` is what the hardware measured for that pod's own processes (per-process
+  readings, credited only to a pod our join finds holding the device), never a division.
 - ``Holder.uid`` comes from our own join (PodResources x pod watch), never from exporter labels.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from contract.inputs import UsageSource
 from contract.records import Record
 
 State = Literal["unallocated", "exclusive", "shared", "mig-parent", "unknown"]
@@ -190,6 +193,47 @@ class Telemetry(Record, frozen=True):
     plane: PlaneName | None = None
 
 
+class Measured(Record, frozen=True):
+    """What the hardware measured for one pod's own processes on a device, summed over them
+    (``source``: dcgm-exporter's per-pod rows or NVML read by the agent): a per-process
+    measurement, never a share of the device-wide figure. ``sm_util_pct`` is ``None`` on a MIG
+    instance (NVML samples no per-process utilisation there)."""
+
+    source: UsageSource
+    fb_used_mib: float | None
+    sm_util_pct: float | None
+
+
+#: why a per-process reading is credited to no holder: its pod UID holds no slot on the device
+#: at the reading's time (``not-a-holder``), the holder's UID is not known yet to check it
+#: against (``holder-uid-unknown``), or the process belongs to no pod (``no-pod``)
+UncreditedReason = Literal["not-a-holder", "holder-uid-unknown", "no-pod"]
+
+
+class UncreditedReading(Record, frozen=True):
+    """A per-process reading of the device that no holder is credited with, and why."""
+
+    reason: UncreditedReason
+    pod_uid: str = ""
+    namespace: str = ""
+    pod: str = ""
+    pid: int | None = None
+    container_id: str = ""
+    fb_used_mib: float | None = None
+    sm_util_pct: float | None = None
+
+
+class PerPodUsage(Record, frozen=True):
+    """How the device's per-process readings were joined with its holders: ``credited`` pods
+    carry a ``measured`` figure (:class:`PodShare`); ``uncredited`` readings are listed with
+    their reason; ``unread`` says why the source gave no pod reading to trust."""
+
+    source: UsageSource
+    credited: int = 0
+    unread: str = ""
+    uncredited: tuple[UncreditedReading, ...] = ()
+
+
 class PodShare(Record, frozen=True):
     """One pod's share of one device: the accounting figure every output uses (GPU-hours,
     Prometheus, report, dashboard). At most 1 per device; an *allocation* share, never usage."""
@@ -203,6 +247,9 @@ class PodShare(Record, frozen=True):
     basis: ShareBasis
     containers: tuple[str, ...]
     claims: tuple[str, ...] = ()
+    #: additive: what the hardware measured for this pod's processes on the device, where a
+    #: source measured it per process (``None``: not measured; ``share`` stays an allocation)
+    measured: Measured | None = None
 
 
 class AttributionEvent(Record, frozen=True):
@@ -234,6 +281,9 @@ class AttributionEvent(Record, frozen=True):
     #: event without a reading (``telemetry.status`` unknown) both stay at their empty defaults.
     activity: Activity = Activity()
     health: Health = Health()
+    #: additive: the device's per-process readings joined with its holders (``None``: no source
+    #: measured this device per process)
+    per_pod: PerPodUsage | None = None
 
     def identity(self) -> tuple[str, str, int, str]:
         """What names this event: a copy written again after a crash or rebalance has the same
@@ -271,6 +321,20 @@ class OutputRefused(Record, frozen=True):
     cause: OutputRefusalCause
     error: str  # what the producer said (cut), empty for ``too-large``
     ts_ms: int
+
+
+class UsageUncredited(Record, frozen=True):
+    """A per-process reading credited to no holder of the device: a process of a pod that holds
+    no slot there at the reading's time, or of no pod at all (``reading.pid`` and
+    ``container_id`` say which). ``holders`` are who held the device then."""
+
+    node: str
+    ts_ms: int
+    device_uuid: str
+    source: UsageSource
+    reading: UncreditedReading
+    holders: tuple[Holder, ...]
+    summary: str
 
 
 class ExporterMisattribution(Record, frozen=True):
@@ -316,6 +380,8 @@ AlertKind = Literal[
     "memory-fault",
     "pcie-replays",
     "demand-while-idle",
+    "idle-tenant",
+    "memory-hog",
 ]
 
 
@@ -613,6 +679,7 @@ KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "deadletter": (DeadLetter, 1),
     "output.refused": (OutputRefused, 1),
     "exporter.misattribution": (ExporterMisattribution, 2),
+    "usage.uncredited": (UsageUncredited, 1),
     "telemetry.refused": (TelemetryRefused, 1),
     "alert": (Alert, 1),
     "node-status": (NodeStatus, 1),

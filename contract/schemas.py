@@ -25,6 +25,7 @@ OUTPUTS: dict[str, str] = {
     "attribution": "attribution",
     "alert": "alerts",
     "exporter.misattribution": "flags",
+    "usage.uncredited": "flags",
     "telemetry.refused": "flags",
     "node-status": "node-status",
     "demand": "demand",

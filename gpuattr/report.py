@@ -24,6 +24,11 @@ charged for a device nobody can vouch for.
   from busy where it is missing: ``effective_measured_held_gpu_hours`` says over how many of the
   held hours effective was measured, so a partial figure never reads as the whole; ``None``
   where it never was.
+- ``memory_gib_hours``: time x the framebuffer the pod's own processes were measured to use
+  (``pods[].measured``: per-process readings our join credited to the pod), on shared devices
+  too, and only over the intervals whose event measured it; ``memory_measured_held_gpu_hours``
+  says over how many held hours. ``None`` where it never was: never a split of the device's
+  memory.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ class Line:
     # additive: effective hours, only where a profiling field measured them
     effective_gpu_hours: float | None = None
     effective_measured_held_gpu_hours: float = 0.0
+    # additive: measured memory of the pods' own processes
+    memory_gib_hours: float | None = None
+    memory_measured_held_gpu_hours: float = 0.0
 
 
 @dataclass
@@ -67,15 +75,25 @@ class _Acc:
     unmeasured: float = 0.0
     effective_measured: float = 0.0
     effective: float = 0.0
+    memory_measured: float = 0.0
+    memory_gib: float = 0.0
 
 
 def _workload(namespace: str, pod: str, workload: Workload | None) -> tuple[str, str]:
     return namespace, f"{workload.kind}/{workload.name}" if workload else f"Pod/{pod}"
 
 
-def _shares(ev: AttributionEvent) -> list[tuple[tuple[str, str], float]]:
-    """Each pod's share of the device, by the core's accounting."""
-    return [(_workload(p.namespace, p.pod, p.workload), p.share) for p in pod_shares(ev)]
+def _shares(ev: AttributionEvent) -> list[tuple[tuple[str, str], float, float | None]]:
+    """Each pod's share of the device, by the core's accounting, and the memory its own
+    processes were measured to use (MiB; ``None``: not measured)."""
+    return [
+        (
+            _workload(p.namespace, p.pod, p.workload),
+            p.share,
+            p.measured.fb_used_mib if p.measured is not None else None,
+        )
+        for p in pod_shares(ev)
+    ]
 
 
 def accumulate(
@@ -94,10 +112,13 @@ def accumulate(
             profile = (ev.mig.profile or "unknown") if ev.mig is not None else ""
             measured = ev.telemetry.status == "measured" and ev.usage.util_pct is not None
             effective = ev.activity.effective_pct if ev.telemetry.status == "measured" else None
-            for (ns, wl), share in _shares(ev):
+            for (ns, wl), share, memory_mib in _shares(ev):
                 a = acc[(ns, wl, profile)]
                 held = hours * share
                 a.held += held
+                if memory_mib is not None and ev.telemetry.status == "measured":
+                    a.memory_measured += held
+                    a.memory_gib += hours * memory_mib / 1024
                 if ev.state == "shared":
                     a.shared += held
                 elif measured and ev.usage.util_pct is not None:
@@ -122,6 +143,8 @@ def accumulate(
             mig_profile=profile,
             effective_gpu_hours=a.effective if a.effective_measured else None,
             effective_measured_held_gpu_hours=a.effective_measured,
+            memory_gib_hours=a.memory_gib if a.memory_measured else None,
+            memory_measured_held_gpu_hours=a.memory_measured,
         )
         for (ns, wl, profile), a in sorted(acc.items())
     ]
@@ -156,6 +179,8 @@ CSV_HEADER = (
     "idle_share",
     "effective_gpu_hours",
     "effective_measured_held_gpu_hours",
+    "memory_gib_hours",
+    "memory_measured_held_gpu_hours",
 )
 
 
@@ -175,6 +200,8 @@ def csv_rows(lines: Iterable[Line]) -> list[list[str]]:
             num(line.idle_share, 3),
             num(line.effective_gpu_hours),
             num(line.effective_measured_held_gpu_hours),
+            num(line.memory_gib_hours),
+            num(line.memory_measured_held_gpu_hours),
         ]
         for line in lines
     ]

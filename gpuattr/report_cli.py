@@ -141,6 +141,15 @@ def _effective_over(line: Line) -> str:
     return f"{line.effective_measured_held_gpu_hours:.3f} of {line.held_gpu_hours:.3f}"
 
 
+def _memory(line: Line) -> str:
+    """The pods' own measured memory over time, and over how many held hours it was measured;
+    blank where nothing measured it (never a split of the device's memory)."""
+    if line.memory_gib_hours is None:
+        return ""
+    held = f"{line.memory_measured_held_gpu_hours:.3f} of {line.held_gpu_hours:.3f} h held"
+    return f"{line.memory_gib_hours:.3f} (over {held})"
+
+
 def print_table(lines: list[Line], title: str) -> None:
     table = Table(title=title, caption=effective_coverage(lines))
     columns = (
@@ -154,6 +163,7 @@ def print_table(lines: list[Line], title: str) -> None:
         "idle",
         "effective GPU-h",
         "effective measured over (h held)",
+        "measured memory GiB-h",
     )
     for name in columns:
         table.add_column(
@@ -172,6 +182,7 @@ def print_table(lines: list[Line], title: str) -> None:
             f"{line.idle_share:.0%}" if line.idle_share is not None else "",
             _effective(line),
             _effective_over(line),
+            _memory(line),
         )
     Console().print(table)
 

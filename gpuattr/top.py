@@ -1,8 +1,10 @@
 """``gpuattr top``: the cluster's GPUs in one terminal view, refreshed in place.
 
 One row per device or MIG instance, from any worker's query API (``/api/v1/devices``; the worker
-gathers the others). A shared device shows "N tenants · device-wide X%" and every holder, never
-a per-pod usage figure. Beside usage (busy: any kernel running), ``EFF`` is the device's
+gathers the others). A shared device shows "N tenants · device-wide X%" and every holder with
+its allocation share; a holder's own use appears only where the hardware measured its processes
+("measured 11.7 GiB · SM 41% (exporter)"), never a split of the device's figure. Beside usage
+(busy: any kernel running), ``EFF`` is the device's
 effective activity (SM or graphics-engine active) and its kind of work where notable
 (``memory-bound``, ``tensor``), ``?`` with the reason where no profiling field is exported —
 never 0; ``HEALTH`` the device's marks (``HOT``, ``THR`` throttled, ``MEM`` memory fault,
@@ -39,6 +41,7 @@ from streams.present.views import (
     DeviceRow,
     effective_text,
     health_text,
+    measured_text,
     usage_text,
 )
 
@@ -98,6 +101,9 @@ def _holders(row: DeviceRow) -> Text:
         extra = [h.workload or "no workload", h.uid_prefix or "uid?"]
         if row.state == "shared" and h.allocation_share is not None:
             extra.append(f"alloc {h.allocation_share:.0%}")
+        measured = measured_text(row, h.namespace, h.pod)
+        if measured is not None:
+            extra.append(measured)
         lines.append(f"{who} ({' · '.join(extra)})")
     return Text("\n".join(lines))
 

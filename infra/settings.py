@@ -140,6 +140,18 @@ class AgentStatusSettings(BaseSettings):
     status_interval_s: float = Field(default=15.0, gt=0)
 
 
+class AgentProcessSettings(BaseSettings):
+    """Per-pod GPU usage read by the agent itself (off by default): NVML's processes of each
+    device, each placed in its pod by ``<proc_root>/<pid>/cgroup``, attached to the exporter's
+    samples that carry none. Needs the host's PID namespace (``hostPID``) and its ``/proc``
+    mounted at ``proc_root``: ``deploy/kustomize/overlays/nvml-processes``."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUATTR_AGENT_", frozen=True)
+
+    nvml_processes: bool = False
+    proc_root: Path = Path("/proc")
+
+
 class ObserveSettings(BaseSettings):
     """Where the agent and the sink serve /metrics, /healthz and /readyz (port 0: disabled)."""
 
@@ -246,6 +258,10 @@ class AlertSettings(BaseSettings):
     cooldown_s: float = Field(default=3600.0, ge=0)
     orphan_fb_mib: float = Field(default=1024.0, ge=0)
     orphan_window_s: float = Field(default=300.0, gt=0)
+    #: memory-hog: one tenant's own processes hold at least this share of a shared device's
+    #: memory while other pods hold slots of it, for the window (event time)
+    memory_hog_share: float = Field(default=0.5, gt=0, le=1)
+    memory_hog_window_s: float = Field(default=120.0, gt=0)
     #: an XID alert resolves after this long without a new XID on the device
     xid_quiet_s: float = Field(default=900.0, gt=0)
     #: a node's stack-broken alert fires only once the same plane has stayed broken, with a GPU

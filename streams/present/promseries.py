@@ -5,8 +5,12 @@ a device's series leave a worker with its partition and the cardinality is bound
 devices and their holders — never by samples. Info series carry identity (value 1); gauges carry
 units in their names.
 
-There is **no per-pod usage series**: utilisation and memory are the device's (``scope`` says
-``device`` or ``mig-instance``); who holds the device is a separate info series. Each pod's share
+Utilisation and memory are the device's (``scope`` says ``device`` or ``mig-instance``); who
+holds the device is a separate info series. The only per-pod usage series are measurements:
+``gpuattr_pod_device_memory_used_bytes`` and ``gpuattr_pod_device_sm_utilization_ratio`` exist
+for a pod only where the hardware measured its own processes on the device (per-process
+readings credited by our join; ``source`` says ``exporter`` or ``nvml``) — never a split of the
+device's figure, and absent (unknown) where nothing measured it. Each pod's share
 of a device (``gpuattr_pod_device_share``) is the one accounting figure
 (:mod:`streams.core.devices.accounting`), an allocation with its ``basis``, never a usage figure:
 the
@@ -55,7 +59,7 @@ from contract.outputs import HealthMark, WorkKind
 from contract.records import fast_init
 from streams.present.noderows import STATE_ORDER, NodeRow
 from streams.present.poolrows import PoolRow
-from streams.present.views import DeviceRow
+from streams.present.views import DeviceRow, PodShareRow
 
 Labels = tuple[tuple[str, str], ...]
 Sample = tuple[Labels, float]
@@ -170,6 +174,44 @@ def pod_device_share(rows: Sequence[DeviceRow]) -> Family:
             )
             for row in _live(rows)
             for p in row.pods
+        ],
+    )
+
+
+def _measured_pod(row: DeviceRow, p: PodShareRow) -> Labels:
+    return (
+        *_device(row),
+        ("namespace", p.namespace),
+        ("pod", p.pod),
+        ("pod_uid", p.uid or ""),
+        ("source", p.measured_source or ""),
+    )
+
+
+def pod_device_memory_used_bytes(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_pod_device_memory_used_bytes",
+        "Framebuffer the pod's own processes use on the device, measured per process (source: "
+        "exporter or nvml); absent where not measured, never a split of the device's figure",
+        [
+            (_measured_pod(row, p), p.measured_fb_mib * 2**20)
+            for row in _live(rows)
+            for p in row.pods
+            if p.measured_fb_mib is not None
+        ],
+    )
+
+
+def pod_device_sm_utilization_ratio(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_pod_device_sm_utilization_ratio",
+        "SM utilisation of the pod's own processes on the device (0-1), sampled per process by "
+        "NVML; absent where not measured (MIG instances: never)",
+        [
+            (_measured_pod(row, p), p.measured_sm_pct / 100.0)
+            for row in _live(rows)
+            for p in row.pods
+            if p.measured_sm_pct is not None
         ],
     )
 
@@ -392,6 +434,8 @@ DEVICE_FAMILIES: tuple[Callable[[Sequence[DeviceRow]], Family], ...] = (
     device_info,
     device_holder_info,
     pod_device_share,
+    pod_device_memory_used_bytes,
+    pod_device_sm_utilization_ratio,
     device_telemetry_unknown,
     device_tenants,
     device_utilization_ratio,

@@ -52,6 +52,11 @@ class PodShareRow:
     workload: str | None  # "Kind/name"
     share: float
     basis: str  # whole, replicas, capacity, equal-split
+    #: what the hardware measured for the pod's own processes (per-process readings credited by
+    #: our join; None: not measured) and by which source: never a division of the device figure
+    measured_fb_mib: float | None = None
+    measured_sm_pct: float | None = None
+    measured_source: str | None = None
 
 
 @fast_init
@@ -149,7 +154,20 @@ def _holder(h: Holder) -> HolderRow:
 
 def _pod(p: PodShare) -> PodShareRow:
     workload = f"{p.workload.kind}/{p.workload.name}" if p.workload else None
-    return PodShareRow(p.namespace, p.pod, p.uid, workload, p.share, p.basis)
+    m = p.measured
+    if m is None:
+        return PodShareRow(p.namespace, p.pod, p.uid, workload, p.share, p.basis)
+    return PodShareRow(
+        p.namespace,
+        p.pod,
+        p.uid,
+        workload,
+        p.share,
+        p.basis,
+        m.fb_used_mib,
+        m.sm_util_pct,
+        m.source,
+    )
 
 
 def _effective_reason(event: AttributionEvent) -> str | None:
@@ -276,6 +294,20 @@ def usage_text(row: DeviceRow) -> str:
         tenants = f"{row.tenant_count} tenant" + ("" if row.tenant_count == 1 else "s")
         return f"{tenants} · device-wide {figure}"
     return figure
+
+
+def measured_text(row: DeviceRow, namespace: str, pod: str) -> str | None:
+    """A holder pod's own measured use of the device (per-process readings, labelled as
+    measured with their source), or ``None`` where nothing measured it."""
+    p = next((p for p in row.pods if (p.namespace, p.pod) == (namespace, pod)), None)
+    if p is None or p.measured_source is None:
+        return None
+    parts = []
+    if p.measured_fb_mib is not None:
+        parts.append(f"{p.measured_fb_mib / 1024:.1f} GiB")
+    if p.measured_sm_pct is not None:
+        parts.append(f"SM {p.measured_sm_pct:.0f}%")
+    return f"measured {' · '.join(parts) or 'n/a'} ({p.measured_source})"
 
 
 #: how ``gpuattr top`` writes each health mark (short, so the column stays narrow)

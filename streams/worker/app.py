@@ -34,6 +34,7 @@ from contract.outputs import (
     PoolDemand,
     PoolDemandRetired,
     TelemetryRefused,
+    UsageUncredited,
 )
 from contract.topics import DEMAND_TABLES, TABLES, TopicRole
 from infra.apicreds import auth_headers
@@ -243,6 +244,7 @@ def build_app(
         AttributionEvent: attribution.get_topic_name(),
         ExporterMisattribution: flags.get_topic_name(),
         TelemetryRefused: flags.get_topic_name(),
+        UsageUncredited: flags.get_topic_name(),
         NodeStatus: node_status.get_topic_name(),
         NodeStatusRetired: node_status.get_topic_name(),
         NodeSupply: demand_events.get_topic_name(),

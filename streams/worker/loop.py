@@ -24,7 +24,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from typing import Protocol
 
 from contract import codec, signature
-from contract.outputs import AttributionEvent, TelemetryRefused
+from contract.outputs import AttributionEvent, TelemetryRefused, UsageUncredited
 from streams.core.flow.processor import ClockJump, Output, Processor, UnusableRecord
 from streams.worker import selfmetrics
 from streams.worker.live import LiveDevices
@@ -196,6 +196,8 @@ class RecordLoop:
             elif isinstance(out, TelemetryRefused):
                 selfmetrics.child(selfmetrics.SCRAPES_REFUSED, out.cause).inc()
                 self._log_refusal(out)
+            elif isinstance(out, UsageUncredited):
+                selfmetrics.child(selfmetrics.USAGE_UNCREDITED, out.reading.reason).inc()
         for said, n in verdicts.items():  # per record, not per output
             selfmetrics.child(selfmetrics.EXPORTER_VERDICTS, said).inc(n)
         for made_by, n in origins.items():

@@ -42,6 +42,12 @@ SPINE_EVENTS = Counter(
     "Attribution events no sample made, by origin (allocation, heartbeat, stale, gone)",
     ["origin"],
 )
+USAGE_UNCREDITED = Counter(
+    "gpuattr_worker_usage_uncredited_total",
+    "Per-process readings credited to no holder and flagged (usage.uncredited), by reason: "
+    "not-a-holder (its pod holds no slot on the device), no-pod (an orphan process)",
+    ["reason"],
+)
 MALLOC_TRIMS = Counter(
     "gpuattr_worker_malloc_trims_total",
     "Times the worker handed the C allocator's free pages back (malloc_trim)",

@@ -13,12 +13,14 @@ from contract.delivery import DeliveryFailure
 from contract.inputs import (
     ClockTick,
     DcgmSample,
+    DeviceUsage,
     ExporterClaim,
     GpuRequest,
     NodeSupply,
     OperandPods,
     OwnerRef,
     PendingPod,
+    PodUsage,
     SupplyDevice,
     SupplyHolder,
 )
@@ -61,6 +63,16 @@ def test_real_payloads_validate_and_broken_ones_do_not() -> None:
     event, flags = attribute(
         sample, [A("ns", "p", "c", "nvidia.com/gpu", "GPU-1")], DeviceContext()
     )
+    shared_reading = DeviceUsage(
+        "exporter",
+        pods=(PodUsage("0c9d8e7f-6a5b-4c3d-9e2f-1a0b9c8d7e6f", "ns", "ghost", "c", 9, 1),),
+    )
+    measured, uncredited = attribute(
+        replace(sample, usage=shared_reading),
+        [A("ns", "p", "c", "nvidia.com/gpu", "GPU-1")],
+        DeviceContext(),
+    )
+    assert measured.per_pod is not None
     state, alerts = None, []
     for ts in range(0, 40_000, 5_000):  # idle past a 10 s window: a firing alert
         state, fired = step(state, replace(event, ts_ms=ts), AlertSettings(idle_window_s=10))
@@ -112,6 +124,8 @@ def test_real_payloads_validate_and_broken_ones_do_not() -> None:
         stack,
         spine,
         *flags,
+        *uncredited,
+        measured,
         refused,
         *alerts,
         DeadLetter("t", 0, 1, "k", "not JSON", "AA==", 1),

@@ -1,8 +1,8 @@
 """A device's alerts: pure step functions over attribution events. Idle, XID and orphaned
-memory here; low-efficiency (:mod:`streams.core.alerts.lowefficiency`) and the health alerts —
-thermal,
-memory-fault, pcie-replays (:mod:`streams.core.alerts.healthalerts`) — in their own modules, stepped
-from :func:`step` under the same replay rule.
+memory here; low-efficiency (:mod:`streams.core.alerts.lowefficiency`), the health alerts —
+thermal, memory-fault, pcie-replays (:mod:`streams.core.alerts.healthalerts`) — and a shared
+device's tenant alerts — idle-tenant, memory-hog (:mod:`streams.core.alerts.tenants`) — in their
+own modules, stepped from :func:`step` under the same replay rule.
 
 ``step(state, event, policy) -> (state, alerts)``. Event time only: windows run on ``ts_ms``.
 The state is one small record per device, assigned back to a changelog-backed table only when
@@ -67,6 +67,8 @@ from streams.core.alerts.healthalerts import HealthAlerts
 from streams.core.alerts.healthalerts import step as step_health
 from streams.core.alerts.lowefficiency import LowEfficiency
 from streams.core.alerts.lowefficiency import step as step_low_efficiency
+from streams.core.alerts.tenants import NO_TENANT_ALERTS, TenantAlerts
+from streams.core.alerts.tenants import step as step_tenants
 
 ANNOTATION_THRESHOLD = IDLE_THRESHOLD_PCT
 ANNOTATION_WINDOW = IDLE_WINDOW_S
@@ -97,6 +99,9 @@ class DeviceAlerts(Record, frozen=True):
     #: additive: the holders at the device's last reading (written when they change): a fault
     #: the next reading measures over a hand-over names them too (:func:`handed_over`)
     read_by: tuple[Holder, ...] | None = None
+    #: additive: a shared device's idle-tenant and memory-hog episodes, per pod
+    #: (:mod:`streams.core.alerts.tenants`)
+    tenants: TenantAlerts | None = None
 
 
 def _step_idle(
@@ -171,7 +176,11 @@ def _step_orphan(
     s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings
 ) -> tuple[DeviceAlerts, list[Alert]]:
     used = ev.usage.fb_used_mib if ev.telemetry.status == "measured" else None
-    orphaned = ev.state == "unallocated" and used is not None and used >= p.orphan_fb_mib
+    procs, procs_mib = _no_pod_processes(ev) if used is not None else ((), 0.0)
+    unheld = ev.state == "unallocated" and used is not None and used >= p.orphan_fb_mib
+    orphaned = unheld or procs_mib >= p.orphan_fb_mib
+    if procs and not unheld:
+        used = procs_mib  # the figure is what the processes of no pod hold
     ep = s.orphan
     fig = partial(AlertFigures, fb_used_mib=used, fb_threshold_mib=p.orphan_fb_mib)
     if not orphaned:
@@ -182,7 +191,7 @@ def _step_orphan(
         if ep.firing:
             if gone:
                 why = f"the device is gone ({ev.telemetry.reason})"
-            elif ev.holders:
+            elif ev.holders and ev.per_pod is None:
                 why = "a pod holds the device now"
             else:
                 why = f"memory freed ({used:g} MiB)"
@@ -203,14 +212,32 @@ def _step_orphan(
     if ep is None:
         return replace(s, orphan=Episode(ev.ts_ms)), []
     if not ep.firing and ev.ts_ms - ep.since_ms >= p.orphan_window_s * 1000:
+        held_by = (
+            f"by process(es) of no pod ({', '.join(procs)})"
+            if procs and not unheld
+            else "with no pod holding it"
+        )
         summary = (
             f"orphaned memory: {used:g} MiB in use on {ev.node} {ev.device_uuid} "
-            f"with no pod holding it for {(ev.ts_ms - ep.since_ms) / 1000:.0f}s"
+            f"{held_by} for {(ev.ts_ms - ep.since_ms) / 1000:.0f}s"
         )
         return replace(s, orphan=replace(ep, firing=True)), [
             make_alert(ev, "orphaned-memory", True, ep.since_ms, fig(), p.orphan_window_s, summary)
         ]
     return s, []
+
+
+def _no_pod_processes(ev: AttributionEvent) -> tuple[tuple[str, ...], float]:
+    """The device's processes of no pod (per-process readings credited to nobody: zombies,
+    containers whose pod is gone), named by PID and container, and the memory they hold."""
+    if ev.per_pod is None:
+        return (), 0.0
+    procs = [r for r in ev.per_pod.uncredited if r.reason == "no-pod" and r.fb_used_mib]
+    names = tuple(
+        f"pid {r.pid}" + (f" container {r.container_id[:12]}" if r.container_id else "")
+        for r in procs
+    )
+    return names, sum(r.fb_used_mib or 0.0 for r in procs)
 
 
 def _step_xid(
@@ -304,9 +331,13 @@ def step(
     health, sick = step_health(health_was, ev, policy, handed, gap)
     if health is not health_was and health != health_was:
         s = replace(s, health=health)
+    tenants_were = s.tenants or NO_TENANT_ALERTS
+    tenants, tenant_alerts = step_tenants(tenants_were, ev, policy, gap)
+    if tenants is not tenants_were:
+        s = replace(s, tenants=tenants if tenants != NO_TENANT_ALERTS else None)
     if measured and ev.state != "unknown" and _read_by_moved(s.read_by, who):
         s = replace(s, read_by=ev.holders)
-    alerts = [*idle, *orphan, *xid, *low, *sick]
+    alerts = [*idle, *orphan, *xid, *low, *sick, *tenant_alerts]
     if s is before or s == before:
         return before, alerts  # nothing changed (and so nothing fired): no table write
     if alerts:

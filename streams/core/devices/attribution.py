@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from contract.inputs import DcgmSample, DeviceAssignment, DraDevice, ResourceClaimRecord
+from contract.inputs import (
+    DcgmSample,
+    DeviceAssignment,
+    DeviceUsage,
+    DraDevice,
+    ResourceClaimRecord,
+)
 from contract.outputs import (
     Activity,
     Allocation,
@@ -35,9 +41,10 @@ from contract.outputs import (
     Telemetry,
     UidStatus,
     Usage,
+    UsageUncredited,
     Workload,
 )
-from contract.records import Record
+from contract.records import Record, replace
 from infra.settings import AlertSettings
 from streams.core.devices.accounting import Accounting, Held, account, claim_unit, device_id_unit
 from streams.core.devices.allocation import through_dra, via_dra
@@ -45,6 +52,7 @@ from streams.core.devices.dra import ClaimView, DeviceRef, claim_view, split_row
 from streams.core.devices.efficiency import activity
 from streams.core.devices.health import health
 from streams.core.devices.identity import parse_device_id
+from streams.core.devices.measured import credit
 from streams.core.devices.sharing import Advertised, NodeSharing, SharingDecision, decide
 
 
@@ -325,7 +333,14 @@ def _exporter_view(
         reason, verdict = f"shared device: {how}", "shared-device"
     else:
         reason, trusted, verdict = "exporter's pod is the only holder", True, "trusted"
-    if mode == "per-process":
+    if mode == "per-process" and _per_pod_rows(sample):
+        trusted = False
+        reason = (
+            "per-pod rows read as per-process measurements, credited by our own join; the "
+            "device's own row is the device-wide figure"
+        )
+        verdict = verdict if verdict in ("stranger", "wrong-claim") else "per-process"
+    elif mode == "per-process":
         trusted = False
         reason = (
             "per-process rows (values differ per pod: "
@@ -341,17 +356,31 @@ def _exporter_view(
 #: the exporter's word on a sample's pods (:func:`exporter_view`): its view, and the pods it
 #: credits that hold no slot here
 ExporterWord = tuple[ExporterView, tuple[ClaimedPod, ...]]
+#: what an event raises beside itself: the exporter's pods that hold no slot, and per-process
+#: readings credited to nobody
+Flag = ExporterMisattribution | UsageUncredited
 
 
 def exporter_view(sample: DcgmSample, shape: Shape) -> ExporterWord:
     """What the exporter's pod labels on ``sample`` say, checked against the holders its
-    device's events are shaped by: it reads only the sample's claims and split fields, so a
-    caller may keep it for the next sample of the device that carries the same."""
+    device's events are shaped by: it reads only the sample's claims, split fields and whether
+    it came with per-pod rows (:func:`exporter_labels`), so a caller may keep it for the next
+    sample of the device that carries the same."""
     return _exporter_view(sample, shape.pods_held, shape.held_through, shape.state)
 
 
+def exporter_labels(sample: DcgmSample) -> tuple[object, ...]:
+    """All that :func:`exporter_view` reads of a sample."""
+    return (sample.exporter_claims, sample.exporter_split_fields, _per_pod_rows(sample))
+
+
+def _per_pod_rows(sample: DcgmSample) -> bool:
+    """Whether the exporter printed per-pod rows of per-process values for this device."""
+    return sample.usage is not None and sample.usage.source == "exporter"
+
+
 def _mode(sample: DcgmSample, claims: Sequence[ClaimedPod]) -> ExporterMode:
-    if sample.exporter_split_fields:
+    if sample.exporter_split_fields or _per_pod_rows(sample):
         return "per-process"
     if len(claims) > 1:
         return "per-pod-copies"
@@ -420,7 +449,7 @@ def attribute(
     rows: Sequence[DeviceAssignment],
     ctx: DeviceContext,
     thresholds: AlertSettings = DEFAULT_THRESHOLDS,
-) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
+) -> tuple[AttributionEvent, tuple[Flag, ...]]:
     """Join one sample with the holders of its device at the sample's time; its activity
     (:mod:`streams.core.devices.efficiency`) and health (:mod:`streams.core.devices.health`,
     marks judged by ``thresholds``) ride along, device-wide."""
@@ -692,7 +721,7 @@ def event_of(
     exporter: ExporterWord | None,
     origin: Origin = "sample",
     telemetry: Telemetry = MEASURED,
-) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...]]:
+) -> tuple[AttributionEvent, tuple[Flag, ...]]:
     """The device's event from what was decided of it: its reading, holding and shape (made
     for a device that is, as ``facts`` says, a MIG instance or not), and the exporter's word on
     the sample (:func:`exporter_view`; ``None``: no sample), with the flags for the pods the
@@ -731,8 +760,13 @@ def event_of(
         activity=reading.activity,
         health=reading.health,
     )
+    sample = reading.sample
+    if sample is not None and sample.usage is not None:
+        event, uncredited = _per_pod(event, sample.usage, is_mig)
+    else:
+        uncredited = ()
     if not strangers:
-        return event, ()
+        return event, uncredited
     flags = tuple(
         ExporterMisattribution(
             facts.node,
@@ -744,7 +778,43 @@ def event_of(
         )
         for c in strangers
     )
-    return event, flags
+    return event, (*flags, *uncredited)
+
+
+#: the flag a reading of each reason raises (a holder whose UID is not known yet raises none:
+#: the join catches up, and the reading is listed on the event meanwhile)
+_UNCREDITED_SAYS = {
+    "not-a-holder": "a process of pod {who} uses this device, which its pod holds no slot of",
+    "no-pod": "a process of no pod ({who}) uses this device",
+}
+
+
+def _per_pod(
+    event: AttributionEvent, usage: DeviceUsage, is_mig: bool
+) -> tuple[AttributionEvent, tuple[UsageUncredited, ...]]:
+    """The event with its pods' per-process readings credited (:mod:`.measured`), and a flag
+    for each reading credited to nobody that is no holder's."""
+    pods, per_pod = credit(usage, event.pods, is_mig)
+    event = replace(event, pods=pods, per_pod=per_pod)
+    flags = []
+    for r in per_pod.uncredited:
+        says = _UNCREDITED_SAYS.get(r.reason)
+        if says is None:
+            continue
+        who = (
+            f"{r.namespace}/{r.pod} (uid {r.pod_uid})"
+            if r.pod
+            else f"uid {r.pod_uid}"
+            if r.pod_uid
+            else f"pid {r.pid}" + (f", container {r.container_id[:12]}" if r.container_id else "")
+        )
+        summary = f"{event.node} {event.device_uuid}: " + says.format(who=who)
+        flags.append(
+            UsageUncredited(
+                event.node, event.ts_ms, event.device_uuid, usage.source, r, event.holders, summary
+            )
+        )
+    return event, tuple(flags)
 
 
 #: the exporter's view of an event no sample made: nothing it said to judge

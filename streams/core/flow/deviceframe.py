@@ -31,6 +31,7 @@ from streams.core.devices.attribution import (
     ExporterWord,
     Holding,
     Shape,
+    exporter_labels,
     exporter_view,
     shape_of,
 )
@@ -204,7 +205,7 @@ class Frames:
         the last sample it was made for."""
         shape = self.shape(node, key, frame, sample.mig_instance_id is not None)
         frame = self._frames.get((node, key), frame)  # with its shape
-        labels = (sample.exporter_claims, sample.exporter_split_fields)
+        labels = exporter_labels(sample)
         if frame.exporter is not None and frame.exporter[0] == labels:
             return shape, frame.exporter[1]
         word = exporter_view(sample, shape)

@@ -16,7 +16,6 @@ from typing import Any
 from contract.inputs import DcgmSample, DeviceAssignment, ResourceClaimRecord
 from contract.outputs import (
     AttributionEvent,
-    ExporterMisattribution,
     Holder,
     NodeStatus,
     Origin,
@@ -29,6 +28,7 @@ from streams.core.devices.allocation import through_dra, via_dra
 from streams.core.devices.attribution import (
     DeviceContext,
     DeviceFacts,
+    Flag,
     Holding,
     PodIdentity,
     accounted_holding,
@@ -242,7 +242,7 @@ def _remembered_notes(index: NodeDevices | None, key: str) -> tuple[str, ...]:
 
 def sample_event(
     t: Tables, view: NodeView, sample: DcgmSample, thresholds: AlertSettings
-) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...], Sequence[dict[str, str]]]:
+) -> tuple[AttributionEvent, tuple[Flag, ...], Sequence[dict[str, str]]]:
     """One accepted sample joined with its device's holders at the sample's time (health marks
     judged by the alerts' ``thresholds``), and its holders' pod annotations (for the alert
     step)."""
@@ -254,7 +254,7 @@ def _sample_join(
     t: Tables, view: NodeView, sample: DcgmSample, thresholds: AlertSettings
 ) -> tuple[
     AttributionEvent,
-    tuple[ExporterMisattribution, ...],
+    tuple[Flag, ...],
     tuple[dict[str, str], ...],
     tuple[tuple[DeviceAssignment, ...] | None, DeviceContext, Holding],
 ]:
@@ -334,7 +334,7 @@ class Joins:
 
     def sample_event(
         self, t: Tables, view: NodeView, sample: DcgmSample, thresholds: AlertSettings
-    ) -> tuple[AttributionEvent, tuple[ExporterMisattribution, ...], Sequence[dict[str, str]]]:
+    ) -> tuple[AttributionEvent, tuple[Flag, ...], Sequence[dict[str, str]]]:
         """:func:`sample_event`; from the join kept for the device (by an earlier sample, or by
         its node's supply or allocation events) while its inputs are the same."""
         key = device_key(sample.uuid, sample.mig_instance_id)

@@ -42,6 +42,7 @@ from contract.outputs import (
     NodeStatus,
     NodeStatusRetired,
     TelemetryRefused,
+    UsageUncredited,
 )
 from contract.quantity import valid as valid_quantity
 from contract.records import replace
@@ -89,6 +90,7 @@ __all__ = ["ClockJump", "Output", "Processor", "Tables", "UnusableRecord", "inve
 Output = (
     AttributionEvent
     | ExporterMisattribution
+    | UsageUncredited
     | Alert
     | TelemetryRefused
     | NodeStatus
