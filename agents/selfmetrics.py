@@ -63,3 +63,14 @@ KUBELET_READY_TIMEOUTS = Counter(
     "gpuattr_agent_kubelet_ready_timeouts_total",
     "Answers of a kubelet still not ready (or unconfirmed) after the bounded wait, taken as is",
 )
+NVML_PROCESS_ERRORS = Counter(
+    "gpuattr_agent_nvml_process_errors_total",
+    "Failed reads of the opt-in NVML per-process source (GPUATTR_AGENT_NVML_PROCESSES), by NVML "
+    "call (or cgroup) and reason: that device's per-pod usage, or that round's utilisation, stays "
+    "unknown",
+    ["call", "reason"],
+)
+NVML_PROCESSES_VANISHED = Counter(
+    "gpuattr_agent_nvml_processes_vanished_total",
+    "GPU processes NVML listed that exited before their cgroup was read (left out of that scrape)",
+)
