@@ -12,6 +12,7 @@ from agents.dcgm.collect import DcgmCollector
 from agents.inventory import InventoryError, read_inventory
 from agents.locate import ExporterLocator
 from agents.podresources.collect import PodResourcesCollector
+from agents.processes.nvml import NvmlProcesses
 from agents.publish import Publisher
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.startgate import StartGate
@@ -20,6 +21,7 @@ from agents.types import AgentRecord, Emit, NowMs
 from contract.inputs import PodListSnapshot, PodResourcesSnapshot
 from infra.observe import ObservabilityServer
 from infra.settings import (
+    AgentProcessSettings,
     AgentStatusSettings,
     DcgmSettings,
     InventorySettings,
@@ -46,6 +48,7 @@ class AgentSettings:
     inventory: InventorySettings
     observe: ObserveSettings = field(default_factory=ObserveSettings)
     status: AgentStatusSettings = field(default_factory=AgentStatusSettings)
+    processes: AgentProcessSettings = field(default_factory=AgentProcessSettings)
 
     def __post_init__(self) -> None:
         if self.dcgm.discover and not self.kube.enabled:
@@ -129,6 +132,12 @@ async def run_agent(settings: AgentSettings, now_ms: NowMs = wall_clock_ms) -> N
             now_ms=now_ms,
             before_first_scrape=gate.wait,
             locate=locator.target if locator is not None else None,
+            usage=(
+                NvmlProcesses(settings.processes.proc_root)
+                if settings.processes.nvml_processes
+                else None
+            ),
+            per_pod=dcgm.per_pod_rows,
         )
         healths = {"podresources": podresources.health, "dcgm": exporter.health}
         tasks = {

@@ -129,6 +129,10 @@ class DcgmSettings(BaseSettings):
     #: the first scrape of a run waits at most this long for the node's pod list and
     #: PodResources snapshot to be published, so no event names a holder without its identity
     first_sample_wait_s: float = Field(default=30.0, ge=0)
+    #: how the pod-labelled rows of the per-process fields are read: ``auto`` (per-pod readings
+    #: when the exporter prints the device row beside them: its virtual-GPU mode), ``on`` or
+    #: ``off`` (copies of a device-wide value, as older exporters print them)
+    per_pod_rows: Literal["auto", "on", "off"] = "auto"
 
 
 class AgentStatusSettings(BaseSettings):

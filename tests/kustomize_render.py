@@ -11,7 +11,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "deploy" / "kustomize" / "base"
-MICROK8S = ROOT / "deploy" / "kustomize" / "overlays" / "microk8s"
+OVERLAYS = ROOT / "deploy" / "kustomize" / "overlays"
+MICROK8S = OVERLAYS / "microk8s"
+NVML_PROCESSES = OVERLAYS / "nvml-processes"
 
 
 def docs_of(directory: Path) -> list[dict[str, Any]]:
@@ -32,11 +34,19 @@ def base_docs() -> list[dict[str, Any]]:
 
 
 def microk8s_docs() -> list[dict[str, Any]]:
-    """The overlay rendered the way kustomize does for its JSON6902 patches."""
-    overlay = yaml.safe_load((MICROK8S / "kustomization.yaml").read_text())
+    return overlay_docs(MICROK8S)
+
+
+def nvml_processes_docs() -> list[dict[str, Any]]:
+    return overlay_docs(NVML_PROCESSES)
+
+
+def overlay_docs(directory: Path) -> list[dict[str, Any]]:
+    """An overlay of the base rendered the way kustomize does for its JSON6902 patches."""
+    overlay = yaml.safe_load((directory / "kustomization.yaml").read_text())
     docs = base_docs()
     for patch in overlay.get("patches", []):
-        ops = json.loads((MICROK8S / patch["path"]).read_text())
+        ops = json.loads((directory / patch["path"]).read_text())
         target = patch["target"]
         docs = [
             jsonpatch.apply_patch(d, ops)

@@ -18,6 +18,10 @@ Each sample goes out with ``since_last``: what its cumulative counters did since
 The collector keeps that scrape's samples per device — only the devices it showed, replaced
 whole by each published scrape. A scrape that fails, shows no device or is dropped by the
 publisher leaves them as they were, so the next increase covers its interval too.
+
+With ``usage`` (the opt-in NVML per-process source, :mod:`agents.processes.nvml`), each scrape
+reads it once, right after the exporter answers, and attaches each device's per-pod reading to
+its sample where the exporter gave none of its own.
 """
 
 from __future__ import annotations
@@ -30,9 +34,16 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 
 from agents.dcgm.counters import with_since_last
-from agents.dcgm.translate import DeviceKey, IgnoredFamily, RejectedLine, parse_exposition
+from agents.dcgm.translate import (
+    DeviceKey,
+    IgnoredFamily,
+    PerPodRows,
+    RejectedLine,
+    parse_exposition,
+)
 from agents.health import SourceHealth
 from agents.locate import NotFound, Target
+from agents.processes.nvml import ReadUsage, attach
 from agents.selfmetrics import IGNORED_FAMILIES, REJECTED_LINES, SOURCE_ERRORS
 from agents.types import Emit, NowMs
 from contract.inputs import DcgmSample, DcgmScrape
@@ -61,6 +72,8 @@ class DcgmCollector:
         emit_backoff_s: float = 0.05,
         before_first_scrape: Callable[[], Awaitable[None]] | None = None,
         locate: Callable[[], Target | NotFound] | None = None,
+        usage: ReadUsage | None = None,
+        per_pod: PerPodRows = "auto",
     ) -> None:
         self.node = node  # the agent's node name is authoritative, not the exporter's Hostname
         self.url = url
@@ -85,6 +98,8 @@ class DcgmCollector:
         self._ignored_logged: set[IgnoredFamily] = set()
         #: the last published scrape's samples per device: the counters' baseline
         self._previous: dict[DeviceKey, DcgmSample] = {}
+        self._usage = usage  # per-pod readings of the node's devices (NVML), when switched on
+        self._per_pod = per_pod  # how the exporter's per-pod rows are read (agents.dcgm.perpod)
 
     async def run(self) -> None:
         """Scrape every ``interval_s`` (start to start) until cancelled."""
@@ -122,7 +137,7 @@ class DcgmCollector:
         text = await self._fetch(session, target.url)
         if text is None:
             return 0
-        result = parse_exposition(text, node=self.node, ts_ms=ts_ms)
+        result = parse_exposition(text, node=self.node, ts_ms=ts_ms, per_pod=self._per_pod)
         if result.rejected:
             REJECTED_LINES.inc(len(result.rejected))
             self._log_rejected(result.rejected, ts_ms)
@@ -130,7 +145,10 @@ class DcgmCollector:
             self._note_ignored(result.ignored)
         if not result.samples:
             return 0
-        samples = tuple(with_since_last(self._previous.get(_key(s)), s) for s in result.samples)
+        samples = result.samples
+        if self._usage is not None:  # NVML calls block: off the event loop
+            samples = attach(samples, await asyncio.to_thread(self._usage))
+        samples = tuple(with_since_last(self._previous.get(_key(s)), s) for s in samples)
         published = await self._publish(
             DcgmScrape(self.node, ts_ms, samples, target.url, target.pod)
         )

@@ -9,7 +9,7 @@ import pytest
 
 from infra.settings import KafkaSettings
 from infra.topics import topic_specs
-from tests.kustomize_render import base_docs, microk8s_docs
+from tests.kustomize_render import base_docs, microk8s_docs, nvml_processes_docs
 
 K8S_VERSION = "1.34.0"
 
@@ -18,7 +18,11 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
-@pytest.mark.parametrize("render", [base_docs, microk8s_docs], ids=["base", "microk8s"])
+@pytest.mark.parametrize(
+    "render",
+    [base_docs, microk8s_docs, nvml_processes_docs],
+    ids=["base", "microk8s", "nvml-processes"],
+)
 def test_manifests_validate_strictly(render: Any) -> None:
     # operators' CRDs (Strimzi topics, Prometheus Operator monitors and rules) have no schema
     # here: topics are checked against our specs below, rules by promtool
@@ -44,6 +48,25 @@ def test_microk8s_overlay_mounts_its_kubelet_root() -> None:
         if "hostPath" in v
     ]
     assert paths == ["/var/snap/microk8s/common/var/lib/kubelet/pod-resources"]
+
+
+def test_nvml_processes_overlay_adds_the_host_pid_namespace_and_nvml_only() -> None:
+    """The opt-in NVML source's overlay: the host's PID namespace (NVML names host PIDs), NVML
+    in the container and the setting; no mount, no capability, no other change to the pod."""
+    (base,) = by_kind(base_docs(), "DaemonSet")
+    (agent,) = by_kind(nvml_processes_docs(), "DaemonSet")
+    pod, base_pod = agent["spec"]["template"]["spec"], base["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    assert pod["runtimeClassName"] == "nvidia"
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["GPUATTR_AGENT_NVML_PROCESSES"] == "true"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert pod["volumes"] == base_pod["volumes"]
+    (container,), (base_container,) = pod["containers"], base_pod["containers"]
+    assert container["securityContext"] == base_container["securityContext"]
+    assert container["volumeMounts"] == base_container["volumeMounts"]
+    rest = {k: v for k, v in pod.items() if k not in ("hostPID", "runtimeClassName", "containers")}
+    assert rest == {k: v for k, v in base_pod.items() if k != "containers"}
 
 
 def test_agent_is_least_privileged() -> None:
