@@ -56,14 +56,16 @@ TOPICS: tuple[TopicDoc, ...] = (
         "alerts",
         "alert id",
         "alert: a device's idle, xid, orphaned-memory, low-efficiency, thermal, memory-fault, "
-        "pcie-replays; a node's stack-broken; a pool's demand-while-idle; firing and resolved",
+        "pcie-replays; a shared device tenant's idle-tenant, memory-hog; a node's stack-broken; "
+        "a pool's demand-while-idle; firing and resolved",
         14 * DAY_MS,
     ),
     TopicDoc(
         "flags",
         "node/device-uuid; node for a refused scrape",
         "exporter.misattribution: dcgm-exporter credits a pod that holds no slot there; "
-        "telemetry.refused: a scrape that is not provably the node's",
+        "usage.uncredited: a per-process reading of a pod that holds no slot there, or of no "
+        "pod; telemetry.refused: a scrape that is not provably the node's",
         7 * DAY_MS,
     ),
     TopicDoc(

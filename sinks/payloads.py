@@ -65,6 +65,8 @@ _EMOJI = {
     "memory-fault": ":boom:",
     "pcie-replays": ":electric_plug:",
     "demand-while-idle": ":hourglass_flowing_sand:",
+    "idle-tenant": ":sleeping:",
+    "memory-hog": ":elephant:",
 }
 #: a kind this sink does not know yet (a newer worker's) still renders
 _EMOJI_UNKNOWN = ":warning:"

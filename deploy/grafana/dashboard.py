@@ -192,7 +192,10 @@ def shared_devices() -> list[Any]:
             "Every holder of every shared device, from gpu-attribution's own join (the pod UID "
             "is the API server's, never dcgm-exporter's). The allocation share is what the pod "
             "was allocated (its slots or capacity, or an equal split where the allocation has "
-            "none: a shared DRA claim; the basis says which), not what it used."
+            "none: a shared DRA claim; the basis says which), not what it used. Measured "
+            "memory and SM are the pod's own processes, where the hardware measured them per "
+            "process (dcgm-exporter's virtual-GPU rows or the agent's NVML reading): blank where "
+            "not measured, never a split of the device's figure."
         )
         .datasource(DS)
         .grid_pos(at(0, 20, 24, 9))
@@ -211,8 +214,31 @@ def shared_devices() -> list[Any]:
                 "B",
                 instant=True,
             )
+        )
+        .with_target(
+            query(
+                "max by (node, device_uuid, namespace, pod, pod_uid) "
+                f"(gpuattr_pod_device_memory_used_bytes{{{NODE}}}) "
+                f"and on (node, device_uuid) {SHARED}",
+                "C",
+                instant=True,
+            )
+        )
+        .with_target(
+            query(
+                "max by (node, device_uuid, namespace, pod, pod_uid) "
+                f"(gpuattr_pod_device_sm_utilization_ratio{{{NODE}}}) "
+                f"and on (node, device_uuid) {SHARED}",
+                "D",
+                instant=True,
+            )
         ),
-        {"A": None, "B": "allocation share (not usage)"},
+        {
+            "A": None,
+            "B": "allocation share (not usage)",
+            "C": "measured memory (own processes)",
+            "D": "measured SM (own processes)",
+        },
     )
     return [devices, holders]
 

@@ -434,8 +434,6 @@ DEVICE_FAMILIES: tuple[Callable[[Sequence[DeviceRow]], Family], ...] = (
     device_info,
     device_holder_info,
     pod_device_share,
-    pod_device_memory_used_bytes,
-    pod_device_sm_utilization_ratio,
     device_telemetry_unknown,
     device_tenants,
     device_utilization_ratio,
@@ -446,6 +444,8 @@ DEVICE_FAMILIES: tuple[Callable[[Sequence[DeviceRow]], Family], ...] = (
     device_effective_ratio,
     device_work,
     device_health,
+    pod_device_memory_used_bytes,
+    pod_device_sm_utilization_ratio,
 )
 NODE_FAMILIES: tuple[Callable[[Sequence[NodeRow]], Family], ...] = (
     node_stack_state,

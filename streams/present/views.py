@@ -203,6 +203,13 @@ def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRo
     ):
         if ep is not None and ep.firing:
             open_alerts.append(kind)
+    tenants = alerts.tenants if alerts is not None else None
+    for kind, episodes in (
+        ("idle-tenant", tenants.idle if tenants else ()),
+        ("memory-hog", tenants.hog if tenants else ()),
+    ):
+        if any(ep.firing for _, ep in episodes):
+            open_alerts.append(kind)
     return DeviceRow(
         node=event.node,
         device_uuid=event.device_uuid,

@@ -7,6 +7,8 @@ from __future__ import annotations
 from contract.inputs import DcgmSample, DeviceUsage, ExporterClaim, PodUsage, ProcessUsage
 from contract.inputs import DeviceAssignment as A
 from contract.outputs import Measured, UsageUncredited
+from contract.records import replace
+from gpuattr.report import accumulate
 from streams.core.devices.attribution import DeviceContext, PodIdentity, attribute
 from streams.core.devices.sharing import sharing_from_labels
 
@@ -163,3 +165,17 @@ def test_no_per_process_source_leaves_the_event_as_it_was() -> None:
     ev, _ = attribute(sample(None), ROWS, CTX)
     assert ev.per_pod is None
     assert all(p.measured is None for p in ev.pods)
+
+
+def test_the_report_counts_measured_memory_hours_per_pod_and_nothing_where_unmeasured() -> None:
+    usage = DeviceUsage("exporter", pods=(reading("train", 10240, 41), reading("infer", 2048, 10)))
+    first, _ = attribute(sample(usage), ROWS, CTX)
+    events = [replace(first, ts_ms=0), replace(first, ts_ms=3_600_000)]
+    lines = {
+        line.workload: line for line in accumulate(events, max_gap_s=7200, idle_threshold_pct=5)
+    }
+    assert lines["Pod/train"].memory_gib_hours == 10.0  # one hour at 10 GiB: its own processes
+    assert lines["Pod/infer"].memory_gib_hours == 2.0
+    assert lines["Pod/train"].memory_measured_held_gpu_hours == 0.5  # its allocation share
+    assert lines["Pod/notebook"].memory_gib_hours is None  # not measured: never 0
+    assert lines["Pod/notebook"].held_gpu_hours == 0.25

@@ -48,7 +48,7 @@ LIVE = DeviceRow(
     allocation="dra",
     exporter_verdict="trusted",
     exporter_mode="pod",
-    pods=(PodShareRow("ml", "p", "uid-p", "Job/train", 1.0, "whole"),),
+    pods=(PodShareRow("ml", "p", "uid-p", "Job/train", 1.0, "whole", 2.0, 40.0, "exporter"),),
     effective_pct=25.0,
     effective_source="DCGM_FI_PROF_SM_ACTIVE",
     work="compute",
@@ -141,6 +141,10 @@ CASES = [
     (DEVICE_FAMILIES[12], ROWS, "gpuattr_device_health",
      [(dev("GPU-a", ("mark", m)), float(m == "hot")) for m in HEALTH_MARKS
       if m in ("hot", "throttled")]),
+    (DEVICE_FAMILIES[13], ROWS, "gpuattr_pod_device_memory_used_bytes",
+     [(dev("GPU-a", *WHO, ("pod_uid", "uid-p"), ("source", "exporter")), 2.0 * 2**20)]),
+    (DEVICE_FAMILIES[14], ROWS, "gpuattr_pod_device_sm_utilization_ratio",
+     [(dev("GPU-a", *WHO, ("pod_uid", "uid-p"), ("source", "exporter")), 0.4)]),
     (NODE_FAMILIES[0], NODES, "gpuattr_node_stack_state",
      [((("node", n), ("state", s)), float(s == st))
       for n, st in (("n1", "broken"), ("n2", "ready"))

@@ -167,7 +167,7 @@ def test_report_effective_hours_only_where_measured() -> None:
     assert line.busy_gpu_hours == pytest.approx(60 / 3600)
     assert line.effective_gpu_hours == pytest.approx(40 * 0.10 / 3600)
     assert line.effective_measured_held_gpu_hours == pytest.approx(40 / 3600)
-    assert csv_rows([line])[0][-2:] == ["0.0011", "0.0111"]
+    assert csv_rows([line])[0][-4:-2] == ["0.0011", "0.0111"]
     assert effective_coverage([line]).startswith(
         "effective measured over 0.011 of 0.017 held GPU-hours"
     )
@@ -200,7 +200,7 @@ def test_report_no_profiling_field_no_effective_hours() -> None:
     assert line.busy_gpu_hours == pytest.approx(60 / 3600)
     assert line.effective_gpu_hours is None
     assert line.effective_measured_held_gpu_hours == 0
-    assert csv_rows([line])[0][-2:] == ["", "0.0000"]
+    assert csv_rows([line])[0][-4:-2] == ["", "0.0000"]
 
 
 def test_report_mig_hours_apart_in_the_coverage_line() -> None:

@@ -194,7 +194,7 @@ def test_report_counts_known_holding_times() -> None:
     assert alice.idle_share is None
     assert bob.held_gpu_hours == pytest.approx(30 * 0.5 / 3600)
     assert csv_rows([alice])[0][:5] == ["dev", "StatefulSet/alice", "", "0.0083", "0.0083"]
-    assert csv_rows([alice])[0][5:] == ["0.0000", "", "", "", "0.0000"]
+    assert csv_rows([alice])[0][5:] == ["0.0000", "", "", "", "0.0000", "", "0.0000"]
 
 
 def test_mig_instances_count_as_whole_devices_of_their_profile() -> None:
