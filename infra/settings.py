@@ -147,8 +147,9 @@ class AgentStatusSettings(BaseSettings):
 class AgentProcessSettings(BaseSettings):
     """Per-pod GPU usage read by the agent itself (off by default): NVML's processes of each
     device, each placed in its pod by ``<proc_root>/<pid>/cgroup``, attached to the exporter's
-    samples that carry none. Needs the host's PID namespace (``hostPID``) and its ``/proc``
-    mounted at ``proc_root``: ``deploy/kustomize/overlays/nvml-processes``."""
+    samples that carry none. Needs the host's PID namespace (``hostPID``), with which
+    ``proc_root`` (``/proc``) lists the host's processes:
+    ``deploy/kustomize/overlays/nvml-processes``."""
 
     model_config = SettingsConfigDict(env_prefix="GPUATTR_AGENT_", frozen=True)
 

@@ -3,8 +3,9 @@ by its cgroup (:mod:`agents.processes.cgroup`), summed per pod UID.
 
 The exporter's virtual-GPU mode does the same only when it runs with ``hostPID`` and a pod
 informer, and only on builds that have it; this reading needs neither: the agent's own
-``hostPID`` and the host's ``/proc`` (``proc_root``). Pod UIDs are the cgroups', not checked
-against any pod here: the worker credits a reading only to a pod of that UID holding the device.
+``hostPID``, with which its ``/proc`` (``proc_root``) lists the host's processes. Pod UIDs are
+the cgroups', not checked against any pod here: the worker credits a reading only to a pod of
+that UID holding the device.
 
 Per device (GPU, or MIG instance keyed by its parent's UUID and GPU instance ID, as the exporter's
 samples are): the compute processes and their memory, and on a whole GPU their SM utilisation
