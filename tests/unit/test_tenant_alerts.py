@@ -8,10 +8,16 @@ from collections.abc import Mapping
 
 from contract.inputs import DcgmSample, DeviceUsage, PodUsage, ProcessUsage
 from contract.inputs import DeviceAssignment as A
-from contract.outputs import Alert, AttributionEvent
+from contract.outputs import Alert, AttributionEvent, Telemetry
 from infra.settings import AlertSettings
 from streams.core.alerts import alerts
-from streams.core.devices.attribution import DeviceContext, PodIdentity, attribute
+from streams.core.devices.attribution import (
+    DeviceContext,
+    DeviceFacts,
+    PodIdentity,
+    attribute,
+    describe,
+)
 from streams.core.devices.sharing import sharing_from_labels
 
 G = "GPU-5f2c9d3e-1a7b-4c6d-8e9f-0a1b2c3d4e5f"
@@ -160,3 +166,54 @@ def test_replayed_event_re_emits_the_same_tenant_alert() -> None:
     assert again is state
     assert [a.id for a in replayed] == [a.id for a in fired]
     assert fired  # the last event is the one that fired
+
+
+def test_a_firing_tenant_deleted_or_its_device_gone_resolves_naming_it() -> None:
+    """Resolutions made from events that measure nothing (the pod left, the node deleted)."""
+    left = run(
+        [event(t * MIN, 83, WORKING) for t in range(11)]
+        + [event(11 * MIN, 83, {k: WORKING[k] for k in ("train", "infer")}, rows=ROWS[:3])]
+    )
+    assert [(a.kind, a.status) for a in left] == [
+        ("idle-tenant", "firing"),
+        ("idle-tenant", "resolved"),
+    ]
+    assert "lab/notebook" in left[1].summary
+    fired = [event(t * MIN, 83, WORKING) for t in range(11)]
+    state = None
+    for ev in fired:
+        state, _ = alerts.step(state, ev, POLICY)
+    gone = describe(
+        DeviceFacts("n1", G, 0, "A100"),
+        12 * MIN,
+        (),
+        DeviceContext(holders_known=False, holders_note="node deleted"),
+        "gone",
+        Telemetry("unknown", "gone", "the node was deleted", 12 * MIN),
+    )
+    _, out = alerts.step(state, gone, POLICY)
+    resolved = [a for a in out if a.kind == "idle-tenant"]
+    assert [a.status for a in resolved] == ["resolved"]
+    assert {h.pod for h in resolved[0].holders} == {"notebook"}  # named from the episode
+    assert "lab/notebook" in resolved[0].summary
+    assert "gone" in resolved[0].summary
+
+
+def test_memory_hog_resolves_when_the_device_leaves() -> None:
+    hog = {"train": (30000.0, 60.0), "infer": (2000.0, 60.0), "notebook": (1000.0, 50.0)}
+    state = None
+    for t in range(4):
+        state, _ = alerts.step(state, event(t * MIN, 83, hog), POLICY)
+    gone = describe(
+        DeviceFacts("n1", G, 0, "A100"),
+        5 * MIN,
+        (),
+        DeviceContext(holders_known=False, holders_note="node deleted"),
+        "gone",
+        Telemetry("unknown", "gone", "the node was deleted", 5 * MIN),
+    )
+    _, out = alerts.step(state, gone, POLICY)
+    (resolved,) = [a for a in out if a.kind == "memory-hog"]
+    assert resolved.status == "resolved"
+    assert resolved.figures.fb_used_mib is None
+    assert "ml/train" in resolved.summary

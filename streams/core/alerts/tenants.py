@@ -161,35 +161,60 @@ def _alert(
     why: str,
 ) -> Alert:
     """The tenant's alert: its own holders, its own figures (``device_wide`` false), an id of
-    its own on the device."""
+    its own on the device. A resolution may come with nothing measured (the pod or the device
+    gone): it then names the pod as the episode last saw it, with no figure."""
     figure = judged[0] if judged is not None else None
-    who = f"{pod.namespace}/{pod.pod}" if pod is not None else f"pod uid {uid}"
     holders = _holders(ev, uid) or ep.named
+    named = holders[0] if holders else None
+    who = (
+        f"{pod.namespace}/{pod.pod}"
+        if pod is not None
+        else f"{named.namespace}/{named.pod}"
+        if named is not None
+        else f"pod uid {uid}"
+    )
+    total = (ev.usage.fb_used_mib or 0) + (ev.usage.fb_free_mib or 0)
     if kind == "idle-tenant":
         figures = AlertFigures(
             util_pct=figure,
             util_threshold_pct=p.idle_threshold_pct,
             fb_used_mib=pod.measured.fb_used_mib if pod and pod.measured else None,
         )
-        says = (
-            f"idle tenant: {who} holds a slot of shared {ev.device_uuid} while its tenants "
-            f"work (device-wide {ev.usage.util_pct:g}%), its own processes under "
-            f"{p.idle_threshold_pct:g}% SM for {(ev.ts_ms - ep.since_ms) / 60000:.1f} min"
-        )
     else:
-        total = (ev.usage.fb_used_mib or 0) + (ev.usage.fb_free_mib or 0)
-        figures = AlertFigures(
-            fb_used_mib=figure, fb_threshold_mib=round(p.memory_hog_share * total, 1)
-        )
-        says = (
-            f"memory hog: {who} holds {figure:g} MiB of shared {ev.device_uuid}'s {total:g} MiB "
-            f"(at least {p.memory_hog_share:.0%}) while {ev.tenant_count - 1} other pod(s) hold "
-            "slots: time-slicing has no memory isolation"
-        )
-    summary = says if firing else f"resolved: {who} on {ev.device_uuid}: {why}"
+        threshold = round(p.memory_hog_share * total, 1) if total > 0 else None
+        figures = AlertFigures(fb_used_mib=figure, fb_threshold_mib=threshold)
+    if firing:
+        summary = _firing_summary(ev, kind, ep, who, figure, total, p)
+    else:
+        summary = f"resolved: {who} on {ev.device_uuid}: {why}"
     alert = make_alert(ev, kind, firing, ep.since_ms, figures, window_s, summary, holders)
     return replace(
         alert,
         id=alert_id(kind, ev.node, f"{ev.device_uuid}|{uid}", ep.since_ms),
         device_wide=False,
+    )
+
+
+def _firing_summary(
+    ev: AttributionEvent,
+    kind: AlertKind,
+    ep: Episode,
+    who: str,
+    figure: float | None,
+    total: float,
+    p: AlertSettings,
+) -> str:
+    """What a firing alert says: only ever made from a measured event (the judge gave figures)."""
+    if kind == "idle-tenant":
+        device = "n/a" if ev.usage.util_pct is None else f"{ev.usage.util_pct:g}%"
+        return (
+            f"idle tenant: {who} holds a slot of shared {ev.device_uuid} while its tenants "
+            f"work (device-wide {device}), its own processes under "
+            f"{p.idle_threshold_pct:g}% SM for {(ev.ts_ms - ep.since_ms) / 60000:.1f} min"
+        )
+    held = "n/a" if figure is None else f"{figure:g}"
+    return (
+        f"memory hog: {who} holds {held} MiB of shared {ev.device_uuid}'s {total:g} MiB "
+        f"(at least {p.memory_hog_share:.0%}) while {ev.tenant_count - 1} other pod(s) hold "
+        "slots: time-slicing has no memory isolation"
     )
