@@ -12,8 +12,24 @@ from rich.console import Group
 from rich.table import Table
 
 
+def _measured(ev: Mapping[str, Any], namespace: str, pod: str) -> str:
+    """A holder pod's own measured use (per-process readings), labelled so; "" where none."""
+    for p in ev.get("pods") or ():
+        m = p.get("measured")
+        if (p["namespace"], p["pod"]) != (namespace, pod) or not m:
+            continue
+        figures = []
+        if m.get("fb_used_mib") is not None:
+            figures.append(f"{m['fb_used_mib'] / 1024:.1f} GiB")
+        if m.get("sm_util_pct") is not None:
+            figures.append(f"SM {m['sm_util_pct']:.0f}%")
+        return f" measured {' · '.join(figures) or 'n/a'} ({m['source']})"
+    return ""
+
+
 def _holders(ev: Mapping[str, Any]) -> str:
     parts = []
+    seen: set[tuple[str, str]] = set()
     for h in ev["holders"]:
         wl = h.get("workload")
         uid = (h.get("uid") or "")[:8] or h.get("uid_status", "")
@@ -22,7 +38,10 @@ def _holders(ev: Mapping[str, Any]) -> str:
             who += f" ({wl['kind']}/{wl['name']})"
         share = h.get("allocation_share")
         alloc = f" alloc {share:.0%}" if share is not None and ev["state"] == "shared" else ""
-        parts.append(f"{who} uid:{uid}{alloc}")
+        pod = (h["namespace"], h["pod"])
+        measured = _measured(ev, *pod) if pod not in seen else ""
+        seen.add(pod)
+        parts.append(f"{who} uid:{uid}{alloc}{measured}")
     return "\n".join(parts) or "-"
 
 

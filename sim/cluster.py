@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from contract.inputs import AllocatableDevice, DeviceAssignment
 from sim import dra, traces
 from sim.exporter_rows import ExporterRow
 from sim.scenario import NodeSpec, PodSpec, Scenario, Slot, gpu_uuid, mig_uuid, parse_slot
+from sim.virtual_gpus import ListedPod
 
 
 def pci_bus_id(gpu: int) -> str:
@@ -59,6 +60,36 @@ def holds_at(pod: PodSpec, t: float) -> bool:
     (a pod the scheduler never binds holds nothing)."""
     released = pod.released_s
     return bool(pod.node) and pod.start_s <= t and (released is None or t < released)
+
+
+def listed_pods(
+    spec: NodeSpec, gpu: int, gi: int | None, pods: Sequence[PodSpec], t: float
+) -> tuple[ListedPod, ...]:
+    """What dcgm-exporter's virtual-GPU mode reads from the kubelet's ``List`` for one device:
+    one entry per (pod, container, device ID), in the order the kubelet double lists them (pods
+    by namespace and name, then containers, then device IDs). It looks up ``nvidia.com/gpu`` and
+    ``nvidia.com/mig-*`` only: a renamed shared resource, or a device reached through a DRA
+    claim, lists nobody and its device keeps its plain rows."""
+    if spec.dra:
+        return ()
+    entries: list[tuple[tuple[str, str, str, str], ListedPod]] = []
+    for pod in pods:
+        for container, slots in pod.held_by_container:
+            for slot in map(parse_slot, slots):
+                resource = resource_name(spec, slot)
+                if (slot.gpu, slot.gi) != (gpu, gi) or resource == "nvidia.com/gpu.shared":
+                    continue
+                entry = ListedPod(
+                    pod.namespace,
+                    pod.name,
+                    container,
+                    pod.uid,
+                    vgpu="" if slot.replica is None else str(slot.replica),
+                    sm_util_pct=pod.util_at(t),
+                    fb_used_mib=pod.memory_at(t),
+                )
+                entries.append(((pod.namespace, pod.name, container, device_id(spec, slot)), entry))
+    return tuple(entry for _, entry in sorted(entries, key=lambda e: e[0]))
 
 
 class Cluster:
@@ -180,7 +211,7 @@ class Cluster:
         t = self.clock()
         util = min(100.0, sum(p.util_at(t) for p in pods))
         total = spec.memory_mib if gi is None else spec.memory_mib // 8
-        used = min(float(total), sum(p.memory_mib for p in pods))
+        used = min(float(total), sum(p.memory_at(t) for p in pods))
         profile = next(
             (
                 tr
@@ -207,6 +238,9 @@ class Cluster:
             mig_instance_id=gi,
             values=tuple(values),
         )
+        if spec.exporter_mode == "virtual-gpus":
+            listed = listed_pods(spec, gpu, gi, pods, t)
+            return [ExporterRow(**base, listed=listed, pod_uid_label=spec.exporter_pod_uid)]  # type: ignore[arg-type]
         labelled = self._claims(spec, pods, gpu, gi, scrape)
         if not labelled:
             return [ExporterRow(**base)]  # type: ignore[arg-type]

@@ -10,18 +10,21 @@ serves :func:`render` of them over HTTP. The format follows the genuine captures
   DCGM_FI_DRIVER_VERSION`` (``pci_bus_id`` and the driver version only when set: older
   exporters had neither), then the attributes — pod labels and ``extra_labels`` — sorted by
   name, as the exporter's template prints its attribute map (``container,namespace,pod``,
-  ``container,dra_…,namespace,pod``, ``…,pod,vgpu``);
+  ``container,dra_…,namespace,pod``, ``…,pod,pod_uid,vgpu``);
 - ``%f`` for DCGM double fields, integers for int64 fields.
 
 One device shared by several pods is several rows with the same ``uuid`` and different ``pod``:
-the exporter repeats the device's row once per pod.
+the exporter repeats the device's row once per pod. A row that lists its device's pods
+(``listed``) is printed as ``--kubernetes-virtual-gpus`` prints it (:mod:`sim.virtual_gpus`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from sim.virtual_gpus import ListedPod, printed_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +141,9 @@ class ExporterRow:
 
     ``values`` maps DCGM field names (see :data:`FAMILIES`) to values; a field left out, or
     not finite, is not printed (the exporter skips blank values). ``device`` defaults to
-    ``nvidia<gpu>``.
+    ``nvidia<gpu>``. ``listed``: the pods the kubelet lists for the device when the exporter
+    runs with ``--kubernetes-virtual-gpus`` (then neither ``pod`` nor ``extra_labels``);
+    ``pod_uid_label``: it also runs with ``--kubernetes-enable-pod-uid``.
     """
 
     gpu: int
@@ -153,6 +158,8 @@ class ExporterRow:
     pod: tuple[str, str, str] | None = None  # (namespace, pod, container)
     extra_labels: tuple[tuple[str, str], ...] = ()
     values: tuple[tuple[str, float], ...] = ()
+    listed: tuple[ListedPod, ...] = ()
+    pod_uid_label: bool = False
 
     def __post_init__(self) -> None:
         if not self.device:
@@ -163,6 +170,8 @@ class ExporterRow:
         clash = {name for name, _ in self.extra_labels} & (_IDENTITY_LABELS | _POD_LABELS)
         if clash:
             raise ValueError(f"extra_labels repeat the row's own labels {sorted(clash)}")
+        if self.listed and (self.pod is not None or self.extra_labels):
+            raise ValueError("a row that lists its device's pods carries no pod labels itself")
 
 
 def _escape(value: str) -> str:
@@ -191,11 +200,34 @@ def format_value(family: Family, value: float) -> str:
     return f"{value:f}" if family.double else str(round(value))
 
 
+def expand(row: ExporterRow) -> list[ExporterRow]:
+    """``row`` as the plain rows the exporter prints for it: itself, or, where it lists its
+    device's pods, what ``--kubernetes-virtual-gpus`` makes of it."""
+    if not row.listed:
+        return [row]
+    return [
+        replace(
+            row,
+            listed=(),
+            pod=None if p.pod is None else (p.pod.namespace, p.pod.pod, p.pod.container),
+            extra_labels=p.attributes,
+            values=p.values,
+        )
+        for p in printed_rows(
+            row.values,
+            row.listed,
+            mig=row.mig_instance_id is not None,
+            pod_uid_label=row.pod_uid_label,
+        )
+    ]
+
+
 def render(rows: Sequence[ExporterRow]) -> str:
     """The text a dcgm-exporter ``/metrics`` would answer for these rows."""
     out: list[str] = []
-    labels = [",".join(f'{k}="{_escape(v)}"' for k, v in label_pairs(row)) for row in rows]
-    values = [dict(row.values) for row in rows]
+    printed = [plain for row in rows for plain in expand(row)]
+    labels = [",".join(f'{k}="{_escape(v)}"' for k, v in label_pairs(row)) for row in printed]
+    values = [dict(row.values) for row in printed]
     for family in FAMILIES:
         lines = [
             f"{family.name}{{{text}}} {format_value(family, value)}"

@@ -17,6 +17,12 @@ thermal throttling, rising remapped rows, PCIe replays, an XID), exporter restar
 counters had counted before the scenario began (``[nodes.counters]``); :mod:`sim.traces` turns
 them into DCGM field values.
 
+A pod's ``util_pct`` (``util_steps``: its changes) is its processes' SM utilisation and
+``memory_mib`` (``memory_steps``) their framebuffer; a device reads its pods' sum (utilisation
+capped at 100 %). A node's ``exporter_mode`` says how its dcgm-exporter stamps pods on a shared
+device's rows (:data:`ExporterMode`); ``virtual-gpus`` prints each listed pod's own figures beside
+the device's row, as ``--kubernetes-virtual-gpus`` does from 4.5.3-4.8.2 on.
+
 A pod may wait for the scheduler first (``pending_s``): from then it exists unbound (no
 ``spec.nodeName``, ``PodScheduled`` False/Unschedulable in the scheduler's words,
 :mod:`sim.scheduling`) until ``start_s``, when it is bound to ``node`` and holds its slots; a
@@ -31,9 +37,13 @@ import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-ExporterMode = Literal["arbitrary", "copies", "none"]
+#: how the node's dcgm-exporter labels a shared device: one arbitrary holder per scrape
+#: (``arbitrary``), identical per-pod copies (``copies``, ``--kubernetes-virtual-gpus`` before
+#: 4.5.3-4.8.2), no pod (``none``), or ``virtual-gpus``: that flag from 4.5.3-4.8.2 on, every
+#: listed pod's own SM utilisation and memory beside the device row (:mod:`sim.virtual_gpus`)
+ExporterMode = Literal["arbitrary", "copies", "none", "virtual-gpus"]
 #: how the node's dcgm-exporter is deployed: a pod on the node the agent finds (``pod``), no
 #: exporter on the node (``none``), or a pod whose exporter does not answer (``down``)
 ExporterDeploy = Literal["pod", "none", "down"]
@@ -195,6 +205,8 @@ class NodeSpec:
     rename_shared: bool = False
     mig: MigSpec | None = None
     exporter_mode: ExporterMode = "arbitrary"
+    #: the exporter also runs with ``--kubernetes-enable-pod-uid``: ``pod_uid`` on every pod row
+    exporter_pod_uid: bool = False
     memory_mib: int = 40960
     labels: tuple[tuple[str, str], ...] = ()
     #: GPUs handed out by the NVIDIA DRA driver (ResourceSlice, claims), not a device plugin
@@ -231,6 +243,7 @@ class PodSpec:
     util_pct: float = 0.0
     util_steps: tuple[tuple[float, float], ...] = ()  # (from scenario second, util %) changes
     memory_mib: float = 0.0
+    memory_steps: tuple[tuple[float, float], ...] = ()  # (from scenario second, MiB) changes
     workload_kind: str = "Deployment"
     workload_name: str = ""
     labels: tuple[tuple[str, str], ...] = ()
@@ -281,6 +294,14 @@ class PodSpec:
             if t >= since:
                 util = value
         return util
+
+    def memory_at(self, t: float) -> float:
+        """The framebuffer the pod's processes hold at ``t``, in MiB."""
+        memory = self.memory_mib
+        for since, value in self.memory_steps:
+            if t >= since:
+                memory = value
+        return memory
 
     @property
     def released_s(self) -> float | None:
@@ -405,6 +426,15 @@ def _check_pending(pod: PodSpec) -> None:
         raise ValueError(f"{where}: every request asks for at least 1")
 
 
+def _exporter_mode(node: dict[str, Any]) -> ExporterMode:
+    """The node's exporter mode; a misspelt one is refused rather than read as the default."""
+    mode = node.get("exporter_mode", "arbitrary")
+    if mode not in get_args(ExporterMode):
+        known = ", ".join(get_args(ExporterMode))
+        raise ValueError(f"node {node.get('name')}: unknown exporter_mode {mode!r}; known: {known}")
+    return mode  # type: ignore[no-any-return]
+
+
 def parse(doc: dict[str, Any]) -> Scenario:
     nodes = []
     for n in doc.get("nodes", []):
@@ -421,7 +451,8 @@ def parse(doc: dict[str, Any]) -> Scenario:
                 mig=MigSpec(tuple(mig["gpus"]), mig["profile"], tuple(mig["instances"]))
                 if mig
                 else None,
-                exporter_mode=n.get("exporter_mode", "arbitrary"),
+                exporter_mode=_exporter_mode(n),
+                exporter_pod_uid=bool(n.get("exporter_pod_uid", False)),
                 memory_mib=int(n.get("memory_mib", 40960)),
                 labels=_pairs(n.get("labels")),
                 dra=bool(n.get("dra", False)),
@@ -460,6 +491,7 @@ def parse(doc: dict[str, Any]) -> Scenario:
                 util_pct=float(p.get("util_pct", 0)),
                 util_steps=tuple((float(a), float(b)) for a, b in p.get("util_steps", [])),
                 memory_mib=float(p.get("memory_mib", 0)),
+                memory_steps=tuple((float(a), float(b)) for a, b in p.get("memory_steps", [])),
                 workload_kind=wl[0] if wl[2] else "Pod",
                 workload_name=wl[2] or p["name"],
                 labels=_pairs(p.get("labels")),
