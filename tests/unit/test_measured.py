@@ -179,3 +179,16 @@ def test_the_report_counts_measured_memory_hours_per_pod_and_nothing_where_unmea
     assert lines["Pod/train"].memory_measured_held_gpu_hours == 0.5  # its allocation share
     assert lines["Pod/notebook"].memory_gib_hours is None  # not measured: never 0
     assert lines["Pod/notebook"].held_gpu_hours == 0.25
+
+
+def test_an_exclusive_device_in_per_pod_mode_keeps_the_exporters_trust() -> None:
+    """Its one pod's labels are right: the per-pod rows change nothing of the verdict there."""
+    usage = DeviceUsage("exporter", pods=(reading("train", 100, 5),))
+    claims = (ExporterClaim("ml", "train", "main"),)
+    only = (A("ml", "train", "main", "nvidia.com/gpu", G),)
+    ev, flags = attribute(replace(sample(usage), exporter_claims=claims), only, CTX)
+    assert ev.state == "exclusive"
+    assert (ev.exporter.trusted, ev.exporter.verdict) == (True, "trusted")
+    assert ev.exporter.mode == "per-process"
+    assert measured_of(ev)["train"] == Measured("exporter", 100, 5)
+    assert flags == ()

@@ -125,7 +125,7 @@ def test_idle_tenant_resolves_when_it_works_and_when_it_leaves() -> None:
     kinds = [(a.kind, a.status, a.summary.split(":")[-1].strip()) for a in fired]
     assert kinds[0][:2] == ("idle-tenant", "firing")
     assert kinds[1][:2] == ("idle-tenant", "resolved")
-    assert kinds[1][2] == "now 40"
+    assert kinds[1][2] == "now 40% SM"
     assert kinds[2][:2] == ("idle-tenant", "firing")
     assert kinds[3][:2] == ("idle-tenant", "resolved")
     assert "no longer holds" in fired[3].summary

@@ -118,7 +118,7 @@ def _step_kind(
         holds = judged is not None and judged[1] and gap is None
         if ep is not None and not holds:
             if ep.firing:
-                why = _why_ended(ev, pod, judged, gap)
+                why = _why_ended(ev, kind, pod, judged, gap)
                 out.append(_alert(ev, kind, False, ep, uid, pod, judged, window_s, p, why))
             del episodes[uid]
             ep = None
@@ -132,7 +132,9 @@ def _step_kind(
     return tuple(sorted(episodes.items())), out
 
 
-def _why_ended(ev: AttributionEvent, pod: PodShare | None, judged: Judged, gap: str | None) -> str:
+def _why_ended(
+    ev: AttributionEvent, kind: AlertKind, pod: PodShare | None, judged: Judged, gap: str | None
+) -> str:
     if gap is not None:
         return gap
     if ev.origin == "gone":
@@ -141,7 +143,9 @@ def _why_ended(ev: AttributionEvent, pod: PodShare | None, judged: Judged, gap: 
         return "the pod no longer holds the device"
     if judged is None:
         return "no per-process reading of it now"
-    return "recovered" if judged[0] is None else f"now {judged[0]:g}"
+    if judged[0] is None:
+        return "recovered"
+    return f"now {judged[0]:g}" + (" MiB" if kind == "memory-hog" else "% SM")
 
 
 def _holders(ev: AttributionEvent, uid: str) -> tuple[Holder, ...]:

@@ -334,12 +334,12 @@ def _exporter_view(
     else:
         reason, trusted, verdict = "exporter's pod is the only holder", True, "trusted"
     if mode == "per-process" and _per_pod_rows(sample):
-        trusted = False
-        reason = (
-            "per-pod rows read as per-process measurements, credited by our own join; the "
-            "device's own row is the device-wide figure"
-        )
-        verdict = verdict if verdict in ("stranger", "wrong-claim") else "per-process"
+        if verdict == "shared-device":  # one device-wide row per tenant for the other fields
+            trusted, verdict = False, "per-process"
+            reason = (
+                "per-pod rows read as per-process measurements, credited by our own join; the "
+                "device's own row is the device-wide figure, the other fields per-pod copies of it"
+            )
     elif mode == "per-process":
         trusted = False
         reason = (
