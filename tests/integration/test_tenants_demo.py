@@ -5,7 +5,8 @@ until both tenant alerts have fired, then stops the demo with SIGTERM (it exits 
 
 - the shared GPU's events carry the device row as the device-wide figure and, on each holder,
   what the exporter measured for that pod's own processes — the scenario's figures, the
-  trainer's two replicas counted once;
+  trainer's two replicas counted once, the embedder's two pods with equal readings each
+  credited its own;
 - ``idle-tenant`` names the notebook alone, and the GPU as a whole is never ``idle``;
 - ``memory-hog`` names the trainer once its memory is over half of the GPU for the window.
 
@@ -39,6 +40,7 @@ SHARED = gpu_uuid("tenants-a", 0)
 WHOLE = gpu_uuid("tenants-a", 1)
 TRAINER = "llm-finetune-7c9d8b6f5-k2x8q"
 EMBEDDER = "embedder-5f8c7d9b4-q7w2m"
+EMBEDDER_2 = "embedder-5f8c7d9b4-w3n6r"  # the same figures as EMBEDDER: two tenants, two credits
 NOTEBOOK = "notebook-lin-0"
 HOG_WINDOW_S = 20
 Records = list[dict[str, Any]]
@@ -165,20 +167,25 @@ async def test_tenants_demo_measures_each_tenant_and_names_the_hog_and_the_idle_
     for ev in shared:
         figures = own(ev)
         assert {p["measured"]["source"] for p in ev["pods"]} == {"exporter"}
-        assert set(figures) == {TRAINER, EMBEDDER, NOTEBOOK}
+        assert set(figures) == {TRAINER, EMBEDDER, EMBEDDER_2, NOTEBOOK}
         assert figures[TRAINER][0] == SPECS[TRAINER].util_pct
         assert figures[TRAINER][1] in trainer_memory  # once, never its two replicas' sum
         assert figures[EMBEDDER] == (SPECS[EMBEDDER].util_pct, SPECS[EMBEDDER].memory_mib)
+        assert figures[EMBEDDER_2] == figures[EMBEDDER]
         assert figures[NOTEBOOK] == (SPECS[NOTEBOOK].util_pct, SPECS[NOTEBOOK].memory_mib)
         assert ev["usage"]["util_pct"] == min(100, sum(sm for sm, _ in figures.values()))
         assert ev["usage"]["fb_used_mib"] == sum(mib for _, mib in figures.values())
     (full, *_) = [e for e in shared if own(e)[TRAINER][1] == 24576]
-    assert (full["usage"]["util_pct"], full["usage"]["fb_used_mib"]) == (90, 33792)
-    assert {p["pod"]: p["share"] for p in full["pods"]} == {
-        TRAINER: 0.5,  # two replicas of four: its allocation, still not its usage
-        EMBEDDER: 0.25,
-        NOTEBOOK: 0.25,
-    }
+    assert (full["usage"]["util_pct"], full["usage"]["fb_used_mib"]) == (100, 39936)
+    assert {p["pod"]: p["share"] for p in full["pods"]} == pytest.approx(
+        {
+            TRAINER: 2 / 6,  # two replicas of six: its allocation, still not its usage
+            EMBEDDER: 1 / 6,
+            EMBEDDER_2: 1 / 6,
+            NOTEBOOK: 1 / 6,
+        },
+        abs=1e-4,  # shares travel rounded to four places
+    )
     (whole, *_) = measured(records, WHOLE)
     assert own(whole) == {"llm-eval-x4k9p": (80, 30720)}
 

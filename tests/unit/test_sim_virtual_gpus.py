@@ -221,8 +221,9 @@ def test_the_tenants_scenario_lists_each_pod_with_its_own_figures_and_real_uid()
                 assert [(e.namespace, e.pod, e.vgpu) for e in listed] == [
                     ("ml", "llm-finetune-7c9d8b6f5-k2x8q", "0"),
                     ("ml", "llm-finetune-7c9d8b6f5-k2x8q", "1"),
-                    ("research", "notebook-lin-0", "3"),
+                    ("research", "notebook-lin-0", "5"),
                     ("serving", "embedder-5f8c7d9b4-q7w2m", "2"),
+                    ("serving", "embedder-5f8c7d9b4-w3n6r", "4"),
                 ]
             else:
                 assert [(e.pod, e.vgpu) for e in listed] == [("llm-eval-x4k9p", "")]
