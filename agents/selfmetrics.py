@@ -40,7 +40,8 @@ IGNORED_PODRESOURCES = Counter(
 )
 REFUSED_VALUES = Counter(
     "gpuattr_agent_refused_values_total",
-    "Values refused where they enter (not finite, out of range, oversized), by what they were",
+    "Values refused where they enter (not finite, out of range, oversized, not one the API "
+    "defines, an entry missing what names it), by what they were",
     ["what"],
 )
 CUT_VALUES = Counter(

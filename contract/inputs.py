@@ -230,13 +230,34 @@ class OwnerRef(Record, frozen=True):
     inferred: bool = False
 
 
+#: a device's health as the kubelet writes it (``v1.ResourceHealthStatus``)
+ResourceHealthState = Literal["Healthy", "Unhealthy", "Unknown"]
+
+
+class ResourceHealth(Record, frozen=True):
+    """One allocated device's health as the kubelet writes it into the pod's status (KEP-4680,
+    gate ``ResourceHealthStatus``: ``status.containerStatuses[].allocatedResourcesStatus``): the
+    container, the resource (``nvidia.com/gpu``; ``claim:<claim>[/<request>]`` for DRA), the
+    device (``resource_id``: the device ID exactly as allocated, ``GPU-<uuid>::<n>``; for DRA
+    the device's first CDI id or ``<driver>/<pool>/<device>``), its health and the DRA plugin's
+    message (a device plugin never gives one). Fed by the device plugin's ``ListAndWatch`` or the
+    DRA plugin's ``NodeHealth.WatchResources``: the kubelet's own join of health to its holder."""
+
+    container: str
+    resource: str
+    resource_id: str
+    health: ResourceHealthState
+    message: str = ""
+
+
 class PodRecord(Record, frozen=True):
     """A pod as the API server sees it (one watch event), compact.
 
     ``deleted`` is set when the watch reports DELETED (the object is gone from the API server);
     ``deletion_ts_ms`` when deletion was requested (the pod keeps its devices until its
     containers stop). Only what the worker reads crosses the wire (v2 dropped phase, containers,
-    GPU requests and limits, labels and the grace period, which nothing read).
+    GPU requests and limits, labels and the grace period, which nothing read; v3 carries the
+    kubelet's health of each allocated device, ``resource_health``).
     """
 
     node: str
@@ -251,6 +272,7 @@ class PodRecord(Record, frozen=True):
     owner: OwnerRef | None = None
     workload: OwnerRef | None = None
     resource_version: str = ""
+    resource_health: tuple[ResourceHealth, ...] = ()
 
 
 class PodListSnapshot(Record, frozen=True):
@@ -301,6 +323,21 @@ class DeviceInventory(Record, frozen=True):
     migs: tuple[MigInfo, ...] = ()
 
 
+#: what a device taint does (``resource.k8s.io`` ``DeviceTaint.effect``): no new allocation
+#: (``NoSchedule``), the holders evicted (``NoExecute``), or only said (``None``)
+TaintEffect = Literal["NoSchedule", "NoExecute", "None"]
+
+
+class DeviceTaint(Record, frozen=True):
+    """A taint on a DRA device (KEP-5055): in its ResourceSlice (``spec.devices[].taints``, set
+    by its driver: NVIDIA's taints GPUs on health events) or from a ``DeviceTaintRule``."""
+
+    key: str
+    effect: TaintEffect
+    value: str = ""
+    time_added_ms: int | None = None
+
+
 class DraDevice(Record, frozen=True):
     """One device a DRA driver publishes in a ResourceSlice, with the attributes we join on.
 
@@ -316,6 +353,7 @@ class DraDevice(Record, frozen=True):
     product: str | None = None
     multiple_allocations: bool = False  # consumable capacity: several claims may share it
     capacity: tuple[tuple[str, str], ...] = ()  # name → quantity, e.g. ("memory", "80Gi")
+    taints: tuple[DeviceTaint, ...] = ()  # additive: the slice's taints of this device
 
 
 class ResourceSliceRecord(Record, frozen=True):
@@ -644,7 +682,7 @@ KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "podresources.diff": (PodResourcesDiff, 1),
     "dcgm.scrape": (DcgmScrape, 1),
     "dcgm.sample": (DcgmSample, 2, (1,)),
-    "k8s.pod": (PodRecord, 2, (1,)),
+    "k8s.pod": (PodRecord, 3, (1, 2)),
     "k8s.pod-list": (PodListSnapshot, 1),
     "k8s.node": (NodeRecord, 1),
     "inventory": (DeviceInventory, 2, (1,)),

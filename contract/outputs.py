@@ -131,10 +131,31 @@ class Activity(Record, frozen=True):
 HealthMark = Literal["hot", "throttled", "memory-fault", "pcie-replays"]
 
 
+#: who says a device is healthy or not: the kubelet in a holder's pod status (fed by the device
+#: plugin's or the DRA plugin's health), a taint on the DRA device, or DCGM's readings
+HealthSource = Literal["kubelet", "dra-taint", "dcgm"]
+HealthState = Literal["healthy", "unhealthy", "unknown"]
+
+
+class HealthSaid(Record, frozen=True):
+    """One source's word on a device's health, as it said it: ``holder`` is the pod whose status
+    carries the kubelet's word (``namespace/name``), ``effect`` a taint's (``NoExecute``: its
+    holders are evicted), ``detail`` the source's own message or what it is based on."""
+
+    source: HealthSource
+    state: HealthState
+    detail: str = ""
+    holder: str = ""
+    effect: str | None = None
+
+
 class Health(Record, frozen=True):
     """What the hardware says of its own condition at this sample (device-wide). Counter figures
     are increases since the agent's previous scrape (``None`` at the first scrape, or where the
-    counter reset: ``counter_resets`` names those)."""
+    counter reset: ``counter_resets`` names those). Where the kubelet or a DRA taint speaks for
+    the device, ``sources`` lists every source's word (DCGM's beside them), disagreements kept,
+    and ``verdict`` is ``unhealthy`` when any says so, else ``healthy`` when any says that, else
+    ``unknown``."""
 
     gpu_temp_c: float | None = None
     memory_temp_c: float | None = None
@@ -156,6 +177,9 @@ class Health(Record, frozen=True):
     #: the marks this sample could judge: their fields exported and, for a counter, its increase
     #: known. A mark not watched is unknown at this sample — not healthy
     watched: tuple[HealthMark, ...] = ()
+    #: additive: each source's word where the kubelet or a DRA taint speaks for the device
+    sources: tuple[HealthSaid, ...] = ()
+    verdict: HealthState | None = None
 
 
 class MigInstance(Record, frozen=True):
@@ -382,6 +406,7 @@ AlertKind = Literal[
     "demand-while-idle",
     "idle-tenant",
     "memory-hog",
+    "device-unhealthy",
 ]
 
 
@@ -411,6 +436,8 @@ class AlertFigures(Record, frozen=True):
     oldest_wait_s: float | None = None
     idle_gpus: int | None = None
     idle_for_s: float | None = None  # the shortest idle time among the idle GPUs named
+    # additive: a device-unhealthy alert's sources, each as it said it
+    health: tuple[HealthSaid, ...] = ()
 
 
 class Alert(Record, frozen=True):

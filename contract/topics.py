@@ -56,8 +56,8 @@ TOPICS: tuple[TopicDoc, ...] = (
         "alerts",
         "alert id",
         "alert: a device's idle, xid, orphaned-memory, low-efficiency, thermal, memory-fault, "
-        "pcie-replays; a shared device tenant's idle-tenant, memory-hog; a node's stack-broken; "
-        "a pool's demand-while-idle; firing and resolved",
+        "pcie-replays, device-unhealthy; a shared device tenant's idle-tenant, memory-hog; a "
+        "node's stack-broken; a pool's demand-while-idle; firing and resolved",
         14 * DAY_MS,
     ),
     TopicDoc(

@@ -67,6 +67,7 @@ _EMOJI = {
     "demand-while-idle": ":hourglass_flowing_sand:",
     "idle-tenant": ":sleeping:",
     "memory-hog": ":elephant:",
+    "device-unhealthy": ":hospital:",
 }
 #: a kind this sink does not know yet (a newer worker's) still renders
 _EMOJI_UNKNOWN = ":warning:"

@@ -2,18 +2,23 @@
 models), and the check every pod record made of one must pass.
 
 Models built directly with random and missing fields (``None`` metadata, spec or status, no
-owner references, several controllers, odd phases and timestamps); the key and quantity
-strategies are shared with the JSON objects of ``tests/unit/test_fuzz_kube_json.py``.
+owner references, several controllers, odd phases and timestamps, device health with odd or
+missing values); the key and quantity strategies are shared with the JSON objects of
+``tests/unit/test_fuzz_kube_json.py``. :func:`from_json` makes a model of an object's JSON the
+way the watch does (the client library's deserializer, its validation included).
 """
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, get_args
 
 from hypothesis import strategies as st
 from kubernetes_asyncio.client import (
     V1Container,
+    V1ContainerStatus,
     V1Node,
     V1NodeStatus,
     V1ObjectMeta,
@@ -21,12 +26,22 @@ from kubernetes_asyncio.client import (
     V1Pod,
     V1PodSpec,
     V1PodStatus,
+    V1ResourceHealth,
     V1ResourceRequirements,
+    V1ResourceStatus,
 )
+from kubernetes_asyncio.client.api_client import ApiClient
 
 from agents.kube.translate import ANNOTATION_PREFIX
 from contract import codec
-from contract.inputs import OwnerRef, PodRecord
+from contract.inputs import OwnerRef, PodRecord, ResourceHealthState
+
+
+def from_json(api: ApiClient, raw: dict[str, Any], kind: str) -> Any:
+    """``raw`` (an object as the API server sends it) as the client library's model ``kind``."""
+    response: Any = SimpleNamespace(data=json.dumps(raw))  # all deserialize reads is .data
+    return api.deserialize(response, kind)
+
 
 text = st.text(max_size=16)
 maybe_text = st.one_of(st.none(), text)
@@ -99,6 +114,28 @@ containers = st.builds(
         ),
     ),
 )
+device_health = st.builds(
+    V1ResourceHealth,
+    resource_id=st.one_of(st.sampled_from(["GPU-0::1", "MIG-0", "dra/pool/gpu-0", ""]), text),
+    health=st.one_of(
+        st.none(), st.sampled_from([*get_args(ResourceHealthState), "Degraded", ""]), text
+    ),
+    message=maybe_text,
+)
+resource_statuses = st.builds(
+    V1ResourceStatus,
+    name=st.one_of(st.sampled_from(["nvidia.com/gpu", "claim:gpu/req-0"]), text),
+    resources=st.one_of(st.none(), st.lists(device_health, max_size=3)),
+)
+container_statuses = st.builds(
+    V1ContainerStatus,
+    name=st.one_of(st.sampled_from(["trainer", "sidecar"]), text),
+    image=st.just("img"),
+    image_id=st.just(""),
+    ready=st.booleans(),
+    restart_count=st.just(0),
+    allocated_resources_status=st.one_of(st.none(), st.lists(resource_statuses, max_size=2)),
+)
 v1_pods = st.builds(
     V1Pod,
     metadata=st.one_of(st.none(), metas),
@@ -112,6 +149,8 @@ v1_pods = st.builds(
                 st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Unknown"]),
                 text,
             ),
+            container_statuses=st.one_of(st.none(), st.lists(container_statuses, max_size=3)),
+            init_container_statuses=st.one_of(st.none(), st.lists(container_statuses, max_size=1)),
         ),
     ),
 )
@@ -143,4 +182,15 @@ def check_pod(pod: Any, rec: PodRecord, *, deleted: bool) -> None:
         chosen = (controllers or refs)[0]
         assert rec.owner == OwnerRef(chosen.kind, chosen.name)
         assert rec.workload is not None
+    status = pod.status
+    read = [
+        (c.name, r.name, h.resource_id)
+        for c in (status.container_statuses if status else None) or []
+        for r in c.allocated_resources_status or []
+        for h in r.resources or []
+        if h.resource_id
+    ]
+    keys = [(h.container, h.resource, h.resource_id) for h in rec.resource_health]
+    assert keys == sorted(set(read))  # one per device, sorted; init containers not read
+    assert all(h.health in get_args(ResourceHealthState) for h in rec.resource_health)
     assert codec.decode(codec.encode(rec)) == rec  # valid on the wire

@@ -3,6 +3,11 @@ server's JSON) into our records. Pure (a refused value is counted); never crashe
 object: what is missing is published as unknown (``None``), what cannot be read at all gives no
 record; a capacity that is not a Kubernetes quantity is dropped (counted).
 
+Device taints (``spec.devices[].taints``, KEP-5055: the driver's, e.g. NVIDIA's on a health
+event) are kept in a fixed order (key, effect, value), so an unchanged slice makes an equal
+record. A taint whose effect is not one the API defines, or that has no effect or key, is one
+the API server would not have accepted: it is dropped (counted), not guessed at.
+
 Attribute names: a device's attributes are keyed by qualified names (``gpu.nvidia.com/uuid``)
 or, for the driver's own domain, unqualified ones (``uuid``); both are read. Attribute values
 are one-of ``{string|int|bool|version}``.
@@ -17,16 +22,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
+from agents.bounds import bounded
+from agents.kube.translate import refuse, rfc3339_ms
 from agents.selfmetrics import REFUSED_VALUES
 from contract.inputs import (
     ClaimConfig,
     ClaimConsumer,
     ClaimResult,
+    DeviceTaint,
     DraDevice,
     ResourceClaimRecord,
     ResourceSliceRecord,
+    TaintEffect,
 )
 from contract.quantity import valid as valid_quantity
 
@@ -34,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: the NVIDIA driver's claim-config sharing strategies, as our sharing modes
 SHARING = {"TimeSlicing": "time-slicing", "MPS": "mps"}
+#: the taint effects the API defines, each as itself (a taint with any other is dropped)
+EFFECTS: dict[str, TaintEffect] = {e: e for e in get_args(TaintEffect)}
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -77,7 +88,40 @@ def device(raw: Any, driver: str) -> DraDevice | None:
             {str(k): _map(v).get("value") for k, v in _map(obj.get("capacity")).items()},
             f"device {name} capacity",
         ),
+        taints=_taints(obj.get("taints"), f"device {name}"),
     )
+
+
+def _taints(raw: Any, where: str) -> tuple[DeviceTaint, ...]:
+    """A device's taints, sorted by key, effect and value; one without a key or a defined
+    effect is dropped (counted, its effect logged once)."""
+    kept = []
+    for item in _list(raw):
+        t = _map(item)
+        key, effect = _str(t.get("key")), t.get("effect")
+        known = EFFECTS.get(effect) if isinstance(effect, str) else None
+        if key is None or known is None:
+            shown = effect[:40] if isinstance(effect, str) else effect
+            refuse(
+                "device_taint",
+                shown if key is not None else "no key",
+                "%s: taint %r with effect %r (not NoSchedule, NoExecute or None, or no key): "
+                "dropped",
+                where,
+                (key or "")[:80],
+                shown,
+            )
+            continue
+        value = t.get("value")
+        kept.append(
+            DeviceTaint(
+                key=bounded(key, "device taint key"),
+                effect=known,
+                value=bounded(value, "device taint value") if isinstance(value, str) else "",
+                time_added_ms=rfc3339_ms(t.get("timeAdded")),
+            )
+        )
+    return tuple(sorted(kept, key=lambda taint: (taint.key, taint.effect, taint.value)))
 
 
 def _quantities(values: Mapping[str, Any], where: str) -> tuple[tuple[str, str], ...]:

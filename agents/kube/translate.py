@@ -2,6 +2,13 @@
 partial object: whatever is missing is published as unknown. Annotation and label values are
 cut to the contract's size (:func:`agents.bounds.bounded`, counted); the API server bounds names.
 
+Device health (``status.containerStatuses[].allocatedResourcesStatus``, the kubelet's): one
+entry per container, resource and device, in a fixed order so that an unchanged status makes an
+equal record. Every resource is kept, device plugin or DRA claim alike: the kubelet has already
+joined each device to its holder, and a pod whose only GPU is a claim has no ``nvidia.com/``
+name to filter on. A health the API does not define is published as ``Unknown``; an entry that
+names no device is dropped (both counted).
+
 Workload identity: a pod's controller resolved to the workload a person would name — a
 ReplicaSet to its Deployment, a Job to its CronJob — through an owner lookup when one is given,
 else by the controllers' naming conventions (marked ``inferred``), else the direct owner.
@@ -13,13 +20,19 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 from agents.bounds import bounded, bounded_map, oversized
 from agents.locate import ExporterPod
 from agents.selfmetrics import REFUSED_VALUES
 from contract import annotations as ours
-from contract.inputs import NodeRecord, OwnerRef, PodRecord
+from contract.inputs import (
+    NodeRecord,
+    OwnerRef,
+    PodRecord,
+    ResourceHealth,
+    ResourceHealthState,
+)
 
 GPU_PREFIX = "nvidia.com/"
 ANNOTATION_PREFIX = ours.PREFIX
@@ -27,6 +40,25 @@ log = logging.getLogger(__name__)
 _CRONJOB_JOB = re.compile(r"^(?P<cronjob>.+)-\d{8,}$")
 
 OwnerLookup = Callable[[str, str, str], OwnerRef | None]
+
+#: the health values the API defines, each as itself (anything else is refused)
+HEALTH: dict[str, ResourceHealthState] = {h: h for h in get_args(ResourceHealthState)}
+#: which of two entries for one device is kept: the worse news
+_HEALTH_RANK: dict[ResourceHealthState, int] = {"Unhealthy": 0, "Unknown": 1, "Healthy": 2}
+_logged_refusals: set[tuple[str, str]] = set()  # (what, value) already logged
+_LOGGED_REFUSALS = 256  # bounded: a source could send a new value on every event
+
+
+def refuse(what: str, value: object, message: str, *args: object) -> None:
+    """Count a value refused at the edge (``gpuattr_agent_refused_values_total{what}``) and log
+    the first of each distinct value only: a source that sends one resends it on every update
+    of its object, and the counter already says how often."""
+    REFUSED_VALUES.labels(what).inc()
+    seen = (what, repr(value)[:80])
+    if seen in _logged_refusals or len(_logged_refusals) >= _LOGGED_REFUSALS:
+        return
+    _logged_refusals.add(seen)
+    log.warning(message + " (counted; logged once per value)", *args)
 
 
 def _ms(value: datetime | None) -> int | None:
@@ -38,6 +70,17 @@ def _ms(value: datetime | None) -> int | None:
     try:
         return int(value.timestamp() * 1000)
     except (ValueError, OverflowError):  # year 1 and friends: not a time we can use
+        return None
+
+
+def rfc3339_ms(text: Any) -> int | None:
+    """An RFC 3339 time of the API's JSON (``2026-11-20T10:00:00Z``) as :func:`_ms` reads it;
+    ``None`` when it is not one."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return _ms(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    except ValueError:
         return None
 
 
@@ -131,7 +174,72 @@ def pod_record(
         owner=owner,
         workload=resolve_workload(owner, labels, namespace, lookup),
         resource_version=getattr(meta, "resource_version", None) or "",
+        resource_health=device_health(
+            getattr(pod, "status", None), f"{namespace}/{getattr(meta, 'name', None) or ''}"
+        ),
     )
+
+
+def _text(value: Any, what: str) -> str:
+    return bounded(value, what) if isinstance(value, str) else ""
+
+
+def _health(value: Any, where: str) -> ResourceHealthState:
+    """A device's health as the API defines it; any other value, or none, is ``Unknown``."""
+    health = HEALTH.get(value) if isinstance(value, str) else None
+    if health is None:
+        shown = value[:40] if isinstance(value, str) else value
+        refuse(
+            "resource_health",
+            shown,
+            "%s: device health %r is not Healthy, Unhealthy or Unknown: published as Unknown",
+            where,
+            shown,
+        )
+        return "Unknown"
+    return health
+
+
+def device_health(status: Any, pod: str) -> tuple[ResourceHealth, ...]:
+    """The health the kubelet wrote for each device the pod's containers hold, one entry per
+    (container, resource, device), sorted. Only ``containerStatuses``: the kubelet writes none
+    for init or ephemeral containers. ``pod`` (namespace/name) is for the log."""
+    found: dict[tuple[str, str, str], ResourceHealth] = {}
+    for container in getattr(status, "container_statuses", None) or ():
+        name = _text(getattr(container, "name", None), "container name")
+        for resource in getattr(container, "allocated_resources_status", None) or ():
+            resource_name = _text(getattr(resource, "name", None), "health resource name")
+            where = f"pod {pod} container {name} resource {resource_name}"
+            for device in getattr(resource, "resources", None) or ():
+                resource_id = _text(getattr(device, "resource_id", None), "health resource id")
+                if not resource_id:
+                    refuse(
+                        "resource_health_id",
+                        "",
+                        "%s: a device health entry without a resourceID: dropped",
+                        where,
+                    )
+                    continue
+                entry = ResourceHealth(
+                    container=name,
+                    resource=resource_name,
+                    resource_id=resource_id,
+                    health=_health(getattr(device, "health", None), where),
+                    message=_text(getattr(device, "message", None), "health message"),
+                )
+                key = (name, resource_name, resource_id)
+                kept = found.get(key)
+                if kept is None or _worse(entry, kept):
+                    found[key] = entry
+    return tuple(found[key] for key in sorted(found))
+
+
+def _worse(entry: ResourceHealth, than: ResourceHealth) -> bool:
+    """Whether ``entry`` wins over another for the same device (the API lists each device once;
+    should it not, the worse health, then the first message in order, so the pick does not
+    depend on the list's order)."""
+    mine, theirs = _HEALTH_RANK[entry.health], _HEALTH_RANK[than.health]
+    return mine < theirs or (mine == theirs and entry.message < than.message)
 
 
 def node_record(node: Any, *, ts_ms: int, deleted: bool = False) -> NodeRecord:

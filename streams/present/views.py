@@ -203,6 +203,8 @@ def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRo
     ):
         if ep is not None and ep.firing:
             open_alerts.append(kind)
+    if alerts is not None and alerts.unhealthy is not None:
+        open_alerts.append("device-unhealthy")
     tenants = alerts.tenants if alerts is not None else None
     for kind, episodes in (
         ("idle-tenant", tenants.idle if tenants else ()),

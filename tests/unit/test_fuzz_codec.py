@@ -191,8 +191,18 @@ def test_a_v1_record_whose_fields_v2_dropped_still_reads() -> None:
     }
     pod = codec.decode(orjson.dumps(v1))
     assert (pod.uid, pod.name, pod.created_ms) == ("u", "p", 1)
-    assert orjson.loads(codec.encode(pod))["v"] == 2
+    assert orjson.loads(codec.encode(pod))["v"] == 3  # written as this build's version
     assert "phase" not in orjson.loads(codec.encode(pod))
+    assert pod.resource_health == ()  # v1 and v2 carry no kubelet health: none said
+
+
+def test_a_v2_pod_reads_as_v3_without_health_and_a_v4_is_refused() -> None:
+    v2 = {"schema": "k8s.pod", "v": 2, "node": "n", "ts_ms": 5, "uid": "u", "namespace": "ml",
+          "name": "p", "created_ms": 1}  # fmt: skip
+    pod = codec.decode(orjson.dumps(v2))
+    assert pod.resource_health == ()
+    with pytest.raises(codec.DecodeError):
+        codec.decode(orjson.dumps({**v2, "v": 4}))
 
 
 @pytest.mark.parametrize(

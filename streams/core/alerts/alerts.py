@@ -1,8 +1,9 @@
 """A device's alerts: pure step functions over attribution events. Idle, XID and orphaned
-memory here; low-efficiency (:mod:`streams.core.alerts.lowefficiency`), the health alerts —
-thermal, memory-fault, pcie-replays (:mod:`streams.core.alerts.healthalerts`) — and a shared
-device's tenant alerts — idle-tenant, memory-hog (:mod:`streams.core.alerts.tenants`) — in their
-own modules, stepped from :func:`step` under the same replay rule.
+memory here; in their own modules, stepped from :func:`step` under the same replay rule:
+low-efficiency (:mod:`streams.core.alerts.lowefficiency`), the health alerts — thermal,
+memory-fault, pcie-replays (:mod:`streams.core.alerts.healthalerts`) —, a shared device's tenant
+alerts — idle-tenant, memory-hog (:mod:`streams.core.alerts.tenants`) — and device-unhealthy
+(:mod:`streams.core.alerts.unhealthy`).
 
 ``step(state, event, policy) -> (state, alerts)``. Event time only: windows run on ``ts_ms``.
 The state is one small record per device, assigned back to a changelog-backed table only when
@@ -69,6 +70,7 @@ from streams.core.alerts.lowefficiency import LowEfficiency
 from streams.core.alerts.lowefficiency import step as step_low_efficiency
 from streams.core.alerts.tenants import NO_TENANT_ALERTS, TenantAlerts
 from streams.core.alerts.tenants import step as step_tenants
+from streams.core.alerts.unhealthy import step as step_unhealthy
 
 ANNOTATION_THRESHOLD = IDLE_THRESHOLD_PCT
 ANNOTATION_WINDOW = IDLE_WINDOW_S
@@ -102,6 +104,8 @@ class DeviceAlerts(Record, frozen=True):
     #: additive: a shared device's idle-tenant and memory-hog episodes, per pod
     #: (:mod:`streams.core.alerts.tenants`)
     tenants: TenantAlerts | None = None
+    #: additive: an open device-unhealthy episode (:mod:`streams.core.alerts.unhealthy`)
+    unhealthy: Episode | None = None
 
 
 def _step_idle(
@@ -331,13 +335,16 @@ def step(
     health, sick = step_health(health_was, ev, policy, handed, gap)
     if health is not health_was and health != health_was:
         s = replace(s, health=health)
+    unhealthy, sick_alerts = step_unhealthy(s.unhealthy, ev, who)
+    if unhealthy is not s.unhealthy:
+        s = replace(s, unhealthy=unhealthy)
     tenants_were = s.tenants or NO_TENANT_ALERTS
     tenants, tenant_alerts = step_tenants(tenants_were, ev, policy, gap)
     if tenants is not tenants_were:
         s = replace(s, tenants=tenants if tenants != NO_TENANT_ALERTS else None)
     if measured and ev.state != "unknown" and _read_by_moved(s.read_by, who):
         s = replace(s, read_by=ev.holders)
-    alerts = [*idle, *orphan, *xid, *low, *sick, *tenant_alerts]
+    alerts = [*idle, *orphan, *xid, *low, *sick, *tenant_alerts, *sick_alerts]
     if s is before or s == before:
         return before, alerts  # nothing changed (and so nothing fired): no table write
     if alerts:

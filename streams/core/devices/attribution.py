@@ -20,6 +20,7 @@ from contract.inputs import (
     DeviceUsage,
     DraDevice,
     ResourceClaimRecord,
+    ResourceHealth,
 )
 from contract.outputs import (
     Activity,
@@ -32,6 +33,7 @@ from contract.outputs import (
     ExporterVerdict,
     ExporterView,
     Health,
+    HealthSaid,
     Holder,
     MigInstance,
     Origin,
@@ -51,6 +53,7 @@ from streams.core.devices.allocation import through_dra, via_dra
 from streams.core.devices.dra import ClaimView, DeviceRef, claim_view, split_row
 from streams.core.devices.efficiency import activity
 from streams.core.devices.health import health
+from streams.core.devices.healthsources import judged, kubelet_words
 from streams.core.devices.identity import parse_device_id
 from streams.core.devices.measured import credit
 from streams.core.devices.sharing import Advertised, NodeSharing, SharingDecision, decide
@@ -62,6 +65,8 @@ class PodIdentity(Record, frozen=True):
     uid: str | None
     status: UidStatus
     workload: Workload | None = None
+    #: the kubelet's word on the pod's allocated devices (its status), at the same time
+    health: tuple[ResourceHealth, ...] = ()
 
 
 PodResolver = Callable[[str, str, int], PodIdentity]
@@ -95,6 +100,8 @@ class DeviceContext:
     holders_note: str = "no PodResources snapshot from this node yet: holders unknown"
     #: how a held device was placed when not by a live slice (said in the event's notes)
     placement_notes: tuple[str, ...] = ()
+    #: what the taints on the device's DRA device say (:mod:`streams.core.devices.healthsources`)
+    taints: tuple[HealthSaid, ...] = ()
 
 
 def _usage(sample: DcgmSample) -> Usage:
@@ -556,6 +563,8 @@ class Holding(Record, frozen=True):
     pods: tuple[PodShare, ...]  # () when not accounted
     tenants: int  # the pods holding it
     names: tuple[str, ...]  # the holders' pods (namespace/name), sorted
+    #: what the kubelet says of the device in its holders' pod statuses
+    kubelet: tuple[HealthSaid, ...] = ()
 
 
 def _identities(
@@ -590,8 +599,10 @@ def _holding(
         if kept
         else SharingDecision("mig" if is_mig else "none", None, ())
     )
-    held = _holds(kept, decision.replicas, _identities(kept, ts_ms, ctx), views)
-    return _held(tuple(kept), tuple(observers), decision, held, accounted)
+    who = _identities(kept, ts_ms, ctx)
+    held = _holds(kept, decision.replicas, who, views)
+    kubelet = _kubelet(kept, who, ctx.claim)
+    return _held(tuple(kept), tuple(observers), decision, held, accounted, kubelet)
 
 
 #: not memoised: a device's holding while its inputs stay the same is kept in its frame
@@ -610,7 +621,7 @@ def _plugin_holding(
     decided once per distinct input, not on every sample."""
     decision = decide(node_sharing, rows, is_mig, advertised)
     held = _holds(rows, decision.replicas, who, {})
-    return _held(rows, (), decision, held, accounted)
+    return _held(rows, (), decision, held, accounted, _kubelet(rows, who, no_claims))
 
 
 def _held(
@@ -619,12 +630,22 @@ def _held(
     decision: SharingDecision,
     held: Sequence[Held],
     accounted: bool,
+    kubelet: tuple[HealthSaid, ...] = (),
 ) -> Holding:
     shares = account(held) if accounted else _NOT_ACCOUNTED
     holders = _holders(rows, held, shares)
     tenants = len({(a.namespace, a.pod) for a in rows})
     names = tuple(sorted({sys.intern(f"{h.namespace}/{h.pod}") for h in holders}))
-    return Holding(rows, observers, decision, holders, shares.pods, tenants, names)
+    return Holding(rows, observers, decision, holders, shares.pods, tenants, names, kubelet)
+
+
+def _kubelet(
+    rows: Sequence[DeviceAssignment], who: Sequence[PodIdentity], claim: ClaimLookup
+) -> tuple[HealthSaid, ...]:
+    """The kubelet's word on the device in its holders' statuses (none said: most devices)."""
+    if not any(identity.health for identity in who):
+        return ()
+    return kubelet_words(rows, [identity.health for identity in who], claim)
 
 
 #: no accounting asked for: holders listed without their allocation share
@@ -656,6 +677,7 @@ class Shape(Record, frozen=True):
     credit: CreditScope
     pods_held: tuple[tuple[str, str], ...]  # the holders' pods, each once (a few: a tuple)
     held_through: Mapping[tuple[str, str], frozenset[str]]
+    taints: tuple[HealthSaid, ...] = ()  # the context's: what the device's taints say
 
 
 def shape_of(
@@ -699,6 +721,7 @@ def shape_of(
         credit,
         tuple(dict.fromkeys((h.namespace, h.pod) for h in holders)),
         _held_through(holders),
+        ctx.taints,
     )
 
 
@@ -758,7 +781,7 @@ def event_of(
         telemetry=telemetry,
         pods=held.pods,
         activity=reading.activity,
-        health=reading.health,
+        health=judged(reading.health, held.kubelet, shape.taints, reading.sample is not None),
     )
     sample = reading.sample
     if sample is not None and sample.usage is not None:

@@ -43,6 +43,7 @@ from streams.core.devices.attribution import (
     shape_of,
 )
 from streams.core.devices.dra import device_map, place, placed_keys
+from streams.core.devices.healthsources import taint_words
 from streams.core.devices.holders import DraDevices, NodeDevices, dra_ref, unplaced_dra
 from streams.core.devices.identity import EMPTY_INVENTORY, Inventory, device_key, mig_uuid_for
 from streams.core.devices.roster import devices, known_gpus
@@ -206,10 +207,11 @@ def _context(
         unplaced = tuple(text for _, text in index.unplaced_mig.get(gpu_uuid, ()))
     else:
         unplaced = view.dra_lost
+    mig = mig_uuid_for(gpu_uuid, mig_gi, view.inventory) if mig_gi is not None else None
     return DeviceContext(
         node_sharing=view.node_sharing,
         advertised=index.advertised.get(key) if index is not None else None,
-        mig_uuid=mig_uuid_for(gpu_uuid, mig_gi, view.inventory) if mig_gi is not None else None,
+        mig_uuid=mig,
         mig_parent=mig_parent,
         holders_known=index is not None and rows is not None,
         resolve_pod=view.resolve_pod,
@@ -218,6 +220,9 @@ def _context(
         dra_device=key in view.dra_keys or via_dra(key),
         unplaced=unplaced,
         placement_notes=_remembered_notes(index, key),
+        taints=(
+            taint_words(view.dra_devices.values(), mig or gpu_uuid) if key in view.dra_keys else ()
+        ),
         holders_note=(
             PREDATES
             if index is not None

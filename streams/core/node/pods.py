@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from contract.inputs import OwnerRef, PodListSnapshot, PodRecord
+from contract.inputs import OwnerRef, PodListSnapshot, PodRecord, ResourceHealth
 from contract.outputs import Holder, Workload
 from contract.records import Record, replace
 from streams.core.devices.attribution import PodIdentity
@@ -34,6 +34,8 @@ class PodLife(Record, frozen=True):
     deletion_ts_ms: int | None = None
     workload: OwnerRef | None = None
     annotations: tuple[tuple[str, str], ...] = ()
+    #: the kubelet's latest word on this life's allocated devices (its pod status)
+    health: tuple[ResourceHealth, ...] = ()
 
 
 class PodNames(Record, frozen=True):
@@ -85,6 +87,7 @@ def apply_pod(current: PodNames | None, rec: PodRecord) -> PodNames:
                 deletion_ts_ms=rec.deletion_ts_ms or life.deletion_ts_ms,
                 workload=workload or life.workload,
                 annotations=rec.annotations or life.annotations,
+                health=rec.resource_health,
             )
             break
     else:
@@ -101,6 +104,7 @@ def apply_pod(current: PodNames | None, rec: PodRecord) -> PodNames:
                 rec.deletion_ts_ms,
                 workload,
                 rec.annotations,
+                rec.resource_health,
             )
         )
     return PodNames(tuple(lives[-LIVES_MAX:]))
@@ -159,16 +163,19 @@ def settle(
 
 def _identity(life: PodLife) -> PodIdentity:
     wl = life.workload
-    return _resolved(life.uid, wl.kind, wl.name) if wl else _resolved(life.uid, None, None)
+    kind, name = (wl.kind, wl.name) if wl else (None, None)
+    return _resolved(life.uid, kind, name, life.health)
 
 
 #: pure in its (hashable) arguments, never stale. A holder is resolved on every sample of its
 #: device; the identity is made once per pod and kept while the pod is asked for (streams.core.memo:
 #: by what is live, not by every pod the node has run)
 @live_memo(65_536)
-def _resolved(uid: str, kind: str | None, name: str | None) -> PodIdentity:
+def _resolved(
+    uid: str, kind: str | None, name: str | None, health: tuple[ResourceHealth, ...]
+) -> PodIdentity:
     workload = Workload(kind, name) if kind is not None and name is not None else None
-    return PodIdentity(uid, "resolved", workload)
+    return PodIdentity(uid, "resolved", workload, health)
 
 
 def resolve(names: PodNames | None, ts_ms: int, watched: bool) -> PodIdentity:
