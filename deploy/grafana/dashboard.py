@@ -602,7 +602,10 @@ def effective() -> list[Any]:
             "not export cannot set one); and who holds the device now, from gpu-attribution's "
             "own join: the owner of the failure. The condition alerts (low-efficiency, thermal, "
             "memory-fault, pcie-replays: the worker's, joined to the holders at the time and "
-            "never inherited by a later holder) are in the open alerts table."
+            "never inherited by a later holder) are in the open alerts table. Where the kubelet "
+            "(a holder's pod status) or a DRA taint speaks for a device, each source's word is "
+            "a row of its own: 1 unhealthy, 0 healthy, absent when it cannot tell (DCGM's "
+            "beside them; the device-unhealthy alert fires on any 1)."
         )
         .datasource(DS)
         .grid_pos(at(0, 96, 24, 8))
@@ -622,8 +625,16 @@ def effective() -> list[Any]:
                 "B",
                 instant=True,
             )
+        )
+        .with_target(
+            query(
+                f"max by (node, device_uuid, source) (gpuattr_device_source_unhealthy{{{NODE}}}) "
+                f"and on (node, device_uuid) {HELD}",
+                "C",
+                instant=True,
+            )
         ),
-        {"A": "set (1) or clear (0)", "B": None},
+        {"A": "set (1) or clear (0)", "B": None, "C": "source says unhealthy (1) or healthy (0)"},
     )
     return [*panels, versus, work, owners]
 

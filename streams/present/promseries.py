@@ -337,6 +337,29 @@ def device_health(rows: Sequence[DeviceRow]) -> Family:
     )
 
 
+def device_source_unhealthy(rows: Sequence[DeviceRow]) -> Family:
+    return Family(
+        "gpuattr_device_source_unhealthy",
+        "Each source's word on the device's health (source: kubelet, dra-taint, dcgm): 1 while it "
+        "says unhealthy, 0 while it says healthy; absent where it says nothing or cannot tell, "
+        "and on devices only DCGM speaks for (their marks are gpuattr_device_health)",
+        [
+            ((*_device(row), ("source", source)), 1.0 if state == "unhealthy" else 0.0)
+            for row in _live(rows)
+            for source, state in sorted(
+                {src: st for src, st, _ in _worst(row.health_sources)}.items()
+            )
+            if state != "unknown"
+        ],
+    )
+
+
+def _worst(words: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """One word per source, its worst (a source speaking per holder may say both)."""
+    rank = {"unknown": 0, "healthy": 1, "unhealthy": 2}
+    return sorted(words, key=lambda w: rank.get(w[1], 0))
+
+
 # --- nodes
 
 
@@ -446,6 +469,7 @@ DEVICE_FAMILIES: tuple[Callable[[Sequence[DeviceRow]], Family], ...] = (
     device_health,
     pod_device_memory_used_bytes,
     pod_device_sm_utilization_ratio,
+    device_source_unhealthy,
 )
 NODE_FAMILIES: tuple[Callable[[Sequence[NodeRow]], Family], ...] = (
     node_stack_state,

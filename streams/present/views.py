@@ -98,6 +98,10 @@ class DeviceRow:
     work: str = "unknown"  # tensor, memory-bound, compute, light, unknown
     health_marks: tuple[str, ...] = ()  # hot, throttled, memory-fault, pcie-replays
     health_watched: tuple[str, ...] = ()  # the marks the sample could judge (others unknown)
+    #: where the kubelet or a DRA taint speaks for the device: the verdict, and each source's
+    #: word as ``(source, state, detail)`` (DCGM's beside them)
+    health_verdict: str | None = None
+    health_sources: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def stale(self) -> bool:
@@ -248,6 +252,11 @@ def device_row(event: AttributionEvent, alerts: DeviceAlerts | None) -> DeviceRo
         work=event.activity.work,
         health_marks=tuple(event.health.marks),
         health_watched=tuple(event.health.watched),
+        health_verdict=event.health.verdict,
+        health_sources=tuple(
+            (w.source, w.state, f"{w.holder}: {w.detail}" if w.holder else w.detail)
+            for w in event.health.sources
+        ),
     )
 
 
@@ -333,8 +342,13 @@ def effective_text(row: DeviceRow) -> str:
 
 
 def health_text(row: DeviceRow) -> str:
-    """The health cell: the device's marks, short (``HOT THR MEM PCIe``); empty when none."""
-    return " ".join(MARK_TEXT.get(m, m) for m in row.health_marks)
+    """The health cell: the device's marks, short (``HOT THR MEM PCIe``), and where a source says
+    it is unhealthy, which (``UNHEALTHY kubelet,dra-taint``); empty when none."""
+    marks = [MARK_TEXT.get(m, m) for m in row.health_marks]
+    if row.health_verdict == "unhealthy":
+        sick = sorted({src for src, state, _ in row.health_sources if state == "unhealthy"})
+        marks.insert(0, f"UNHEALTHY {','.join(sick)}")
+    return " ".join(marks)
 
 
 def merge(parts: Sequence[Iterable[DeviceRow]]) -> list[DeviceRow]:

@@ -18,6 +18,7 @@ from streams.core.devices.attribution import (
     describe,
 )
 from streams.core.devices.healthsources import taint_words
+from streams.present.views import device_row, health_text
 
 G = "GPU-5f2c9d3e-1a7b-4c6d-8e9f-0a1b2c3d4e5f"
 UID = "6b1e9a4c-2d3f-4e5a-8b7c-9d0e1f2a3b4c"
@@ -181,3 +182,11 @@ def test_unknown_holders_neither_open_nor_close_and_a_replay_re_emits() -> None:
     later, out = alerts.step(state, unknown, POLICY)
     assert [a for a in out if a.kind == "device-unhealthy"] == []
     assert later.unhealthy == state.unhealthy
+
+
+def test_top_names_the_sources_that_say_unhealthy() -> None:
+    ev, _ = attribute(sample(), [ROW], ctx(kubelet("Unhealthy")))
+    row = device_row(ev, None)
+    assert health_text(row) == "UNHEALTHY kubelet"
+    detail = f"ml/train-0: nvidia.com/gpu {G}: Unhealthy"
+    assert row.health_sources[0] == ("kubelet", "unhealthy", detail)

@@ -54,6 +54,13 @@ LIVE = DeviceRow(
     work="compute",
     health_marks=("hot",),
     health_watched=("throttled",),
+    health_verdict="unhealthy",
+    health_sources=(
+        ("kubelet", "healthy", "ml/p: nvidia.com/gpu GPU-a: Healthy"),
+        ("kubelet", "unhealthy", "ml/q: XID 79"),
+        ("dra-taint", "unknown", ""),
+        ("dcgm", "healthy", "no memory fault in the reading"),
+    ),
 )
 UNKNOWN = replace(
     LIVE,
@@ -145,6 +152,9 @@ CASES = [
      [(dev("GPU-a", *WHO, ("pod_uid", "uid-p"), ("source", "exporter")), 2.0 * 2**20)]),
     (DEVICE_FAMILIES[14], ROWS, "gpuattr_pod_device_sm_utilization_ratio",
      [(dev("GPU-a", *WHO, ("pod_uid", "uid-p"), ("source", "exporter")), 0.4)]),
+    (DEVICE_FAMILIES[15], ROWS, "gpuattr_device_source_unhealthy",
+     [(dev(u, ("source", s)), v) for u in ("GPU-a", "GPU-u")  # the kubelet speaks without DCGM
+      for s, v in (("dcgm", 0.0), ("kubelet", 1.0))]),
     (NODE_FAMILIES[0], NODES, "gpuattr_node_stack_state",
      [((("node", n), ("state", s)), float(s == st))
       for n, st in (("n1", "broken"), ("n2", "ready"))
