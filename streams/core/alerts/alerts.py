@@ -180,11 +180,13 @@ def _step_orphan(
     s: DeviceAlerts, ev: AttributionEvent, p: AlertSettings
 ) -> tuple[DeviceAlerts, list[Alert]]:
     used = ev.usage.fb_used_mib if ev.telemetry.status == "measured" else None
-    procs, procs_mib = _no_pod_processes(ev) if used is not None else ((), 0.0)
-    unheld = ev.state == "unallocated" and used is not None and used >= p.orphan_fb_mib
-    orphaned = unheld or procs_mib >= p.orphan_fb_mib
-    if procs and not unheld:
-        used = procs_mib  # the figure is what the processes of no pod hold
+    orphaned = ev.state == "unallocated" and used is not None and used >= p.orphan_fb_mib
+    procs: tuple[str, ...] = ()
+    if ev.per_pod is not None and used is not None and not orphaned:
+        procs, procs_mib = _no_pod_processes(ev)
+        if procs:
+            used = procs_mib  # the figure is what the processes of no pod hold
+            orphaned = procs_mib >= p.orphan_fb_mib
     ep = s.orphan
     fig = partial(AlertFigures, fb_used_mib=used, fb_threshold_mib=p.orphan_fb_mib)
     if not orphaned:
@@ -217,9 +219,7 @@ def _step_orphan(
         return replace(s, orphan=Episode(ev.ts_ms)), []
     if not ep.firing and ev.ts_ms - ep.since_ms >= p.orphan_window_s * 1000:
         held_by = (
-            f"by process(es) of no pod ({', '.join(procs)})"
-            if procs and not unheld
-            else "with no pod holding it"
+            f"by process(es) of no pod ({', '.join(procs)})" if procs else "with no pod holding it"
         )
         summary = (
             f"orphaned memory: {used:g} MiB in use on {ev.node} {ev.device_uuid} "
@@ -335,13 +335,17 @@ def step(
     health, sick = step_health(health_was, ev, policy, handed, gap)
     if health is not health_was and health != health_was:
         s = replace(s, health=health)
-    unhealthy, sick_alerts = step_unhealthy(s.unhealthy, ev, who)
-    if unhealthy is not s.unhealthy:
-        s = replace(s, unhealthy=unhealthy)
-    tenants_were = s.tenants or NO_TENANT_ALERTS
-    tenants, tenant_alerts = step_tenants(tenants_were, ev, policy, gap)
-    if tenants is not tenants_were:
-        s = replace(s, tenants=tenants if tenants != NO_TENANT_ALERTS else None)
+    sick_alerts: list[Alert] = []
+    if s.unhealthy is not None or ev.health.verdict is not None:  # a source beside DCGM speaks
+        unhealthy, sick_alerts = step_unhealthy(s.unhealthy, ev, who)
+        if unhealthy is not s.unhealthy:
+            s = replace(s, unhealthy=unhealthy)
+    tenant_alerts: list[Alert] = []
+    if s.tenants is not None or ev.per_pod is not None:  # per-process readings, or open ones
+        tenants_were = s.tenants or NO_TENANT_ALERTS
+        tenants, tenant_alerts = step_tenants(tenants_were, ev, policy, gap)
+        if tenants is not tenants_were:
+            s = replace(s, tenants=tenants if tenants != NO_TENANT_ALERTS else None)
     if measured and ev.state != "unknown" and _read_by_moved(s.read_by, who):
         s = replace(s, read_by=ev.holders)
     alerts = [*idle, *orphan, *xid, *low, *sick, *tenant_alerts, *sick_alerts]

@@ -781,7 +781,9 @@ def event_of(
         telemetry=telemetry,
         pods=held.pods,
         activity=reading.activity,
-        health=judged(reading.health, held.kubelet, shape.taints, reading.sample is not None),
+        health=judged(reading.health, held.kubelet, shape.taints, reading.sample is not None)
+        if held.kubelet or shape.taints
+        else reading.health,
     )
     sample = reading.sample
     if sample is not None and sample.usage is not None:

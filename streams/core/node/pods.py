@@ -163,8 +163,9 @@ def settle(
 
 def _identity(life: PodLife) -> PodIdentity:
     wl = life.workload
-    kind, name = (wl.kind, wl.name) if wl else (None, None)
-    return _resolved(life.uid, kind, name, life.health)
+    if wl:
+        return _resolved(life.uid, wl.kind, wl.name, life.health)
+    return _resolved(life.uid, None, None, life.health)
 
 
 #: pure in its (hashable) arguments, never stale. A holder is resolved on every sample of its
