@@ -45,3 +45,28 @@ async def wait_for_async(
             text = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {text}")
         await asyncio.sleep(every_s)
+
+
+class _Response:
+    def __init__(self, body: bytes) -> None:
+        self.status, self.reason, self._body = 200, "OK", body
+
+    async def read(self) -> bytes:
+        return self._body
+
+    async def __aenter__(self) -> _Response:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class BodySession:
+    """Just enough of ``aiohttp.ClientSession`` for ``DcgmCollector.scrape_once``: every GET
+    answers 200 with ``body``."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def get(self, url: str, timeout: object) -> _Response:
+        return _Response(self.body)

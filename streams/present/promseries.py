@@ -188,32 +188,39 @@ def _measured_pod(row: DeviceRow, p: PodShareRow) -> Labels:
     )
 
 
-def pod_device_memory_used_bytes(rows: Sequence[DeviceRow]) -> Family:
-    return Family(
-        "gpuattr_pod_device_memory_used_bytes",
-        "Framebuffer the pod's own processes use on the device, measured per process (source: "
-        "exporter or nvml); absent where not measured, never a split of the device's figure",
-        [
-            (_measured_pod(row, p), p.measured_fb_mib * 2**20)
-            for row in _live(rows)
-            for p in row.pods
-            if p.measured_fb_mib is not None
-        ],
-    )
+def _measured_family(
+    name: str, help: str, value: Callable[[PodShareRow], float | None]
+) -> Callable[[Sequence[DeviceRow]], Family]:
+    """A family of each holder pod's measured figure (absent where not measured)."""
+
+    def family(rows: Sequence[DeviceRow]) -> Family:
+        return Family(
+            name,
+            help,
+            [
+                (_measured_pod(row, p), figure)
+                for row in _live(rows)
+                for p in row.pods
+                if (figure := value(p)) is not None
+            ],
+        )
+
+    family.__name__ = name.removeprefix("gpuattr_")
+    return family
 
 
-def pod_device_sm_utilization_ratio(rows: Sequence[DeviceRow]) -> Family:
-    return Family(
-        "gpuattr_pod_device_sm_utilization_ratio",
-        "SM utilisation of the pod's own processes on the device (0-1), sampled per process by "
-        "NVML; absent where not measured (MIG instances: never)",
-        [
-            (_measured_pod(row, p), p.measured_sm_pct / 100.0)
-            for row in _live(rows)
-            for p in row.pods
-            if p.measured_sm_pct is not None
-        ],
-    )
+pod_device_memory_used_bytes = _measured_family(
+    "gpuattr_pod_device_memory_used_bytes",
+    "Framebuffer the pod's own processes use on the device, measured per process (source: "
+    "exporter or nvml); absent where not measured, never a split of the device's figure",
+    lambda p: None if p.measured_fb_mib is None else p.measured_fb_mib * 2**20,
+)
+pod_device_sm_utilization_ratio = _measured_family(
+    "gpuattr_pod_device_sm_utilization_ratio",
+    "SM utilisation of the pod's own processes on the device (0-1), sampled per process by "
+    "NVML; absent where not measured (MIG instances: never)",
+    lambda p: None if p.measured_sm_pct is None else p.measured_sm_pct / 100.0,
+)
 
 
 def device_telemetry_unknown(rows: Sequence[DeviceRow]) -> Family:

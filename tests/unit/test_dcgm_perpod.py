@@ -20,6 +20,7 @@ from agents.dcgm.perpod import (
 from agents.dcgm.translate import PerPodRows, parse_exposition
 from agents.types import AgentRecord
 from contract.inputs import DcgmSample, DcgmScrape, PodUsage
+from tests.helpers import BodySession
 
 TS = 1_700_000_000_000
 GPU = "GPU-5f2c9d3e-1a7b-4c6d-8e9f-0a1b2c3d4e5f"
@@ -223,30 +224,6 @@ def test_all_zero_per_pod_rows_on_an_idle_device_are_read() -> None:
     assert len(sample.usage.pods) == 1
 
 
-class _Response:
-    def __init__(self, body: bytes) -> None:
-        self.status, self.reason, self._body = 200, "OK", body
-
-    async def read(self) -> bytes:
-        return self._body
-
-    async def __aenter__(self) -> _Response:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-class _Session:
-    """Just enough of ``aiohttp.ClientSession`` for ``DcgmCollector.scrape_once``."""
-
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-
-    def get(self, url: str, timeout: object) -> _Response:
-        return _Response(self.body)
-
-
 @pytest.mark.parametrize(("setting", "read"), [("auto", True), ("off", False)])
 async def test_the_agents_setting_reaches_the_reading(setting: PerPodRows, read: bool) -> None:
     published: list[AgentRecord] = []
@@ -264,7 +241,7 @@ async def test_the_agents_setting_reaches_the_reading(setting: PerPodRows, read:
         per_pod=setting,
     )
     text = page(util=[("", 70), (A0, 30), (B2, 40)], fb=[("", 9), (A0, 4), (B2, 5)])
-    assert await collector.scrape_once(_Session(text.encode())) == 1  # type: ignore[arg-type]
+    assert await collector.scrape_once(BodySession(text.encode())) == 1  # type: ignore[arg-type]
     (scrape,) = published
     assert isinstance(scrape, DcgmScrape)
     (sample,) = scrape.samples

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from prometheus_client import REGISTRY
@@ -19,32 +18,9 @@ from agents.types import AgentRecord
 from contract.inputs import DcgmScrape
 from tests.dcgm_mutations import CAPTURES, NODE, REASONS, TS, Line, mutated_captures, parse
 from tests.fuzz_strategies import captured
+from tests.helpers import BodySession
 
 # --- the collector: rejections are counted and logged with their context ---------------------
-
-
-class _Response:
-    def __init__(self, body: bytes) -> None:
-        self.status, self.reason, self._body = 200, "OK", body
-
-    async def read(self) -> bytes:
-        return self._body
-
-    async def __aenter__(self) -> _Response:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-class _Session:
-    """Just enough of ``aiohttp.ClientSession`` for ``DcgmCollector.scrape_once``."""
-
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-
-    def get(self, url: str, timeout: Any) -> _Response:
-        return _Response(self.body)
 
 
 def rejected_total() -> float:
@@ -71,7 +47,7 @@ async def test_collector_counts_and_logs_every_rejected_line(
     )
     before = rejected_total()
     with captured("agents.dcgm.collect") as logs:
-        count = await collector.scrape_once(_Session(text.encode()))  # type: ignore[arg-type]
+        count = await collector.scrape_once(BodySession(text.encode()))  # type: ignore[arg-type]
     assert rejected_total() - before == len(expected.rejected)
     assert count == len(expected.samples)
     # one record per scrape, every device's sample in it; nothing published for no device
@@ -102,7 +78,7 @@ async def test_invalid_utf8_is_counted_and_read_anyway() -> None:
     labels = {"source": "dcgm", "error": "encoding"}
     before = REGISTRY.get_sample_value("gpuattr_agent_source_errors_total", labels) or 0.0
     with captured("agents.dcgm.collect") as logs:
-        assert await collector.scrape_once(_Session(body)) == 1  # type: ignore[arg-type]
+        assert await collector.scrape_once(BodySession(body)) == 1  # type: ignore[arg-type]
     after = REGISTRY.get_sample_value("gpuattr_agent_source_errors_total", labels)
     assert after == before + 1
     assert any("invalid UTF-8" in m and URL in m for m in logs.messages(logging.WARNING))

@@ -72,6 +72,18 @@ def event(
     return ev
 
 
+def gone_at(ts_ms: int) -> AttributionEvent:
+    """The device's last event: its node was deleted."""
+    return describe(
+        DeviceFacts("n1", G, 0, "A100"),
+        ts_ms,
+        (),
+        DeviceContext(holders_known=False, holders_note="node deleted"),
+        "gone",
+        Telemetry("unknown", "gone", "the node was deleted", ts_ms),
+    )
+
+
 def run(events: list[AttributionEvent]) -> list[Alert]:
     state, out = None, []
     previous: int | None = None
@@ -183,14 +195,7 @@ def test_a_firing_tenant_deleted_or_its_device_gone_resolves_naming_it() -> None
     state = None
     for ev in fired:
         state, _ = alerts.step(state, ev, POLICY)
-    gone = describe(
-        DeviceFacts("n1", G, 0, "A100"),
-        12 * MIN,
-        (),
-        DeviceContext(holders_known=False, holders_note="node deleted"),
-        "gone",
-        Telemetry("unknown", "gone", "the node was deleted", 12 * MIN),
-    )
+    gone = gone_at(12 * MIN)
     _, out = alerts.step(state, gone, POLICY)
     resolved = [a for a in out if a.kind == "idle-tenant"]
     assert [a.status for a in resolved] == ["resolved"]
@@ -204,14 +209,7 @@ def test_memory_hog_resolves_when_the_device_leaves() -> None:
     state = None
     for t in range(4):
         state, _ = alerts.step(state, event(t * MIN, 83, hog), POLICY)
-    gone = describe(
-        DeviceFacts("n1", G, 0, "A100"),
-        5 * MIN,
-        (),
-        DeviceContext(holders_known=False, holders_note="node deleted"),
-        "gone",
-        Telemetry("unknown", "gone", "the node was deleted", 5 * MIN),
-    )
+    gone = gone_at(5 * MIN)
     _, out = alerts.step(state, gone, POLICY)
     (resolved,) = [a for a in out if a.kind == "memory-hog"]
     assert resolved.status == "resolved"
