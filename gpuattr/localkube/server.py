@@ -260,8 +260,13 @@ class LocalKube:
             "--profiling=false",
             f"--watch-cache={str(self.watch_cache).lower()}",
             # consumable capacity (KEP-5075, alpha in 1.35): without it the server drops
-            # allowMultipleAllocations, shareID and consumedCapacity, which the dra scenario uses
-            "--feature-gates=DRAConsumableCapacity=true",
+            # allowMultipleAllocations, shareID and consumedCapacity, which the dra scenario uses;
+            # device health in the pod status (KEP-4680, alpha in 1.35): without it the server
+            # drops the kubelet's containerStatuses[].allocatedResourcesStatus on every write;
+            # device taints (KEP-5055, alpha in 1.35): without it the ResourceSlice strategy
+            # drops spec.devices[].taints (a driver's health taint) on every write
+            "--feature-gates=DRAConsumableCapacity=true,ResourceHealthStatus=true,"
+            "DRADeviceTaints=true",
             "--v=1",
         ]
 
