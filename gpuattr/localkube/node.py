@@ -14,7 +14,9 @@ What runs, all as child processes (binaries from :mod:`gpuattr.localkube.binarie
   container exit or a sandbox die (:meth:`exit_container`, :meth:`kill_sandbox`);
 * the kubelet (``--root-dir`` in the work directory, so its PodResources socket is
   ``<workdir>/kubelet/pod-resources/kubelet.sock``), as ``system:node:<node>``;
-* ``deviceplugin``: the :mod:`gpuattr.localkube.devices` layout's IDs;
+* ``deviceplugin``: the :mod:`gpuattr.localkube.devices` layout's IDs, each Healthy until
+  :meth:`set_device_health` says otherwise (the plugin reads its health file every 100 ms and
+  sends the kubelet the new list, as a plugin whose GPU fails does);
 * the DRA example driver's kubelet plugin (its ResourceSlice, CDI files in the work directory).
 
 The kubelet and the device plugin can be stopped and started again (:meth:`restart_kubelet`,
@@ -26,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shlex
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpuattr.localkube.binaries import LocalKubeError, NodeBinaries, require_tool
 from gpuattr.localkube.devices import Gpu, plugin_config
@@ -68,6 +71,10 @@ NODE_LABELS = {
     "nvidia.com/gpu.replicas": "4",
     "nvidia.com/mig.strategy": "mixed",
 }
+#: KEP-4680 (alpha in 1.35, off by default): the kubelet writes each allocated device's health
+#: into ``status.containerStatuses[].allocatedResourcesStatus`` (the API server needs it too)
+KUBELET_FEATURE_GATES = {"ResourceHealthStatus": True}
+DeviceHealth = Literal["Healthy", "Unhealthy"]
 
 
 def node_ip() -> str:
@@ -150,6 +157,7 @@ class LocalNode:
         self._plugin: Proc | None = None
         self._dra: Proc | None = None
         self._dra_hardware: tuple[tuple[str, str], ...] = ()
+        self._unhealthy: frozenset[str] = frozenset()
         self.kubelet_starts = 0
 
     # --- where things are
@@ -168,6 +176,12 @@ class LocalNode:
     @property
     def control_socket(self) -> Path:
         return self.workdir / "cri-control.sock"
+
+    @property
+    def health_file(self) -> Path:
+        """The device plugin's health file: device ID → ``Unhealthy`` (a device not named is
+        Healthy)."""
+        return self.workdir / "device-health.json"
 
     @property
     def user(self) -> str:
@@ -237,7 +251,8 @@ class LocalNode:
 
     async def start_device_plugin(self) -> None:
         path = self.workdir / "device-plugin.json"
-        path.write_text(json.dumps(plugin_config(self.layout), indent=1))
+        config = {**plugin_config(self.layout), "health_file": str(self.health_file)}
+        path.write_text(json.dumps(config, indent=1))
         self._plugin = self._in_namespace(
             "device-plugin", [str(self.bins.own / "deviceplugin"), str(path)]
         )
@@ -251,6 +266,22 @@ class LocalNode:
         if layout is not None:
             self.layout = layout
         await self.start_device_plugin()
+
+    def set_device_health(self, device_id: str, health: DeviceHealth) -> None:
+        """The device plugin reports ``device_id`` (an ID it advertises: ``GPU-<uuid>``,
+        ``GPU-<uuid>::<n>``, ``MIG-<uuid>``) with ``health`` from its next read of the health
+        file (within 100 ms), on every ListAndWatch stream; kept across plugin restarts. The
+        file is replaced atomically (the plugin never reads half of it)."""
+        known = {i for gpu in self.layout for _, i in gpu.ids()}
+        if device_id not in known:
+            raise LocalKubeError(f"{device_id}: not a device of node {self.name}'s plugin")
+        if health == "Unhealthy":
+            self._unhealthy |= {device_id}
+        else:
+            self._unhealthy -= {device_id}
+        tmp = self.health_file.with_name(self.health_file.name + ".tmp")
+        tmp.write_text(json.dumps(dict.fromkeys(sorted(self._unhealthy), "Unhealthy")))
+        os.replace(tmp, self.health_file)
 
     def stop_sync(self) -> None:
         """Stop everything, the namespace last. Idempotent; nothing is left running."""
@@ -353,6 +384,7 @@ class LocalNode:
             "serializeImagePulls": False,
             "kubeAPIQPS": 50,
             "kubeAPIBurst": 100,
+            "featureGates": KUBELET_FEATURE_GATES,
         }
         (self.workdir / "kubelet-config.json").write_text(json.dumps(config, indent=1))
 
@@ -382,7 +414,8 @@ class LocalNode:
         ]
 
     def _node_ready(self) -> bool:
-        """Ready, untainted, every plugin resource allocatable, the DRA slice published."""
+        """Ready, untainted, every healthy plugin device allocatable (the kubelet leaves an
+        unhealthy one out), the DRA slice published."""
         try:
             node = self.kube.api("GET", f"/api/v1/nodes/{self.name}")
         except (LocalKubeError, OSError):
@@ -396,7 +429,8 @@ class LocalNode:
             return False
         allocatable = status.get("allocatable", {})
         for resource in plugin_config(self.layout)["resources"]:
-            if allocatable.get(resource["name"]) != str(len(resource["devices"])):
+            healthy = [d for d in resource["devices"] if d["id"] not in self._unhealthy]
+            if allocatable.get(resource["name"]) != str(len(healthy)):
                 return False
         return not self.dra_devices or bool(self.dra_slices())
 

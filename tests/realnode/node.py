@@ -57,8 +57,8 @@ def pod(
     if resource:
         container["resources"]["limits"] = {resource: str(count)}
     if claim_template or claim:
-        ref = {"resourceClaimTemplateName": claim_template} if claim_template else {}
-        ref = ref or {"resourceClaimName": claim}
+        ref: dict[str, str | None] = {"resourceClaimTemplateName": claim_template}
+        ref = ref if claim_template else {"resourceClaimName": claim}
         spec["resourceClaims"] = [{"name": "gpu", **ref}]
         container["resources"]["claims"] = [{"name": "gpu"}]
     if prestop_s is not None:
