@@ -40,18 +40,27 @@ def device_id(node: NodeSpec, slot: Slot) -> str:
     return base if slot.replica is None else f"{base}::{slot.replica}"
 
 
-def allocatable_counts(node: NodeSpec) -> dict[str, str]:
+def healthy(node: NodeSpec, slot: Slot, t: float | None) -> bool:
+    """Whether the device plugin says the device at ``slot`` is healthy at ``t`` (None: any)."""
+    return t is None or node.health_at(slot, t) == "Healthy"
+
+
+def allocatable_counts(node: NodeSpec, t: float | None = None) -> dict[str, str]:
     """What the device plugin advertises on the node: resource → count (a MIG GPU its
-    instances, a shared GPU its replicas, under the renamed resource where it is renamed)."""
+    instances, a shared GPU its replicas, under the renamed resource where it is renamed). At
+    ``t`` the kubelet's allocatable: the devices its plugin says are healthy then (a resource
+    whose devices are all unhealthy reads 0); ``t`` None: every device, the node's capacity."""
     counts: Counter[str] = Counter()
     for gpu in range(node.gpus):
         replicas = node.replicas_of(gpu)
         if node.mig and gpu in node.mig.gpus:
-            counts[f"nvidia.com/mig-{node.mig.profile}"] += len(node.mig.instances)
+            counts[f"nvidia.com/mig-{node.mig.profile}"] += sum(
+                healthy(node, Slot(gpu, gi, None), t) for gi in node.mig.instances
+            )
         else:
             counts[
                 "nvidia.com/gpu.shared" if node.rename_shared and replicas > 1 else "nvidia.com/gpu"
-            ] += replicas
+            ] += replicas if healthy(node, Slot(gpu, None, None), t) else 0
     return {k: str(v) for k, v in sorted(counts.items())}
 
 
@@ -134,6 +143,9 @@ class Cluster:
         return [*slices, *dra.claim_objects(self.scenario, holding, epoch_s)]
 
     def allocatable(self, spec: NodeSpec) -> tuple[AllocatableDevice, ...]:
+        """The kubelet's ``GetAllocatableResources``: the devices its plugin says are healthy
+        now (the kubelet filters out unhealthy ones; held ones stay in ``List``)."""
+        t = self.clock()
         out = []
         for gpu in range(spec.gpus):
             replicas = spec.replicas_of(gpu)
@@ -143,7 +155,10 @@ class Cluster:
             for gi in gis:
                 for r in range(replicas):
                     slot = Slot(gpu, gi, r if replicas > 1 else None)
-                    out.append(AllocatableDevice(resource_name(spec, slot), device_id(spec, slot)))
+                    if healthy(spec, slot, t):
+                        out.append(
+                            AllocatableDevice(resource_name(spec, slot), device_id(spec, slot))
+                        )
         return tuple(out)
 
     def inventory(self, node: str) -> dict[str, list[dict[str, object]]]:

@@ -5,17 +5,28 @@ A pod exists from ``start_s``; at ``stop_s`` deletion is requested (``deletionTi
 containers have stopped and it is gone. Owner references follow the controllers' naming.
 A pod that waits for the scheduler (``pending_s``) exists before that without ``spec.nodeName``,
 ``Pending`` with the scheduler's ``PodScheduled`` condition (:mod:`sim.scheduling`).
+
+On a node whose kubelet runs with ``ResourceHealthStatus`` a pod that holds devices has its
+containers' statuses, each with ``allocatedResourcesStatus`` as the kubelet's device manager
+writes it (``UpdateAllocatedResourcesStatus``): per resource, every device ID the container was
+allocated with what the device plugin last said of it (Healthy, or Unhealthy from a health
+step on), no message (a device plugin gives none). A health change is a status write: the pod
+is served changed (MODIFIED) from that scenario second on. A Node's ``allocatable`` leaves out
+the devices its plugin says are unhealthy; its ``capacity`` keeps them.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import hashlib
+from collections import Counter, defaultdict
 from typing import Any
 
-from sim.cluster import allocatable_counts, holds_at, resource_name
-from sim.scenario import PodSpec, Scenario, parse_slot
+from sim.cluster import allocatable_counts, device_id, holds_at, resource_name
+from sim.scenario import NodeSpec, PodSpec, Scenario, parse_slot
 from sim.scheduling import UNSCHEDULABLE, labels_at, nodes_at, unschedulable_message
 from sim.timefmt import rfc3339
+
+IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 
 
 def _owner(pod: PodSpec) -> tuple[dict[str, Any] | None, dict[str, str]]:
@@ -57,7 +68,7 @@ def _containers(scenario: Scenario, pod: PodSpec) -> list[dict[str, Any]]:
         resources = {k: str(v) for k, v in sorted(counts.items())}
         container: dict[str, Any] = {
             "name": name,
-            "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+            "image": IMAGE,
             "resources": {"limits": resources, "requests": resources},
         }
         if node is not None and node.dra and pod.claims:  # through ResourceClaims
@@ -65,6 +76,58 @@ def _containers(scenario: Scenario, pod: PodSpec) -> list[dict[str, Any]]:
             container["resources"] = {"claims": refs}
         containers.append(container)
     return containers
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def allocated_resources_status(
+    node: NodeSpec, slots: tuple[str, ...], t: float
+) -> list[dict[str, Any]]:
+    """One container's ``allocatedResourcesStatus`` at ``t``: per resource (by name), each
+    device ID it holds, exactly as allocated, with its plugin's health then."""
+    by_resource: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for slot in map(parse_slot, slots):
+        health = node.health_at(slot, t)
+        by_resource[resource_name(node, slot)].add((device_id(node, slot), health))
+    return [
+        {
+            "name": resource,
+            "resources": [{"resourceID": rid, "health": health} for rid, health in sorted(ids)],
+        }
+        for resource, ids in sorted(by_resource.items())
+    ]
+
+
+def _container_statuses(
+    scenario: Scenario, node: NodeSpec, pod: PodSpec, t: float, epoch_s: float
+) -> list[dict[str, Any]]:
+    """The running containers' statuses in the kubelet's order (by name), each with what it was
+    allocated and the health of the devices it holds (none written for a container holding
+    none)."""
+    started = rfc3339(epoch_s + pod.start_s)
+    held = dict(pod.held_by_container)
+    statuses = []
+    for container in sorted(_containers(scenario, pod), key=lambda c: str(c["name"])):
+        name = container["name"]
+        status: dict[str, Any] = {
+            "name": name,
+            "image": IMAGE,
+            "imageID": f"nvcr.io/nvidia/cuda@sha256:{_digest(IMAGE)}",
+            "containerID": f"containerd://{_digest(f'{pod.uid}/{name}')}",
+            "ready": True,
+            "restartCount": 0,
+            "started": True,
+            "state": {"running": {"startedAt": started}},
+            "lastState": {},
+            "allocatedResources": dict(container["resources"].get("requests", {})),
+            "resources": container["resources"],
+        }
+        if devices := allocated_resources_status(node, held.get(name, ()), t):
+            status["allocatedResourcesStatus"] = devices
+        statuses.append(status)
+    return statuses
 
 
 def _scheduled(
@@ -115,6 +178,8 @@ def pod_object(scenario: Scenario, pod: PodSpec, t: float, epoch_s: float) -> di
     if pod.pending_s is not None:
         waited, status = _scheduled(scenario, pod, t, epoch_s)
         spec = {"containers": spec["containers"], **waited}
+    if node is not None and node.resource_health_status and not node.dra and holds_at(pod, t):
+        status["containerStatuses"] = _container_statuses(scenario, node, pod, t, epoch_s)
     if node is not None and node.dra and pod.claims:
         named = [
             {"name": f"gpu{i}" if i else "gpu", "resourceClaimName": claim}
@@ -138,7 +203,9 @@ def node_objects(scenario: Scenario, t: float = 0.0) -> list[dict[str, Any]]:
     """The scenario's Node objects at ``t`` (a node deleted at ``deleted_s`` is gone)."""
     out = []
     for node in nodes_at(scenario, t):
-        alloc = {"cpu": "64", "memory": "512Gi", "pods": "110", **allocatable_counts(node)}
+        base = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+        capacity = {**base, **allocatable_counts(node)}
+        alloc = {**base, **allocatable_counts(node, t)}
         out.append(
             {
                 "apiVersion": "v1",
@@ -148,7 +215,7 @@ def node_objects(scenario: Scenario, t: float = 0.0) -> list[dict[str, Any]]:
                     "uid": f"node-{node.name}",
                     "labels": labels_at(node, t),
                 },
-                "status": {"allocatable": alloc, "capacity": alloc},
+                "status": {"allocatable": alloc, "capacity": capacity},
             }
         )
     return out

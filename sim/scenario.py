@@ -11,6 +11,15 @@ A node may be managed by the GPU Operator (``[nodes.operator]``): its deploy lab
 configuration labels over time; the cluster's ``ClusterPolicy`` is ``[cluster_policy]``
 (:mod:`sim.gpuoperator` makes the objects).
 
+A node's device plugin may report a device's health over time (``[[nodes.device_health]]``:
+``slot`` and ``steps = [[60, "Unhealthy"], [150, "Healthy"]]``, Healthy before the first step;
+``"0"`` covers GPU 0 and every device ID on it, replicas and MIG devices, as NVIDIA's plugin marks
+them on a GPU-wide XID; ``"0/gi3"`` that MIG device): an unhealthy device leaves the node's
+allocatable count and the kubelet's allocatable list, and, where the kubelet runs with the
+feature gate ``ResourceHealthStatus`` (``resource_health_status = true``, alpha in 1.35), its
+holders' pod status says so (``allocatedResourcesStatus``, :mod:`sim.kube_objects`; every held
+device is listed there, Healthy until its plugin says otherwise). Device plugin nodes only.
+
 A node may carry device traces (``[[nodes.traces]]``: busy-but-ineffective, memory-bound,
 thermal throttling, rising remapped rows, PCIe replays, an XID), exporter restarts
 (``exporter_restarts``: every counter and the last XID start again from 0) and what its
@@ -182,6 +191,31 @@ class ExporterRestart:
     down_s: float = 0.0
 
 
+#: what a device plugin's ``ListAndWatch`` can say of a device (``pluginapi.Healthy``/``Unhealthy``)
+DeviceHealthState = Literal["Healthy", "Unhealthy"]
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSpec:
+    """What the node's device plugin says of the device at ``slot`` over time: Healthy, then
+    each step's health from its scenario second. ``"0"`` is GPU 0 with every device ID on it
+    (its replicas, its MIG devices); ``"0/gi3"`` one MIG device and its replicas."""
+
+    slot: str
+    steps: tuple[tuple[float, DeviceHealthState], ...] = ()
+
+    def covers(self, slot: Slot) -> bool:
+        mine = parse_slot(self.slot)
+        return mine.gpu == slot.gpu and mine.gi in (None, slot.gi)
+
+    def at(self, t: float) -> DeviceHealthState:
+        health: DeviceHealthState = "Healthy"
+        for since, said in self.steps:
+            if t >= since:
+                health = said
+        return health
+
+
 #: counter → what it had counted before the scenario began (the exporter's first life only)
 COUNTER_FIELDS = {
     "pcie_replays": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
@@ -222,6 +256,16 @@ class NodeSpec:
     exporter_restarts: tuple[ExporterRestart, ...] = ()
     #: every GPU's counters (:data:`COUNTER_FIELDS` keys) before the scenario began
     counters: tuple[tuple[str, float], ...] = ()
+    #: the kubelet runs with ``ResourceHealthStatus``: each held device's health in its pod status
+    resource_health_status: bool = False
+    #: what the device plugin says of its devices' health over time (Healthy where none says)
+    device_health: tuple[HealthSpec, ...] = ()
+
+    def health_at(self, slot: Slot, t: float) -> DeviceHealthState:
+        """What the device plugin says at ``t`` of the device at ``slot``: Unhealthy when any
+        health entry covering it says so."""
+        said = {h.at(t) for h in self.device_health if h.covers(slot)}
+        return "Unhealthy" if "Unhealthy" in said else "Healthy"
 
     def replicas_of(self, gpu: int) -> int:
         """How many replicas the device plugin advertises of GPU ``gpu`` (1: handed out whole)."""
@@ -403,6 +447,34 @@ def _counters(doc: dict[str, Any] | None) -> tuple[tuple[str, float], ...]:
     return tuple(sorted((str(k), float(v)) for k, v in (doc or {}).items()))
 
 
+def _said(node: dict[str, Any], value: Any) -> DeviceHealthState:
+    """A health a device plugin says; any other is refused rather than read as one."""
+    if value not in get_args(DeviceHealthState):
+        raise ValueError(
+            f"node {node.get('name')}: device health {value!r}: a device plugin says Healthy or "
+            "Unhealthy"
+        )
+    return value  # type: ignore[no-any-return]
+
+
+def _device_health(node: dict[str, Any]) -> tuple[HealthSpec, ...]:
+    """The node's device health entries: each a GPU or a MIG device (a replica's health is its
+    device's); none on a DRA node (a DRA plugin's health stream is not simulated)."""
+    out = []
+    for d in node.get("device_health", []):
+        slot = str(d["slot"])
+        if parse_slot(slot).replica is not None:
+            raise ValueError(
+                f'node {node.get("name")}: device health slot {slot!r}: a GPU ("0") or a MIG '
+                'device ("0/gi3"), with every replica on it'
+            )
+        steps = tuple((float(at), _said(node, said)) for at, said in d.get("steps", []))
+        out.append(HealthSpec(slot, steps))
+    if out and node.get("dra", False):
+        raise ValueError(f"node {node.get('name')}: device_health is for device plugin nodes")
+    return tuple(out)
+
+
 def _policy(doc: dict[str, Any] | None) -> ClusterPolicySpec | None:
     if doc is None:
         return None
@@ -466,6 +538,8 @@ def parse(doc: dict[str, Any]) -> Scenario:
                     for r in n.get("exporter_restarts", [])
                 ),
                 counters=_counters(n.get("counters")),
+                resource_health_status=bool(n.get("resource_health_status", False)),
+                device_health=_device_health(n),
             )
         )
     pods = []

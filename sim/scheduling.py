@@ -53,7 +53,7 @@ def requests_of(scenario: Scenario, pod: PodSpec) -> dict[str, int]:
 
 def free_at(scenario: Scenario, node: NodeSpec, t: float) -> dict[str, int]:
     """The node's allocatable devices per resource that no pod holds at ``t``."""
-    free = Counter({k: int(v) for k, v in allocatable_counts(node).items()})
+    free = Counter({k: int(v) for k, v in allocatable_counts(node, t).items()})
     for pod in scenario.pods:
         if pod.node == node.name and holds_at(pod, t):
             for _, slots in pod.held_by_container:
