@@ -541,6 +541,51 @@ class ClusterPolicyRecord(Record, frozen=True):
     resource_version: str = ""
 
 
+#: ``status.state`` of a GPUCluster or an NVIDIADriver (``""``: no status written yet; an
+#: NVIDIADriver is ``ignored`` when another claims the same nodes)
+OperatorCrState = Literal["ignored", "ready", "notReady", "disabled", ""]
+
+
+class GpuClusterRecord(Record, frozen=True):
+    """The GPU Operator's ``GPUCluster`` (``nvidia.com/v1alpha1``, cluster-scoped, a singleton
+    named ``gpu-cluster``): the DRA stack's intent — the DRA driver, the validator, DCGM and
+    dcgm-exporter, never a device plugin or the driver — and whether it says it is reconciled.
+    Published into every partition of the input topic by the cluster role, as a ClusterPolicy.
+
+    ``operands`` holds ``spec.dcgm.enabled``, ``spec.dcgmExporter.enabled`` and
+    ``spec.draDriver.computeDomains.enabled`` as written (unset: the controller's default,
+    owned by :mod:`streams.core.stack.operatorstack`); ``unknown_fields`` the ``spec`` keys this
+    build does not read (a newer operator's: what we judge may miss them)."""
+
+    name: str
+    ts_ms: int
+    operands: tuple[OperandSpec, ...] = ()
+    state: OperatorCrState = ""
+    namespace: str = ""  # status.namespace: where the operands run
+    conditions: tuple[PolicyCondition, ...] = ()
+    generation: int | None = None
+    unknown_fields: tuple[str, ...] = ()
+    deleted: bool = False
+    resource_version: str = ""
+
+
+class NvidiaDriverRecord(Record, frozen=True):
+    """The GPU Operator's ``NVIDIADriver`` (``nvidia.com/v1alpha1``, cluster-scoped): a driver
+    for the nodes it owns (the operator labels each ``nvidia.com/gpu-operator.driver.owner=
+    <name>``). On the DRA stack the GPUCluster manages no driver: it is this, or the host's."""
+
+    name: str
+    ts_ms: int
+    driver_type: str = ""  # spec.driverType: gpu, vgpu, vgpu-host-manager
+    version: str = ""  # spec.version
+    state: OperatorCrState = ""
+    namespace: str = ""
+    conditions: tuple[PolicyCondition, ...] = ()
+    generation: int | None = None
+    deleted: bool = False
+    resource_version: str = ""
+
+
 # --- demand: GPUs asked for and not yet given, and the supply they could have had.
 # These travel on the demand-events topic, keyed by the pool's resource name
 # (:func:`contract.inputs.pool_resource`), where the workers' demand stage joins them.
@@ -672,7 +717,7 @@ InputRecord = (
     | OperandPods
 )
 #: Records on the node-events topic that belong to a partition, not a node (the cluster role's)
-PartitionRecord = ClockTick | ClusterPolicyRecord
+PartitionRecord = ClockTick | ClusterPolicyRecord | GpuClusterRecord | NvidiaDriverRecord
 
 #: Record kinds the agents publish, with their schema versions (see :mod:`contract.codec`) and
 #: the older versions this build still reads (v2 only removed fields: a v1 record reads as v2;
@@ -692,6 +737,8 @@ KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "clock.tick": (ClockTick, 1),
     "k8s.operand-pods": (OperandPods, 1),
     "k8s.clusterpolicy": (ClusterPolicyRecord, 1),
+    "k8s.gpucluster": (GpuClusterRecord, 1),
+    "k8s.nvidiadriver": (NvidiaDriverRecord, 1),
     "k8s.pending-pod": (PendingPod, 1),
     "k8s.pending-pods": (PendingPodList, 1),
     "pool.supply": (NodeSupply, 2, (1,)),

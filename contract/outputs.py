@@ -486,10 +486,19 @@ PlaneName = Literal[
 #: (``unlabelled``); or ``unknown`` (neither the ClusterPolicy nor the node's labels seen, or only
 #: the operator's own ``…deploy.<operand>=true`` without a ClusterPolicy in charge)
 IntentKind = Literal["deploy", "host", "disabled", "paused", "unlabelled", "unknown"]
-#: which decided it: the ClusterPolicy's ``spec.<operand>.enabled``, the operator's default for
-#: an unset one, the node's ``nvidia.com/gpu.deploy.<operand>`` label, or the node-wide
+#: which decided it: the ClusterPolicy's (or, on the DRA stack, the GPUCluster's)
+#: ``spec.<operand>.enabled``, the NVIDIADriver that owns the node's driver, the operator's default
+#: for an unset one, the node's ``nvidia.com/gpu.deploy.<operand>`` label, or the node-wide
 #: ``nvidia.com/gpu.deploy.operands=false``
-DecidedBy = Literal["cluster-policy", "operator-default", "node-label", "operands-label", "none"]
+DecidedBy = Literal[
+    "cluster-policy",
+    "gpu-cluster",
+    "nvidia-driver",
+    "operator-default",
+    "node-label",
+    "operands-label",
+    "none",
+]
 #: a plane's standing: ``ready``; ``not-ready`` (its own boundary is broken, as far as we see);
 #: ``waiting`` on a lower plane that is not ready; ready but our agent cannot reach it
 #: (``unreachable``) or its answers are not this node's (``refused``); ``disabled`` as intended;
@@ -499,8 +508,10 @@ PlaneState = Literal[
 ]
 #: the node's stack: ``ready``; ``broken`` (``first_broken`` names where); ``reconciling`` (a MIG
 #: reconfiguration in progress, nothing broken); ``disabled`` (every plane off on purpose);
-#: ``unknown`` (the operator is not observed, or a plane cannot be judged yet)
-StackState = Literal["ready", "broken", "reconciling", "disabled", "unknown"]
+#: ``unknown`` (the operator is not observed, or a plane cannot be judged yet); ``conflict`` (a
+#: ClusterPolicy and a GPUCluster both exist: the operator refuses the GPUCluster, so the DRA
+#: stack is not reconciled)
+StackState = Literal["ready", "broken", "reconciling", "disabled", "unknown", "conflict"]
 
 
 class PlaneIntent(Record, frozen=True):
@@ -551,12 +562,14 @@ class MigReconcile(Record, frozen=True):
 
 
 class PolicyStanding(Record, frozen=True):
-    """The ClusterPolicy as it says of itself (``status.state`` and its ``Ready`` condition)."""
+    """The ClusterPolicy (or, on the DRA stack, the GPUCluster) as it says of itself
+    (``status.state`` and its ``Ready``/``Error`` conditions)."""
 
     name: str
-    state: str  # ready, notReady, ignored; "" before the operator wrote a status
+    state: str  # ready, notReady, ignored, disabled; "" before the operator wrote a status
     ready: bool | None
     message: str = ""
+    kind: str = "ClusterPolicy"  # additive (v1): or GPUCluster
 
 
 class NodeStatus(Record, frozen=True):

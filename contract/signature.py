@@ -15,12 +15,24 @@ import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 
-from contract.inputs import ClockTick, ClusterPolicyRecord, PendingPodList
+from contract.inputs import (
+    ClockTick,
+    ClusterPolicyRecord,
+    GpuClusterRecord,
+    NvidiaDriverRecord,
+    PendingPodList,
+)
 
 HEADER = "gpuattr-signature"
 #: the cluster role's records that move every node of a partition: the clock, the GPU Operator's
-#: policy, the pending-pod list
-SIGNED: tuple[type, ...] = (ClockTick, ClusterPolicyRecord, PendingPodList)
+#: intent (ClusterPolicy, GPUCluster, NVIDIADriver), the pending-pod list
+SIGNED: tuple[type, ...] = (
+    ClockTick,
+    ClusterPolicyRecord,
+    GpuClusterRecord,
+    NvidiaDriverRecord,
+    PendingPodList,
+)
 
 #: a Kafka record's headers, as aiokafka (pairs) or Faust (a mapping) hand them over
 Headers = Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None

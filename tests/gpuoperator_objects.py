@@ -67,3 +67,82 @@ def not_ready_status(namespace: str = "gpu-operator") -> dict[str, Any]:
             },
         ],
     }
+
+
+# --- the DRA stack: GPUCluster (a singleton) and NVIDIADriver, both nvidia.com/v1alpha1
+
+GPU_CLUSTER = "gpu-cluster"  # the only name its CRD admits
+#: the conditions' messages as ``controllers/gpucluster_controller.go`` writes them
+WAITING_FOR_OPERANDS = "Waiting for operand pods to be ready"
+RECONCILED = "All resources have been successfully reconciled"
+
+
+def refused_message(policy: str = "cluster-policy") -> str:
+    return (
+        f'A ClusterPolicy CR "{policy}" exists; a ClusterPolicy CR and GPUCluster CR may not '
+        "exist at the same time"
+    )
+
+
+def gpu_cluster(
+    name: str = GPU_CLUSTER, *, dcgm: bool | None = None, exporter: bool | None = None
+) -> dict[str, Any]:
+    """Spec only, as its sample (``config/samples/nvidia_v1alpha1_gpucluster.yaml``): the DRA
+    driver's image; DCGM and dcgm-exporter as given (unset: the controller's defaults)."""
+    spec: dict[str, Any] = {
+        "draDriver": {
+            "repository": "nvcr.io/nvidia",
+            "image": "k8s-dra-driver-gpu",
+            "version": "v25.12.0",
+        }
+    }
+    if dcgm is not None:
+        spec["dcgm"] = {"enabled": dcgm}
+    if exporter is not None:
+        spec["dcgmExporter"] = {"enabled": exporter}
+    return {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "GPUCluster",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def gpu_cluster_status(
+    ready: bool, reason: str = "OperandNotReady", message: str = WAITING_FOR_OPERANDS
+) -> dict[str, Any]:
+    """What the controller writes: ``ready`` with ``Ready`` True (``Reconciled``), or
+    ``notReady`` with ``Error`` True and its reason (``OperandNotReady``, ``ReconcileFailed``,
+    ``PrerequisiteNotMet``)."""
+    at = "2026-08-21T10:00:00Z"
+    if ready:
+        conditions = [
+            {"type": "Ready", "status": "True", "reason": "Reconciled", "message": RECONCILED},
+            {"type": "Error", "status": "False", "reason": "Ready", "message": ""},
+        ]
+    else:
+        conditions = [
+            {"type": "Ready", "status": "False", "reason": "Error", "message": ""},
+            {"type": "Error", "status": "True", "reason": reason, "message": message},
+        ]
+    return {
+        "state": "ready" if ready else "notReady",
+        "namespace": "gpu-operator",
+        "conditions": [{**c, "lastTransitionTime": at} for c in conditions],
+    }
+
+
+def nvidia_driver(name: str = "default") -> dict[str, Any]:
+    """The default NVIDIADriver (every GPU node not claimed by another): its required fields."""
+    return {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "NVIDIADriver",
+        "metadata": {"name": name},
+        "spec": {
+            "default": True,
+            "driverType": "gpu",
+            "repository": "nvcr.io/nvidia",
+            "image": "driver",
+            "version": "580.95.05",
+        },
+    }

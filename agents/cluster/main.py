@@ -2,8 +2,8 @@
 
 Under one leader (:mod:`agents.cluster.lease`): Node deletions cluster-wide, published keyed by
 the node (:class:`agents.kube.watch.ClusterNodeWatcher`); the GPU Operator's ClusterPolicies,
-published into every input partition with no key (:class:`agents.kube.policywatch.
-ClusterPolicyWatcher`: every node's join reads them); and every input partition's clock
+GPUClusters and NVIDIADrivers, published into every input partition with no key
+(:mod:`agents.kube.policywatch`: every node's join reads them); and every input partition's clock
 (:mod:`agents.cluster.ticker`); the pods no node has yet that ask for GPUs, published on the
 demand-events topic (:class:`agents.kube.pendingwatch.PendingPodWatcher`: a new leader lists
 first, so a pod pending across a failover is in the new leader's list).
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from agents.cluster.lease import lead_while_elected
 from agents.cluster.ticker import tick
 from agents.kube.pendingwatch import PendingPodWatcher
-from agents.kube.policywatch import ClusterPolicyWatcher
+from agents.kube.policywatch import WATCHERS
 from agents.kube.watch import ClusterNodeWatcher, make_api_client
 from agents.publish import Publisher
 from agents.types import NowMs
@@ -74,20 +74,24 @@ async def run_cluster(settings: ClusterRoleSettings, now_ms: NowMs = wall_clock_
             nodes = ClusterNodeWatcher(
                 node="", api=api, emit=publisher.publish, now_ms=now_ms, settings=settings.kube
             )
-            policies = ClusterPolicyWatcher(
-                api=api,
-                emit=publisher.publish_to_every_partition,
-                now_ms=now_ms,
-                settings=settings.kube,
-                retry_s=settings.cluster.policy_crd_retry_s,
-            )
+            intent = [
+                watcher(
+                    api=api,
+                    emit=publisher.publish_to_every_partition,
+                    now_ms=now_ms,
+                    settings=settings.kube,
+                    retry_s=settings.cluster.policy_crd_retry_s,
+                )
+                for watcher in WATCHERS
+            ]
             pending = PendingPodWatcher(
                 api=api, sink=publisher, now_ms=now_ms, settings=settings.kube
             )
             async with asyncio.TaskGroup() as group:
                 group.create_task(pending.run(), name="cluster-pending-pods")
                 group.create_task(nodes.run(), name="cluster-nodes")
-                group.create_task(policies.run(), name="cluster-policies")
+                for watcher in intent:
+                    group.create_task(watcher.run(), name=f"cluster-{watcher.kind}")
                 group.create_task(
                     tick(publisher, settings.cluster.tick_interval_s, now_ms), name="ticker"
                 )

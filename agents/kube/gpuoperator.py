@@ -12,6 +12,11 @@ gives no record.
   one is left out: the operator's default applies), ``spec.mig.strategy``,
   ``spec.devicePlugin.config.name``, ``status.state``, ``status.namespace`` and
   ``status.conditions``.
+* The ``GPUCluster`` (``nvidia.com/v1alpha1``, the DRA stack): ``spec.dcgm.enabled``,
+  ``spec.dcgmExporter.enabled`` and ``spec.draDriver.computeDomains.enabled`` as written, the
+  ``spec`` keys this build does not know (named, so a newer operator's intent we do not read is
+  said, not silently judged without), and its status as the ClusterPolicy's.
+* The ``NVIDIADriver`` (``nvidia.com/v1alpha1``): its driver type, version and status.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from contract.inputs import (
     ClusterPolicyRecord,
     ContainerProgress,
     ContainerState,
+    GpuClusterRecord,
+    NvidiaDriverRecord,
     OperandPod,
     OperandPods,
     OperandSpec,
+    OperatorCrState,
     PodPhase,
     PolicyCondition,
     PolicyState,
@@ -35,6 +43,10 @@ from contract.inputs import (
 
 PHASES: Mapping[str, PodPhase] = {p: p for p in get_args(PodPhase)}
 POLICY_STATES: Mapping[str, PolicyState] = {s: s for s in get_args(PolicyState)}
+CR_STATES: Mapping[str, OperatorCrState] = {s: s for s in get_args(OperatorCrState)}
+
+#: the GPUCluster ``spec`` keys of ``nvidia.com/v1alpha1`` (the vendored CRD's, checked by its test)
+GPUCLUSTER_SPEC = frozenset({"draDriver", "dcgm", "dcgmExporter", "hostPaths", "daemonsets"})
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -200,6 +212,62 @@ def cluster_policy(
         mig_strategy=strategy,
         device_plugin_config=_str(_map(_map(spec.get("devicePlugin")).get("config")).get("name")),
         state=POLICY_STATES.get(state, ""),
+        namespace=_str(status.get("namespace")),
+        conditions=tuple(c for c in conditions if c is not None),
+        generation=_int(meta.get("generation"), INT64),
+        deleted=deleted,
+        resource_version=_str(meta.get("resourceVersion")),
+    )
+
+
+def _enabled(value: Any) -> bool | None:
+    flag = _map(value).get("enabled")
+    return flag if isinstance(flag, bool) else None
+
+
+def gpu_cluster(
+    obj: Mapping[str, Any], *, ts_ms: int, deleted: bool = False
+) -> GpuClusterRecord | None:
+    """The GPUCluster; ``None`` without a name."""
+    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
+    name = _str(meta.get("name"))
+    if not name:
+        return None
+    said = {
+        "dcgm": _enabled(spec.get("dcgm")),
+        "dcgmExporter": _enabled(spec.get("dcgmExporter")),
+        "computeDomains": _enabled(_map(spec.get("draDriver")).get("computeDomains")),
+    }
+    conditions = (_condition(c) for c in _list(status.get("conditions")))
+    return GpuClusterRecord(
+        name=name,
+        ts_ms=ts_ms,
+        operands=tuple(OperandSpec(k, v) for k, v in sorted(said.items()) if v is not None),
+        state=CR_STATES.get(_str(status.get("state")), ""),
+        namespace=_str(status.get("namespace")),
+        conditions=tuple(c for c in conditions if c is not None),
+        generation=_int(meta.get("generation"), INT64),
+        unknown_fields=tuple(sorted(_str(k) for k in spec if k not in GPUCLUSTER_SPEC))[:16],
+        deleted=deleted,
+        resource_version=_str(meta.get("resourceVersion")),
+    )
+
+
+def nvidia_driver(
+    obj: Mapping[str, Any], *, ts_ms: int, deleted: bool = False
+) -> NvidiaDriverRecord | None:
+    """The NVIDIADriver; ``None`` without a name."""
+    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
+    name = _str(meta.get("name"))
+    if not name:
+        return None
+    conditions = (_condition(c) for c in _list(status.get("conditions")))
+    return NvidiaDriverRecord(
+        name=name,
+        ts_ms=ts_ms,
+        driver_type=_str(spec.get("driverType")),
+        version=_str(spec.get("version")),
+        state=CR_STATES.get(_str(status.get("state")), ""),
         namespace=_str(status.get("namespace")),
         conditions=tuple(c for c in conditions if c is not None),
         generation=_int(meta.get("generation"), INT64),

@@ -139,7 +139,11 @@ def test_cluster_role_reads_nodes_pending_pods_and_policies_and_holds_only_its_o
             "resources": ["resourceclaims", "resourceclaimtemplates"],
             "verbs": ["list"],
         },
-        {"apiGroups": ["nvidia.com"], "resources": ["clusterpolicies"], "verbs": ["list", "watch"]},
+        {
+            "apiGroups": ["nvidia.com"],
+            "resources": ["clusterpolicies", "gpuclusters", "nvidiadrivers"],
+            "verbs": ["list", "watch"],
+        },
     ]
     (lease,) = [
         r for r in by_kind(docs, "Role") if r["metadata"]["name"] == "gpuattr-cluster-lease"

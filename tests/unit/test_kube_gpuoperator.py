@@ -16,10 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.kube.gpuoperator import cluster_policy, ms, operand_pod, operand_pods
+from agents.kube.gpuoperator import gpu_cluster as gpu_cluster_record
+from agents.kube.gpuoperator import nvidia_driver as nvidia_driver_record
 from contract import codec
 from contract.inputs import ContainerProgress, OperandPods, OperandSpec, PolicyCondition
 from streams.core.stack.operatorstack import node_status
 from tests.fuzz_strategies import json_values
+from tests.gpuoperator_objects import gpu_cluster, gpu_cluster_status, nvidia_driver
 
 NS = "gpu-operator-resources"  # microk8s' GPU addon namespace (the seed's lab)
 NODE = "gpu-a"
@@ -438,3 +441,59 @@ def test_restart_counts_beyond_int32_are_not_counts() -> None:
     got = operand_pod({**VALIDATOR, "status": status})
     assert got is not None
     assert got.restarts == 0
+
+
+# --- the DRA stack's GPUCluster and NVIDIADriver
+
+
+def test_gpu_cluster_as_written() -> None:
+    obj = {
+        **gpu_cluster(dcgm=True, exporter=False),
+        "status": gpu_cluster_status(False),
+    }
+    obj["metadata"] = {**obj["metadata"], "generation": 2, "resourceVersion": "41"}
+    obj["spec"]["draDriver"]["computeDomains"] = {"enabled": True}
+    got = gpu_cluster_record(obj, ts_ms=5)
+    assert got is not None
+    assert got.operands == (
+        OperandSpec("computeDomains", True),
+        OperandSpec("dcgm", True),
+        OperandSpec("dcgmExporter", False),
+    )
+    assert (got.state, got.namespace, got.generation, got.unknown_fields) == (
+        "notReady",
+        "gpu-operator",
+        2,
+        (),
+    )
+    assert [(c.type, c.status, c.reason) for c in got.conditions] == [
+        ("Ready", "False", "Error"),
+        ("Error", "True", "OperandNotReady"),
+    ]
+    assert codec.decode(codec.encode(got)) == got
+
+
+def test_a_gpu_cluster_with_fields_we_do_not_know_names_them() -> None:
+    obj = {**gpu_cluster(), "status": {"state": "degraded"}}
+    obj["spec"] = {**obj["spec"], "sandboxWorkloads": {"enabled": True}, "dcgm": "on"}
+    got = gpu_cluster_record(obj, ts_ms=1)
+    assert got is not None
+    assert (got.unknown_fields, got.operands, got.state) == (("sandboxWorkloads",), (), "")
+
+
+def test_unusable_gpu_operator_objects_give_no_record() -> None:
+    assert gpu_cluster_record({"spec": {}}, ts_ms=1) is None
+    assert nvidia_driver_record({"metadata": {"name": ""}}, ts_ms=1) is None
+
+
+def test_nvidia_driver_as_written() -> None:
+    got = nvidia_driver_record(
+        {**nvidia_driver(), "status": {"state": "ignored", "namespace": "gpu-operator"}}, ts_ms=3
+    )
+    assert got is not None
+    assert (got.name, got.driver_type, got.version, got.state) == (
+        "default",
+        "gpu",
+        "580.95.05",
+        "ignored",
+    )

@@ -368,7 +368,7 @@ CASES = {
         policy=None,
         status=agent("disabled", reason="no-exporter-pod"),
         state="unknown",
-        summary="no GPU Operator seen on gpu-a (no ClusterPolicy or deploy labels)",
+        summary="no GPU Operator seen on gpu-a (no ClusterPolicy, GPUCluster or deploy labels)",
         telemetry=None,  # nothing intended here: the telemetry rule's own causes speak
     ),
     "an exporter pod alone (its own chart, or labelled like the operator's)": Case(
@@ -377,8 +377,8 @@ CASES = {
         policy=None,
         status=agent("ok"),
         state="unknown",
-        summary="no GPU Operator seen on gpu-a (no ClusterPolicy or deploy labels); its "
-        "operand-like pods alone do not say what was intended",
+        summary="no GPU Operator seen on gpu-a (no ClusterPolicy, GPUCluster or deploy labels); "
+        "its operand-like pods alone do not say what was intended",
         telemetry=None,
     ),
     "operand pods not seen yet": Case(
@@ -452,7 +452,7 @@ CASES = {
             "nvidia.com/mig.config.state": "failed",
         },
     ),
-    "DRA node: the kubelet plugin crash looping": Case(
+    "DRA node, no GPUCluster: the crash looping plugin is not judged": Case(
         labels={
             "nvidia.com/gpu.deploy.driver": "pre-installed",
             **{
@@ -469,10 +469,13 @@ CASES = {
             pod(VALIDATOR, ready=False, phase="Running"),
         ),
         policy=None,
-        state="broken",
-        first="dra-driver",
-        blocked=("operator-validator",),
-        summary="DRA driver not ready on gpu-a (CrashLoopBackOff, 5 restarts)",
+        state="unknown",
+        summary=(
+            "DRA driver and operator validator unknown on gpu-a: DRA driver not ready: "
+            "CrashLoopBackOff, 5 restarts; not judged: no GPUCluster in charge seen; "
+            "nvidia.com/gpu.deploy.dra-driver=true is the label the operator sets on every GPU "
+            "node, not intent"
+        ),
     ),
 }
 

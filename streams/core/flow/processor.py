@@ -25,8 +25,10 @@ from contract.inputs import (
     DcgmSample,
     DcgmScrape,
     DeviceInventory,
+    GpuClusterRecord,
     NodeRecord,
     NodeSupply,
+    NvidiaDriverRecord,
     OperandPods,
     PodListSnapshot,
     PodRecord,
@@ -82,7 +84,7 @@ from streams.core.node.pods import (
     settle,
 )
 from streams.core.stack import nodestack, stackalerts
-from streams.core.stack.nodestack import PartitionPolicies
+from streams.core.stack.nodestack import IntentRecord, PartitionPolicies
 from streams.core.stack.operatorstack import node_status, operator_seen
 
 __all__ = ["ClockJump", "Output", "Processor", "Tables", "UnusableRecord", "inventory_of"]
@@ -215,7 +217,7 @@ class Processor:
             self._clock(partition, record.ts_ms, CLUSTER_ROLE)
             why = "the node was deleted from the API"
             return self._leave(record.node, record.ts_ms, why, partition)
-        if isinstance(record, ClusterPolicyRecord):
+        if isinstance(record, ClusterPolicyRecord | GpuClusterRecord | NvidiaDriverRecord):
             self._clock(partition, record.ts_ms, CLUSTER_ROLE)
             return self._on_policy(record, partition)
         node = getattr(record, "node", None)
@@ -276,15 +278,15 @@ class Processor:
 
     # --- the node's GPU stack: streams.core.stack.operatorstack, streams.core.stack.nodestack
 
-    def _on_policy(self, record: ClusterPolicyRecord, partition: int) -> list[Output]:
-        """A ClusterPolicy (published into every partition): kept for the partition; every node
-        of the partition judged anew."""
+    def _on_policy(self, record: IntentRecord, partition: int) -> list[Output]:
+        """The GPU Operator's intent (published into every partition): kept for the partition;
+        every node of the partition judged anew."""
         t = self.tables
         key = partition_key(partition)
         old = t.cluster_policies.get(key, PartitionPolicies())
         new = old.apply(record)
         if new != old:
-            if new.policies:
+            if not new.empty:
                 t.cluster_policies[key] = new
             elif key in t.cluster_policies:
                 del t.cluster_policies[key]
@@ -306,6 +308,7 @@ class Processor:
         policies = t.cluster_policies.get(str(state.partition))
         labels = dict(node_rec.labels) if node_rec is not None else None
         policy = policies.in_charge() if policies is not None else None
+        cluster = policies.gpu_cluster() if policies is not None else None
         pods = t.operand_pods.get(node)
         status = node_status(
             node,
@@ -315,8 +318,10 @@ class Processor:
             pods,
             AgentStatus(node, ts_ms, state.sources) if state.sources else None,
             state.refused.reason if state.refused is not None else None,
+            cluster,
+            policies.drivers if policies is not None else (),
         )
-        seen = operator_seen(labels, policy, pods)
+        seen = operator_seen(labels, policy, pods, cluster)
         old = t.node_stack.get(node)
         new, emit = nodestack.step(old, status, ts_ms, fingerprint(record), seen)
         if new is not None:

@@ -1,11 +1,13 @@
-"""A node's GPU stack in the worker: the ClusterPolicies a partition holds, and which
+"""A node's GPU stack in the worker: the GPU Operator's intent a partition holds, and which
 ``node-status`` the node last emitted. Pure; table values (``cluster-policies`` keyed by input
 partition, ``node-stack`` keyed by node).
 
-The cluster role publishes each ClusterPolicy into every partition of the input topic (like
-``clock.tick``): each partition keeps the live ones (:class:`PartitionPolicies`, bounded by the
-cluster's policies: a deleted one leaves). The operator reconciles one and marks the others
-``ignored``; :meth:`PartitionPolicies.in_charge` is the one the verdict reads.
+The cluster role publishes each ClusterPolicy, GPUCluster and NVIDIADriver into every partition
+of the input topic (like ``clock.tick``): each partition keeps the live ones
+(:class:`PartitionPolicies`, bounded by the cluster's objects: a deleted one leaves). The
+operator reconciles one ClusterPolicy and marks the others ``ignored``;
+:meth:`PartitionPolicies.in_charge` is the one the verdict reads. A GPUCluster is a singleton
+(its CRD admits only ``gpu-cluster``).
 
 A node's status is recomputed (:func:`streams.core.stack.operatorstack.node_status`) whenever one of
 its stack inputs changes — its operand pods, its labels, the agent's word on its sources, the
@@ -27,24 +29,47 @@ opens pending or ends before it fired sends nothing and is kept without an emiss
 
 from __future__ import annotations
 
-from contract.inputs import ClusterPolicyRecord
+from typing import TypeVar
+
+from contract.inputs import ClusterPolicyRecord, GpuClusterRecord, NvidiaDriverRecord
 from contract.outputs import Alert, NodeStatus
 from contract.records import Record, replace
 from streams.core import replays
 from streams.core.replays import REMEMBERED
 from streams.core.stack.stackalerts import StackEpisode
 
+IntentRecord = ClusterPolicyRecord | GpuClusterRecord | NvidiaDriverRecord
+_R = TypeVar("_R", ClusterPolicyRecord, GpuClusterRecord, NvidiaDriverRecord)
+
+
+def _upsert(live: tuple[_R, ...], record: _R) -> tuple[_R, ...]:
+    kept = [p for p in live if p.name != record.name]
+    if not record.deleted:
+        kept.append(record)
+    return tuple(sorted(kept, key=lambda p: p.name))
+
 
 class PartitionPolicies(Record, frozen=True):
-    """The live ClusterPolicies, by name (a cluster normally has one)."""
+    """The live ClusterPolicies (a cluster normally has one), GPUClusters (one at most) and
+    NVIDIADrivers, by name."""
 
     policies: tuple[ClusterPolicyRecord, ...] = ()
+    clusters: tuple[GpuClusterRecord, ...] = ()  # additive (v1)
+    drivers: tuple[NvidiaDriverRecord, ...] = ()  # additive (v1)
 
-    def apply(self, record: ClusterPolicyRecord) -> PartitionPolicies:
-        kept = tuple(p for p in self.policies if p.name != record.name)
-        if record.deleted:
-            return replace(self, policies=kept)
-        return replace(self, policies=tuple(sorted((*kept, record), key=lambda p: p.name)))
+    def apply(self, record: IntentRecord) -> PartitionPolicies:
+        if isinstance(record, ClusterPolicyRecord):
+            return replace(self, policies=_upsert(self.policies, record))
+        if isinstance(record, GpuClusterRecord):
+            return replace(self, clusters=_upsert(self.clusters, record))
+        return replace(self, drivers=_upsert(self.drivers, record))
+
+    @property
+    def empty(self) -> bool:
+        return not (self.policies or self.clusters or self.drivers)
+
+    def gpu_cluster(self) -> GpuClusterRecord | None:
+        return self.clusters[0] if self.clusters else None
 
     def in_charge(self) -> ClusterPolicyRecord | None:
         """The policy the operator reconciles: the first not ``ignored``; when every one is, the

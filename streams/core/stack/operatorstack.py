@@ -21,7 +21,9 @@ failure (``nvidia.com/mig.config.state=failed``) breaks the MIG manager's bounda
 
 Per plane (:func:`judge`): what was **intended** (:func:`intent`: the node-wide
 ``nvidia.com/gpu.deploy.operands=false``, the ClusterPolicy's ``spec.<operand>.enabled`` — unset
-means the operator's default, :data:`POLICY_DEFAULTS` — and the node's
+means the operator's default, :data:`POLICY_DEFAULTS` — or on the DRA stack the GPUCluster's
+(:data:`GPUCLUSTER_DEFAULTS`; it manages no driver: an ``NVIDIADriver`` owns the node's, or the
+host has it, :func:`dra_driver_intent`), and the node's
 ``nvidia.com/gpu.deploy.<operand>`` label, saying which decided — the operator's own ``true``
 label is no intent without a ClusterPolicy in charge, and a plane nobody is known to intend is
 ``unknown``, never broken; a driver ``pre-installed`` on the host), what **runs** (the operand
@@ -33,6 +35,10 @@ on* that plane; the node's verdict
 (:func:`node_status`) names the **first broken boundary** in dependency order and the planes
 waiting on it, MIG desired versus reconciled, the ClusterPolicy's own word, and the one line that
 says why the node's usage is unknown (:func:`telemetry_reason`).
+
+The operator refuses a GPUCluster while any ClusterPolicy exists (its ``PrerequisiteNotMet``
+condition): both present is the node's verdict (``conflict``), unless the ClusterPolicy's stack
+on a device-plugin node is broken, which is said first.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ from contract.inputs import (
     AgentStatus,
     ClusterPolicyRecord,
     ContainerProgress,
+    GpuClusterRecord,
+    NvidiaDriverRecord,
     OperandPod,
     OperandPods,
     SourceStatus,
@@ -69,6 +77,10 @@ OPERANDS = "nvidia.com/gpu.deploy.operands"
 MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
 MIG_STRATEGY = "nvidia.com/mig.strategy"  # GFD's label, when the ClusterPolicy is not read
+#: the NVIDIADriver that owns the node's driver (the operator's node-pool label)
+DRIVER_OWNER = "nvidia.com/gpu-operator.driver.owner"
+
+Charter = ClusterPolicyRecord | GpuClusterRecord
 
 #: ``spec.<operand>.enabled`` when unset (the operator's ``IsEnabled`` defaults)
 POLICY_DEFAULTS: Mapping[str, bool] = {
@@ -80,6 +92,14 @@ POLICY_DEFAULTS: Mapping[str, bool] = {
     "gfd": True,
     "migManager": True,
     "nodeStatusExporter": False,
+}
+#: a GPUCluster's ``spec.<operand>.enabled`` when unset: its controller defaults DCGM off (the
+#: exporter embeds its own hostengine) and dcgm-exporter on; the DRA driver and the validator
+#: have no switch
+GPUCLUSTER_DEFAULTS: Mapping[str, bool] = {
+    "dcgm": False,
+    "dcgmExporter": True,
+    "computeDomains": False,
 }
 
 #: init containers that check (not only wait on) their boundary in every pod that has them
@@ -182,8 +202,8 @@ DEVICE_PLUGIN_STACK: tuple[PlaneSpec, ...] = (
     ),
 )
 
-#: a node on the DRA stack (``nvidia.com/gpu.deploy.dra-driver``; the GPUCluster CRD, not the
-#: ClusterPolicy, governs it: its labels decide). Its operands need the driver.
+#: a node on the DRA stack (``nvidia.com/gpu.deploy.dra-driver``; the GPUCluster, not the
+#: ClusterPolicy, governs it). Its operands need the driver.
 DRA_STACK: tuple[PlaneSpec, ...] = (
     DRIVER,
     PlaneSpec(
@@ -194,12 +214,12 @@ DRA_STACK: tuple[PlaneSpec, ...] = (
         ("nvidia-dra-driver-kubelet-plugin",),
         ("driver",),
     ),
-    PlaneSpec("dcgm", "DCGM", "dcgm-dra", None, ("nvidia-dcgm-dra",), ("driver",)),
+    PlaneSpec("dcgm", "DCGM", "dcgm-dra", "dcgm", ("nvidia-dcgm-dra",), ("driver",)),
     PlaneSpec(
         "dcgm-exporter",
         "dcgm-exporter",
         "dcgm-exporter-dra",
-        None,
+        "dcgmExporter",
         ("nvidia-dcgm-exporter-dra",),
         ("driver", "dcgm"),
     ),
@@ -233,19 +253,25 @@ BROKEN: frozenset[PlaneState] = frozenset({"not-ready", "unreachable", "refused"
 # --- intent
 
 
-def _enabled(policy: ClusterPolicyRecord, key: str) -> tuple[bool, bool]:
+def _enabled(policy: Charter, key: str) -> tuple[bool, bool]:
     """(enabled, set explicitly) of ``spec.<key>.enabled``."""
     for op in policy.operands:
         if op.operand == key and op.enabled is not None:
             return op.enabled, True
-    return POLICY_DEFAULTS.get(key, True), False
+    defaults = GPUCLUSTER_DEFAULTS if isinstance(policy, GpuClusterRecord) else POLICY_DEFAULTS
+    return defaults.get(key, True), False
+
+
+def _kind(policy: Charter | None) -> str:
+    return "GPUCluster" if isinstance(policy, GpuClusterRecord) else "ClusterPolicy"
 
 
 def intent(
     spec: PlaneSpec,
     labels: Mapping[str, str] | None,
-    policy: ClusterPolicyRecord | None,
+    policy: Charter | None,
     governed: bool = True,
+    charter: str = "ClusterPolicy",
 ) -> PlaneIntent:
     """What was intended for ``spec`` on this node, and what decided it.
 
@@ -254,10 +280,11 @@ def intent(
     driver and toolkit that means the host's own); then the node's deploy label, which the
     DaemonSet's nodeSelector requires to be ``true``.
 
-    On a ``governed`` stack (the ClusterPolicy's) a ``true`` deploy label is not intent by itself:
-    the operator sets it on every GPU node whatever the policy says (``gpuStateLabels`` in its
-    ``controllers/state_manager.go``), so without a policy in charge it is ``unknown``. Any
-    other value is an admin's word on the node and stands without a policy."""
+    ``policy`` is the stack's charter: the ClusterPolicy, or on the DRA stack the GPUCluster. On a
+    ``governed`` stack a ``true`` deploy label is not intent by itself: the operator sets it on
+    every GPU node whatever the charter says (``gpuStateLabels`` and ``gpuClusterStateLabels`` in
+    its ``controllers/state_manager.go``), so without one in charge it is ``unknown``. Any
+    other value is an admin's word on the node and stands without a charter."""
     if labels is not None and labels.get(OPERANDS) == "false":
         return PlaneIntent("disabled", "operands-label", f"{OPERANDS}=false")
     in_charge = policy is not None and not policy.deleted
@@ -268,8 +295,11 @@ def intent(
         where = f"spec.{spec.policy_key}.enabled={'true' if enabled else 'false'}"
         if not explicit:
             where = f"spec.{spec.policy_key}.enabled unset (default {str(enabled).lower()})"
-        policy_says = f"ClusterPolicy {policy.name}: {where}"
-        policy_by = "cluster-policy" if explicit else "operator-default"
+        policy_says = f"{_kind(policy)} {policy.name}: {where}"
+        by_spec: DecidedBy = (
+            "gpu-cluster" if isinstance(policy, GpuClusterRecord) else "cluster-policy"
+        )
+        policy_by = by_spec if explicit else "operator-default"
         if not enabled:
             return PlaneIntent("host" if spec.host_capable else "disabled", policy_by, policy_says)
     label_key = DEPLOY + spec.label
@@ -277,7 +307,7 @@ def intent(
         if policy_says:
             return PlaneIntent("unknown", "none", f"{policy_says}; the node's labels not seen yet")
         return PlaneIntent(
-            "unknown", "none", "neither the ClusterPolicy nor the node's labels seen"
+            "unknown", "none", f"neither the {_kind(policy)} nor the node's labels seen"
         )
     value = labels.get(label_key)
     if value == "true":
@@ -287,7 +317,7 @@ def intent(
             return PlaneIntent(
                 "unknown",
                 "none",
-                f"no ClusterPolicy in charge seen; {label_key}=true is the label the operator "
+                f"no {charter} in charge seen; {label_key}=true is the label the operator "
                 "sets on every GPU node, not intent",
             )
         return PlaneIntent("deploy", "node-label", f"{label_key}=true")
@@ -298,6 +328,39 @@ def intent(
     if value == "pre-installed" and spec.host_capable:
         return PlaneIntent("host", "node-label", f"{label_key}=pre-installed")
     return PlaneIntent("paused", "node-label", f"{label_key}={value}")
+
+
+def dra_driver_intent(
+    labels: Mapping[str, str] | None,
+    cluster: GpuClusterRecord | None,
+    drivers: Sequence[NvidiaDriverRecord],
+) -> PlaneIntent:
+    """The driver's intent on a DRA node. The GPUCluster manages no driver: an ``NVIDIADriver``
+    owns the node's (the operator labels it ``nvidia.com/gpu-operator.driver.owner=<name>``), or
+    the host has it — which the DRA plugin's ``driver-validation`` then checks."""
+    if labels is not None and labels.get(OPERANDS) == "false":
+        return PlaneIntent("disabled", "operands-label", f"{OPERANDS}=false")
+    owner = (labels or {}).get(DRIVER_OWNER)
+    if owner:
+        driver = next((d for d in drivers if d.name == owner and not d.deleted), None)
+        if driver is None:
+            why = f"{DRIVER_OWNER}={owner}; NVIDIADriver {owner} not seen"
+            return PlaneIntent("deploy", "node-label", why)
+        said = " ".join(x for x in (driver.driver_type, driver.version) if x)
+        state = f", status {driver.state}" if driver.state else ""
+        detail = f"NVIDIADriver {owner}{f' ({said})' if said else ''}{state}"
+        return PlaneIntent("deploy", "nvidia-driver", detail)
+    if cluster is None:
+        return intent(DRIVER, labels, None, charter="GPUCluster")
+    label = (labels or {}).get(DEPLOY + DRIVER.label)
+    if label not in (None, "true"):
+        return intent(DRIVER, labels, None, governed=False)  # an admin's word on the node
+    return PlaneIntent(
+        "host",
+        "gpu-cluster",
+        f"GPUCluster {cluster.name} manages no driver and no NVIDIADriver owns this node "
+        f"({DRIVER_OWNER} not set): the host's",
+    )
 
 
 # --- what runs
@@ -543,12 +606,15 @@ def judge(
 
 def mig(
     labels: Mapping[str, str] | None,
-    policy: ClusterPolicyRecord | None,
+    policy: Charter | None,
     manager: Plane | None,
 ) -> MigReconcile:
     """MIG desired (``nvidia.com/mig.config``) versus reconciled (``…mig.config.state``)."""
     labels = labels or {}
-    strategy = policy.mig_strategy if policy is not None and not policy.deleted else None
+    in_charge = isinstance(policy, ClusterPolicyRecord) and not policy.deleted
+    strategy = (
+        policy.mig_strategy if isinstance(policy, ClusterPolicyRecord) and in_charge else None
+    )
     strategy = strategy or labels.get(MIG_STRATEGY)
     desired = labels.get(MIG_CONFIG)
     state = labels.get(MIG_STATE)
@@ -574,8 +640,8 @@ def mig(
     return MigReconcile(strategy, desired, state, False, why)
 
 
-def standing(policy: ClusterPolicyRecord | None) -> PolicyStanding | None:
-    """The ClusterPolicy's own word: ``status.state`` and its ``Ready``/``Error`` conditions."""
+def standing(policy: Charter | None) -> PolicyStanding | None:
+    """The charter's own word: ``status.state`` and its ``Ready``/``Error`` conditions."""
     if policy is None or policy.deleted:
         return None
     ready_c = next((c for c in policy.conditions if c.type == "Ready"), None)
@@ -594,7 +660,7 @@ def standing(policy: ClusterPolicyRecord | None) -> PolicyStanding | None:
         message = ready_c.message or ready_c.reason
     else:
         message = ""
-    return PolicyStanding(policy.name, policy.state, ready, message)
+    return PolicyStanding(policy.name, policy.state, ready, message, _kind(policy))
 
 
 def _and(names: Sequence[str]) -> str:
@@ -615,7 +681,8 @@ def telemetry_reason(planes: Sequence[Plane]) -> tuple[str | None, bool]:
         if kind in ("disabled", "paused"):
             by = exporter.intent.detail
             how = "disabled" if kind == "disabled" else "paused"
-            where = "" if exporter.intent.decided_by == "cluster-policy" else " on this node"
+            cluster_wide = exporter.intent.decided_by in ("cluster-policy", "gpu-cluster")
+            where = "" if cluster_wide else " on this node"
             return f"dcgm-exporter {how}{where} by {by}", True
         if exporter.pod is not None:  # one runs, not of the operator's intent: nothing to add
             return None, False
@@ -647,9 +714,11 @@ def operator_seen(
     labels: Mapping[str, str] | None,
     policy: ClusterPolicyRecord | None,
     pods: OperandPods | None,
+    cluster: GpuClusterRecord | None = None,
 ) -> bool:
     """Whether the GPU Operator is seen to manage the node: a ClusterPolicy in charge (not
-    deleted, not ``ignored``) or a deploy label (the operator labels every GPU node it manages).
+    deleted, not ``ignored``), a GPUCluster, or a deploy label (the operator labels every GPU
+    node it manages).
 
     Operand-looking pods alone are not enough: a dcgm-exporter installed by its own chart (or
     labelled like the operator's) says nothing about what an operator intended, and judging
@@ -657,10 +726,10 @@ def operator_seen(
     del pods  # kept in the signature: what is seen is decided here, in one place
     in_charge = policy is not None and not policy.deleted and policy.state != "ignored"
     labelled = any(k.startswith(DEPLOY) for k in labels or {})
-    return in_charge or labelled
+    return in_charge or labelled or (cluster is not None and not cluster.deleted)
 
 
-def elsewhere(pods: OperandPods | None, policy: ClusterPolicyRecord | None) -> str | None:
+def elsewhere(pods: OperandPods | None, policy: Charter | None) -> str | None:
     """Why the agent's operand pods do not speak for the operator's: it watches another namespace
     than the one the ClusterPolicy in charge runs its operands in (``status.namespace``; OpenShift
     installs it in ``nvidia-gpu-operator``). ``None``: they do, or nothing says otherwise."""
@@ -670,8 +739,18 @@ def elsewhere(pods: OperandPods | None, policy: ClusterPolicyRecord | None) -> s
         return None
     return (
         f"the node's agent watches namespace {pods.namespace or '(none)'} for operand pods, but "
-        f"ClusterPolicy {policy.name} runs them in {policy.namespace} "
+        f"{_kind(policy)} {policy.name} runs them in {policy.namespace} "
         f"(set GPUATTR_KUBE_OPERATOR_NAMESPACE={policy.namespace} on the agent)"
+    )
+
+
+def conflict_line(policy: ClusterPolicyRecord, cluster: GpuClusterRecord) -> str:
+    """Why the operator refuses the GPUCluster: its own ``Error`` message when it wrote one."""
+    said = next((c for c in cluster.conditions if c.type == "Error" and c.status == "True"), None)
+    why = f" ({said.reason}: {said.message})" if said is not None and said.message else ""
+    return (
+        f"ClusterPolicy {policy.name} and GPUCluster {cluster.name} both exist: the GPU Operator "
+        f"refuses a GPUCluster while a ClusterPolicy exists{why}"
     )
 
 
@@ -683,30 +762,51 @@ def node_status(
     pods: OperandPods | None,
     status: AgentStatus | None = None,
     refused: str | None = None,
+    cluster: GpuClusterRecord | None = None,
+    drivers: Sequence[NvidiaDriverRecord] = (),
 ) -> NodeStatus:
     """The node's stack at ``ts_ms``: every plane judged in dependency order, the first broken
-    boundary and what waits on it, MIG, the ClusterPolicy, the telemetry line."""
+    boundary and what waits on it, MIG, the charter's own word (the ClusterPolicy's, or the
+    GPUCluster's on a DRA node), the telemetry line."""
     operand_pods = pods.pods if pods is not None else None
     if policy is not None and policy.deleted:
         policy = None
-    standing_ = standing(policy)
-    if policy is not None and policy.state == "ignored":
-        policy = None  # another ClusterPolicy is in charge: this one decides nothing
-    unseen = elsewhere(pods, policy)
-    if unseen is not None:
-        operand_pods = None  # the operator's pods are not where the agent looks: none seen
+    if cluster is not None and cluster.deleted:
+        cluster = None
+    conflict = (
+        conflict_line(policy, cluster) if policy is not None and cluster is not None else None
+    )
     dra = (labels or {}).get(DEPLOY + "dra-driver") == "true" or any(
         p.app == "nvidia-dra-driver-kubelet-plugin" for p in operand_pods or ()
     )
+    if dra:
+        # the GPUCluster is this stack's charter; refused while a ClusterPolicy exists, it
+        # decides nothing here
+        charter: Charter | None = cluster if conflict is None else None
+        standing_ = standing(cluster)
+    else:
+        standing_ = standing(policy)
+        if policy is not None and policy.state == "ignored":
+            policy = None  # another ClusterPolicy is in charge: this one decides nothing
+        charter = policy
+    unseen = elsewhere(pods, charter)
+    if unseen is not None:
+        operand_pods = None  # the operator's pods are not where the agent looks: none seen
     stack = DRA_STACK if dra else DEVICE_PLUGIN_STACK
     validator_spec = stack[-1]
     found = pods_of(validator_spec, operand_pods or ())
     validator = found[0] if found else None
     mig_state = (labels or {}).get(MIG_STATE)
     mig_desired = (labels or {}).get(MIG_CONFIG)
+    name = "GPUCluster" if dra else "ClusterPolicy"
     planes: dict[PlaneName, Plane] = {}
     for spec in stack:
-        want = intent(spec, labels, policy, governed=not dra)
+        if dra and spec is DRIVER:
+            want = dra_driver_intent(
+                labels, charter if isinstance(charter, GpuClusterRecord) else None, drivers
+            )
+        else:
+            want = intent(spec, labels, charter, charter=name)
         planes[spec.name] = judge(
             spec,
             want,
@@ -720,10 +820,10 @@ def node_status(
             unseen or "the node's operand pods not seen yet",
         )
     ordered = tuple(planes.values())
-    migs = mig(labels, policy, planes.get("mig-manager"))
+    migs = mig(labels, charter, planes.get("mig-manager"))
     tele, on_purpose = telemetry_reason(ordered)
-    if not operator_seen(labels, policy, pods):
-        summary = f"no GPU Operator seen on {node} (no ClusterPolicy or deploy labels)"
+    if not operator_seen(labels, policy, pods, cluster):
+        summary = f"no GPU Operator seen on {node} (no ClusterPolicy, GPUCluster or deploy labels)"
         if operand_pods:
             summary += "; its operand-like pods alone do not say what was intended"
         # nothing it intends here: the telemetry rule's own causes say why usage is unknown
@@ -731,15 +831,35 @@ def node_status(
     first = next((p for p in ordered if p.state in BROKEN), None)
     if first is not None:
         blocked = tuple(p.name for p in ordered if p.waits_on == first.name)
+        line = _broken_line(node, first, blocked)
         return NodeStatus(
             node,
             ts_ms,
             "broken",
-            _broken_line(node, first, blocked),
+            f"{line}; {conflict}" if conflict is not None else line,
             ordered,
             migs,
             first.name,
             blocked,
+            standing_,
+            tele,
+            on_purpose,
+        )
+    if conflict is not None:
+        where = (
+            f"the DRA stack on {node} is not reconciled"
+            if dra
+            else f"the device-plugin stack on {node} stays the ClusterPolicy's"
+        )
+        return NodeStatus(
+            node,
+            ts_ms,
+            "conflict",
+            f"{conflict}; {where}",
+            ordered,
+            migs,
+            None,
+            (),
             standing_,
             tele,
             on_purpose,
@@ -758,7 +878,7 @@ def node_status(
     else:
         state, summary = "ready", f"GPU stack ready on {node}"
     if standing_ is not None and standing_.ready is False:
-        summary += f"; ClusterPolicy {standing_.name} not ready, not on this node's account"
+        summary += f"; {standing_.kind} {standing_.name} not ready, not on this node's account"
         summary += f": {standing_.message}" if standing_.message else ""
     return NodeStatus(
         node, ts_ms, state, summary, ordered, migs, None, (), standing_, tele, on_purpose
