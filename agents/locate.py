@@ -3,13 +3,14 @@
 The GPU Operator's ``nvidia-dcgm-exporter`` Service routes to any node's exporter (its traffic
 policy is Cluster unless the ClusterPolicy says Local), so the agent does not scrape a Service:
 its pod watch finds the exporter pods on its own node (label selector, default
-``app=nvidia-dcgm-exporter``) and it scrapes the best of them by pod IP — ready before not
+``app in (nvidia-dcgm-exporter,nvidia-dcgm-exporter-dra)``: the DRA stack's GPUCluster names its
+exporter ``nvidia-dcgm-exporter-dra``) and it scrapes the best of them by pod IP — ready before not
 ready, running before anything else, not terminating, newest first.
 
 A label is anybody's to set, so a candidate is scraped only when the API server says it is the
 operator's exporter (:func:`refusal`): in the exporter's namespace (default ``gpu-operator``)
 and controlled by its DaemonSet (an ``ownerReference`` of kind DaemonSet, ``controller: true``,
-default name ``nvidia-dcgm-exporter``). Tenants cannot create pods there, and only the DaemonSet
+default name ``nvidia-dcgm-exporter``, or the same name with ``-dra`` on the DRA stack). Tenants cannot create pods there, and only the DaemonSet
 controller makes pods it controls. Any other candidate is refused, never scraped, and
 reported once by the watch (:class:`agents.kube.watch.ExporterWatcher`).
 
@@ -58,6 +59,10 @@ class NotFound:
     detail: str
 
 
+#: the GPUCluster's operands are the ClusterPolicy's names with this suffix
+#: (``manifests/state-dcgm-exporter``: DaemonSet ``nvidia-dcgm-exporter-dra``)
+DRA_SUFFIX = "-dra"
+
 #: why a candidate is not the operator's exporter (:func:`refusal`)
 RefusedWhy = Literal["other-namespace", "no-daemonset-owner", "other-daemonset"]
 
@@ -71,7 +76,7 @@ def refusal(pod: ExporterPod, namespace: str, daemonset: str) -> RefusedWhy | No
         return "other-namespace"
     if pod.owner_kind != "DaemonSet":
         return "no-daemonset-owner"
-    if pod.owner_name != daemonset:
+    if pod.owner_name not in (daemonset, daemonset + DRA_SUFFIX):
         return "other-daemonset"
     return None
 

@@ -115,7 +115,7 @@ class DcgmSettings(BaseSettings):
 
     url: str = "http://localhost:9400/metrics"
     discover: bool = False
-    pod_selector: str = "app=nvidia-dcgm-exporter"
+    pod_selector: str = "app in (nvidia-dcgm-exporter,nvidia-dcgm-exporter-dra)"
     #: the exporter's namespace and DaemonSet, as the GPU Operator names them (a standalone
     #: dcgm-exporter Helm install names its own): a labelled pod elsewhere is never scraped
     exporter_namespace: str = Field(default="gpu-operator", min_length=1)

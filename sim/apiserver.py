@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -125,9 +126,20 @@ def _matches(obj: dict[str, Any], selector: str) -> bool:
     return True
 
 
+_TERM = re.compile(r"\s*([^,=!\s()]+)\s+in\s+\(([^)]*)\)\s*|([^,]+)")
+
+
 def _labels_match(obj: dict[str, Any], selector: str) -> bool:
+    """Equality terms (``k=v``) and set terms (``k in (a,b)``), comma-separated."""
     labels = obj.get("metadata", {}).get("labels") or {}
-    for term in filter(None, selector.split(",")):
+    for m in _TERM.finditer(selector):
+        if m.group(1) is not None:
+            if labels.get(m.group(1)) not in {v.strip() for v in m.group(2).split(",")}:
+                return False
+            continue
+        term = m.group(3).strip()
+        if not term:
+            continue
         key, _, want = term.partition("=")
         if labels.get(key.rstrip("!")) != want.lstrip("="):
             return False

@@ -71,6 +71,17 @@ def pod(
             "other-daemonset",
             id="another-daemonset",
         ),
+        pytest.param(
+            pod(owner=("DaemonSet", f"{DS}-dra")), None, id="the-gpuclusters-dra-stack-exporter"
+        ),
+        pytest.param(
+            pod(namespace="tenant", owner=("DaemonSet", f"{DS}-dra")),
+            "other-namespace",
+            id="tenant-daemonset-named-like-the-dra-stacks",
+        ),
+        pytest.param(
+            pod(owner=("DaemonSet", f"{DS}-dra-x")), "other-daemonset", id="a-longer-name"
+        ),
     ],
 )
 def test_refusal(candidate: ExporterPod, expected: str | None) -> None:
