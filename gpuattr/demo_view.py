@@ -57,7 +57,7 @@ def _usage(ev: Mapping[str, Any]) -> str:
     return util + mem
 
 
-STACK_STYLE = {"ready": "green", "broken": "red", "reconciling": "yellow"}
+STACK_STYLE = {"ready": "green", "broken": "red", "conflict": "magenta", "reconciling": "yellow"}
 
 
 def _stack_line(status: Mapping[str, Any]) -> str:

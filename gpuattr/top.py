@@ -46,7 +46,13 @@ from streams.present.views import (
 )
 
 #: how each stack state is drawn
-STACK_STYLE = {"broken": "bold red", "unknown": "yellow", "reconciling": "cyan", "disabled": "dim"}
+STACK_STYLE = {
+    "broken": "bold red",
+    "conflict": "bold magenta",
+    "unknown": "yellow",
+    "reconciling": "cyan",
+    "disabled": "dim",
+}
 
 
 def query_url(base: str, filters: dict[str, Any], sort: str) -> str:

@@ -5,7 +5,9 @@ Field selectors (``a.b=v``, ``a.b==v``, ``a.b!=v``; a field not set reads ``""``
 selectors (``k=v``, comma-separated) as the real server reads them; one pod by name
 (``/api/v1/namespaces/{ns}/pods/{name}``); the GPU Operator's
 ``clusterpolicies.nvidia.com/v1`` when the scenario has the CRD
-(:attr:`ApiServerDouble.serves_cluster_policies`; without it, the real server's plain-text
+(:attr:`ApiServerDouble.serves_cluster_policies`), and ``gpuclusters``/``nvidiadrivers``
+(``nvidia.com/v1alpha1``) when it has the DRA stack's (:attr:`ApiServerDouble.serves_dra_stack`;
+without them, the real server's plain-text
 ``404 page not found`` for a path no API group serves); ``coordination.k8s.io/v1`` Leases (get,
 create, replace with optimistic concurrency: a stale ``resourceVersion`` answers 409 Conflict)
 for the cluster role's election.
@@ -43,13 +45,19 @@ PLURAL = {
     "ResourceSlice": "resourceslices",
     "ResourceClaim": "resourceclaims",
     "ClusterPolicy": "clusterpolicies",
+    "GPUCluster": "gpuclusters",
+    "NVIDIADriver": "nvidiadrivers",
 }
 KIND = {plural: kind for kind, plural in PLURAL.items()}
 GROUP_VERSION = {
     "resourceslices": "resource.k8s.io/v1",
     "resourceclaims": "resource.k8s.io/v1",
     "clusterpolicies": "nvidia.com/v1",
+    "gpuclusters": "nvidia.com/v1alpha1",
+    "nvidiadrivers": "nvidia.com/v1alpha1",
 }
+#: the DRA stack's CRDs (GPU Operator v26.7.0 and later)
+DRA_STACK_PLURALS = frozenset({"gpuclusters", "nvidiadrivers"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +180,7 @@ class ApiServerDouble:
         *,
         dra_objects: Callable[[], list[dict[str, Any]]] | None = None,
         cluster_policies: Callable[[], list[dict[str, Any]]] | None = None,
+        dra_stack: bool = False,
         tick_s: float = 0.1,
         bookmark_s: float = 1.0,
         history: int = 2000,
@@ -183,6 +192,9 @@ class ApiServerDouble:
         self.cluster_policies = cluster_policies or (lambda: [])
         #: the ClusterPolicy CRD is installed (the GPU Operator is): may be switched either way
         self.serves_cluster_policies = cluster_policies is not None
+        #: the GPUCluster and NVIDIADriver CRDs are installed (``cluster_policies`` provides their
+        #: objects too)
+        self.serves_dra_stack = dra_stack
         self.tick_s = tick_s
         self.bookmark_s = bookmark_s
         self.history = history
@@ -287,7 +299,10 @@ class ApiServerDouble:
                 _status(code, "InternalError", "injected failure"), status=code
             )
         plural = request.match_info["plural"]
-        if plural == "clusterpolicies" and not self.serves_cluster_policies:
+        unserved = (plural == "clusterpolicies" and not self.serves_cluster_policies) or (
+            plural in DRA_STACK_PLURALS and not self.serves_dra_stack
+        )
+        if unserved:
             # no API group serves the path: the real server's plain-text answer, list or watch
             return web.Response(status=404, text="404 page not found\n")
         fields = request.query.get("fieldSelector", "")
@@ -465,6 +480,9 @@ class ApiServerDouble:
             "/apis/resource.k8s.io/v1/{plural:resourceslices|resourceclaims}", self._handle
         )
         app.router.add_get("/apis/nvidia.com/v1/{plural:clusterpolicies}", self._handle)
+        app.router.add_get(
+            "/apis/nvidia.com/v1alpha1/{plural:gpuclusters|nvidiadrivers}", self._handle
+        )
         self._runner, self._site, self.port = await start_site(app, self.host, self.port, 0.5)
         self._ticker = asyncio.create_task(self._tick(), name="apiserver-double-tick")
 

@@ -15,6 +15,10 @@ them (NVIDIA/gpu-operator main of 2026-08-21: ``assets/*/…daemonset.yaml``,
   the ones after it and the main containers ``PodInitializing``.
 * The ``ClusterPolicy`` (cluster-scoped ``nvidia.com/v1``): its spec as the scenario writes it,
   its status as the operator writes it (``state``, ``namespace``, ``Ready``/``Error``).
+* A DRA node (``dra = true``) is the ``GPUCluster``'s (``nvidia.com/v1alpha1``): labelled as its
+  controller labels GPU nodes (``gpuClusterStateLabels``), running ``manifests/state-dra-*``'s
+  operands — the DRA driver's kubelet plugin, DCGM only where the GPUCluster enables it (its
+  controller's default is off), dcgm-exporter, the DRA validator — and none without a GPUCluster.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from sim.scenario import ClusterPolicySpec, NodeSpec, OperandStep, Scenario
+from sim.scenario import ClusterPolicySpec, GpuClusterSpec, NodeSpec, OperandStep, Scenario
 from sim.timefmt import rfc3339
 
 NAMESPACE = "gpu-operator"
@@ -41,6 +45,11 @@ class Operand:
     init: tuple[str, ...]
     containers: tuple[str, ...]
     image: str
+    app: str = ""  # its pods' app label when not the DaemonSet's name
+
+    @property
+    def app_label(self) -> str:
+        return self.app or self.daemonset
 
 
 #: the operands of the device-plugin stack, in the operator's state order
@@ -112,6 +121,58 @@ OPERANDS: tuple[Operand, ...] = (
 )
 BY_NAME = {o.name: o for o in OPERANDS}
 
+#: the GPUCluster's operands (``manifests/state-dra-*``), in its controller's state order; the
+#: driver is not one of them (an NVIDIADriver's, or the host's)
+DRA_OPERANDS: tuple[Operand, ...] = (
+    Operand(
+        "dra-driver",
+        "nvidia-dra-driver-kubelet-plugin",
+        None,
+        ("driver-validation",),
+        ("gpus",),
+        "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.0",
+    ),
+    Operand(
+        "dcgm-dra",
+        "nvidia-dcgm-dra",
+        "dcgm",
+        (),
+        ("nvidia-dcgm-ctr",),
+        "nvcr.io/nvidia/cloud-native/dcgm:4.4.1-1-ubuntu22.04",
+    ),
+    Operand(
+        "dcgm-exporter-dra",
+        "nvidia-dcgm-exporter-dra",
+        "dcgmExporter",
+        (),
+        ("nvidia-dcgm-exporter-dra",),
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04",
+    ),
+    Operand(
+        "dra-validator",
+        "nvidia-dra-validator",
+        None,
+        ("gpu-validation",),
+        ("nvidia-dra-validator",),
+        VALIDATOR_IMAGE,
+        app="nvidia-operator-validator",  # the label the upgrade path waits on
+    ),
+)
+DRA_BY_NAME = {o.name: o for o in DRA_OPERANDS}
+#: what the controller labels a GPU node with when a GPUCluster exists
+DRA_DEPLOY = ("driver", "dra-driver", "dra-validator", "dcgm-dra", "dcgm-exporter-dra")
+#: a GPUCluster's ``spec.<key>.enabled`` when unset (its controller's defaults)
+GPUCLUSTER_DEFAULTS = {"dcgm": False, "dcgmExporter": True}
+
+
+def operands_of(node: NodeSpec) -> tuple[Operand, ...]:
+    return DRA_OPERANDS if node.dra else OPERANDS
+
+
+def exporter_of(node: NodeSpec) -> Operand:
+    return DRA_BY_NAME["dcgm-exporter-dra"] if node.dra else BY_NAME["dcgm-exporter"]
+
+
 #: what the operator labels a container-workload GPU node with (``gpuStateLabels``)
 DEFAULT_DEPLOY = (
     "driver",
@@ -130,7 +191,12 @@ def deploy_labels(node: NodeSpec) -> dict[str, str]:
     manage); ``mig-manager`` only where the GPUs are MIG capable."""
     if node.operator is None:
         return {}
-    names = [*DEFAULT_DEPLOY, "mig-manager"] if node.mig is not None else list(DEFAULT_DEPLOY)
+    if node.dra:
+        names = list(DRA_DEPLOY)
+    elif node.mig is not None:
+        names = [*DEFAULT_DEPLOY, "mig-manager"]
+    else:
+        names = list(DEFAULT_DEPLOY)
     labels = {DEPLOY + n: "true" for n in names}
     labels.update({DEPLOY + k: v for k, v in node.operator.deploy})
     return labels
@@ -157,13 +223,26 @@ def _enabled(policy: ClusterPolicySpec | None, key: str | None) -> bool:
     return not (isinstance(stanza, dict) and stanza.get("enabled") is False)
 
 
+def _cluster_enables(cluster: GpuClusterSpec | None, key: str | None) -> bool:
+    if cluster is None:
+        return False  # no GPUCluster: nothing deploys the DRA stack's operands
+    if key is None:
+        return True
+    stanza = cluster.spec.get(key)
+    enabled = stanza.get("enabled") if isinstance(stanza, dict) else None
+    return enabled if isinstance(enabled, bool) else GPUCLUSTER_DEFAULTS.get(key, True)
+
+
 def deployed(scenario: Scenario, node: NodeSpec, operand: Operand, t: float) -> bool:
     """Whether the operand's DaemonSet has a pod on the node at ``t``."""
     if node.operator is None:
         return False
     if deploy_labels(node).get(DEPLOY + operand.name) != "true":
         return False  # the DaemonSet's nodeSelector does not match
-    if not _enabled(scenario.cluster_policy, operand.policy_key):
+    if node.dra:
+        if not _cluster_enables(scenario.gpu_cluster, operand.policy_key):
+            return False
+    elif not _enabled(scenario.cluster_policy, operand.policy_key):
         return False  # no DaemonSet at all
     return node.operator.step(operand.name, t).state != "absent"
 
@@ -174,7 +253,7 @@ def exporter_answers(scenario: Scenario, node: NodeSpec, t: float) -> bool:
     pod runs (not crash looping, not waiting in an init container)."""
     if node.operator is None:
         return True
-    exporter = BY_NAME["dcgm-exporter"]
+    exporter = exporter_of(node)
     return deployed(scenario, node, exporter, t) and node.operator.step(exporter.name, t).state == (
         "ready"
     )
@@ -328,7 +407,7 @@ def operand_pod(
 
     def container(c: str, image: str) -> dict[str, Any]:
         spec: dict[str, Any] = {"name": c, "image": image, "imagePullPolicy": "IfNotPresent"}
-        if c == "nvidia-dcgm-exporter":  # scraped by pod IP at its port named metrics
+        if c.startswith("nvidia-dcgm-exporter"):  # scraped by pod IP at its port named metrics
             spec["ports"] = [{"name": "metrics", "containerPort": exporter_port, "protocol": "TCP"}]
         return spec
 
@@ -342,7 +421,7 @@ def operand_pod(
             "uid": f"operand-{node.name}-{operand.daemonset}",
             "creationTimestamp": rfc3339(epoch_s),
             "labels": {
-                "app": operand.daemonset,
+                "app": operand.app_label,
                 "app.kubernetes.io/part-of": "gpu-operator",
                 "controller-revision-hash": _suffix("revision", operand.daemonset),
                 "pod-template-generation": "1",
@@ -385,7 +464,7 @@ def operand_pod_objects(
         if node.operator is None or (node.deleted_s is not None and t >= node.deleted_s):
             continue
         port = (exporter_ports or {}).get(node.name, 9400)
-        for operand in OPERANDS:
+        for operand in operands_of(node):
             if deployed(scenario, node, operand, t):
                 step = node.operator.step(operand.name, t)
                 out.append(operand_pod(node, operand, step, epoch_s, host=host, exporter_port=port))
@@ -453,6 +532,58 @@ def cluster_policy_objects(scenario: Scenario, epoch_s: float) -> list[dict[str,
                 "creationTimestamp": at,
             },
             "spec": policy.spec,
+            "status": status,
+        }
+    ]
+
+
+def gpu_cluster_objects(scenario: Scenario, epoch_s: float) -> list[dict[str, Any]]:
+    """The scenario's GPUCluster (none without one), its status as its controller writes it
+    (``controllers/gpucluster_controller.go``: ``Ready`` True and ``Error`` False when
+    reconciled, else ``Ready`` False and ``Error`` True with the reason)."""
+    cluster = scenario.gpu_cluster
+    if cluster is None:
+        return []
+    at = rfc3339(epoch_s)
+    status: dict[str, Any] = {}
+    if cluster.state:
+        ready = cluster.state == "ready"
+        reason = cluster.reason or ("Reconciled" if ready else "OperandNotReady")
+        message = cluster.message or (
+            "All resources have been successfully reconciled"
+            if ready
+            else "Waiting for operand pods to be ready"
+        )
+        said = [
+            ("Ready", ready, reason if ready else "Error", message if ready else ""),
+            ("Error", not ready, "Ready" if ready else reason, "" if ready else message),
+        ]
+        status = {
+            "state": cluster.state,
+            "namespace": NAMESPACE,
+            "conditions": [
+                {
+                    "type": kind,
+                    "status": "True" if ok else "False",
+                    "reason": why,
+                    "message": text,
+                    "lastTransitionTime": at,
+                    "observedGeneration": 1,
+                }
+                for kind, ok, why, text in said
+            ],
+        }
+    return [
+        {
+            "apiVersion": "nvidia.com/v1alpha1",
+            "kind": "GPUCluster",
+            "metadata": {
+                "name": "gpu-cluster",
+                "uid": "gpucluster-gpu-cluster",
+                "generation": 1,
+                "creationTimestamp": at,
+            },
+            "spec": cluster.spec,
             "status": status,
         }
     ]

@@ -17,7 +17,12 @@ from sim.apiserver import ApiServerDouble
 from sim.cluster import Cluster
 from sim.exporter_rows import ExporterRow
 from sim.exporter_server import ExporterDouble
-from sim.gpuoperator import cluster_policy_objects, exporter_answers, operand_pod_objects
+from sim.gpuoperator import (
+    cluster_policy_objects,
+    exporter_answers,
+    gpu_cluster_objects,
+    operand_pod_objects,
+)
 from sim.kube_objects import exporter_pod_objects, node_objects, pod_objects
 from sim.kubelet_server import KubeletDouble, State
 from sim.scenario import Scenario
@@ -173,10 +178,17 @@ class SimulatedCluster:
                 dra_objects=lambda: self.cluster.dra_objects(self.epoch_s),
                 # served only where the scenario has one: elsewhere no GPU Operator, no CRD
                 cluster_policies=(
-                    (lambda: cluster_policy_objects(self.scenario, self.epoch_s))
+                    (
+                        lambda: [
+                            *cluster_policy_objects(self.scenario, self.epoch_s),
+                            *gpu_cluster_objects(self.scenario, self.epoch_s),
+                        ]
+                    )
                     if self.scenario.cluster_policy is not None
+                    or self.scenario.gpu_cluster is not None
                     else None
                 ),
+                dra_stack=self.scenario.gpu_cluster is not None,
                 host=self.host,
                 port=self.api_port,
             )

@@ -8,7 +8,8 @@ of that MIG device. Times are scenario seconds; a pod holds its slots from ``sta
 
 A node may be managed by the GPU Operator (``[nodes.operator]``): its deploy labels
 (``nvidia.com/gpu.deploy.<operand>``), its operand pods' states over scenario time and its MIG
-configuration labels over time; the cluster's ``ClusterPolicy`` is ``[cluster_policy]``
+configuration labels over time; the cluster's ``ClusterPolicy`` is ``[cluster_policy]``, its
+``GPUCluster`` (the DRA stack, for nodes with ``dra = true``) ``[gpu_cluster]``
 (:mod:`sim.gpuoperator` makes the objects).
 
 A node's device plugin may report a device's health over time (``[[nodes.device_health]]``:
@@ -144,6 +145,17 @@ class ClusterPolicySpec:
     spec: dict[str, Any]
     state: str = ""  # ready | notReady | ignored; "" before the operator wrote a status
     message: str = ""  # the Error condition's message when not ready
+
+
+@dataclass(frozen=True, slots=True)
+class GpuClusterSpec:
+    """The cluster's ``GPUCluster`` (``nvidia.com/v1alpha1``, named ``gpu-cluster``): its spec as
+    written, its status as the controller writes it (``reason``: the ``Error`` condition's)."""
+
+    spec: dict[str, Any]
+    state: str = ""  # ready | notReady; "" before the controller wrote a status
+    reason: str = ""  # OperandNotReady, ReconcileFailed, PrerequisiteNotMet
+    message: str = ""
 
 
 #: what a device trace makes its GPU (or MIG instance) do, :mod:`sim.traces` says how
@@ -375,6 +387,7 @@ class Scenario:
     pods: tuple[PodSpec, ...] = field(default=())
     claims: tuple[ClaimSpec, ...] = field(default=())
     cluster_policy: ClusterPolicySpec | None = None
+    gpu_cluster: GpuClusterSpec | None = None
 
     def node(self, name: str) -> NodeSpec:
         return next(n for n in self.nodes if n.name == name)
@@ -482,6 +495,17 @@ def _policy(doc: dict[str, Any] | None) -> ClusterPolicySpec | None:
         str(doc["name"]),
         dict(doc.get("spec") or {}),
         str(doc.get("state", "")),
+        str(doc.get("message", "")),
+    )
+
+
+def _gpu_cluster(doc: dict[str, Any] | None) -> GpuClusterSpec | None:
+    if doc is None:
+        return None
+    return GpuClusterSpec(
+        dict(doc.get("spec") or {}),
+        str(doc.get("state", "")),
+        str(doc.get("reason", "")),
         str(doc.get("message", "")),
     )
 
@@ -599,6 +623,7 @@ def parse(doc: dict[str, Any]) -> Scenario:
         tuple(pods),
         claims,
         _policy(doc.get("cluster_policy")),
+        _gpu_cluster(doc.get("gpu_cluster")),
     )
 
 

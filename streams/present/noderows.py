@@ -17,7 +17,7 @@ from contract.records import fast_init
 from streams.core.stack.nodestack import NodeStack
 
 #: the order rows are listed in: what needs a person first
-STATE_ORDER = ("broken", "unknown", "reconciling", "disabled", "ready")
+STATE_ORDER = ("broken", "conflict", "unknown", "reconciling", "disabled", "ready")
 
 
 @fast_init
