@@ -374,7 +374,8 @@ def node_stack_state(nodes: Sequence[NodeRow]) -> Family:
     return Family(
         "gpuattr_node_stack_state",
         "The node's GPU Operator stack, one series per state (value 1 for the current one): "
-        "ready, broken, reconciling, disabled or unknown",
+        "ready, broken, conflict (a ClusterPolicy and a GPUCluster both exist), reconciling, "
+        "disabled or unknown",
         [
             ((("node", row.node), ("state", name)), 1.0 if row.state == name else 0.0)
             for row in nodes

@@ -158,7 +158,7 @@ CASES = [
     (NODE_FAMILIES[0], NODES, "gpuattr_node_stack_state",
      [((("node", n), ("state", s)), float(s == st))
       for n, st in (("n1", "broken"), ("n2", "ready"))
-      for s in ("broken", "unknown", "reconciling", "disabled", "ready")]),
+      for s in ("broken", "conflict", "unknown", "reconciling", "disabled", "ready")]),
     (NODE_FAMILIES[1], NODES, "gpuattr_node_plane_broken",
      [((("node", "n1"), ("plane", "driver")), 0.0), ((("node", "n1"), ("plane", "toolkit")), 1.0)]),
     (NODE_FAMILIES[2], NODES, "gpuattr_node_stack_alert_open",

@@ -223,7 +223,9 @@ def test_no_exporter_pod_where_it_is_disabled_and_no_plain_exporter_pod_on_opera
     assert exporter_pod_objects(LAB, ports, EPOCH) == []  # the operand pods are the exporters
 
 
-@pytest.mark.parametrize("name", [n for n in builtin_names() if n != "operator-lab"])
+@pytest.mark.parametrize(
+    "name", [n for n in builtin_names() if n not in ("operator-lab", "dra-stack")]
+)
 def test_scenarios_without_an_operator_are_unchanged(name: str) -> None:
     scenario = load(name)
     assert scenario.cluster_policy is None

@@ -674,7 +674,7 @@ def test_node_rows_put_the_broken_boundary_first_and_series_keep_their_label_set
     per_node: dict[str, dict[str, float]] = {}
     for lb, v in state.samples:
         per_node.setdefault(dict(lb)["node"], {})[dict(lb)["state"]] = v
-    every = ("broken", "unknown", "reconciling", "disabled", "ready")
+    every = ("broken", "conflict", "unknown", "reconciling", "disabled", "ready")
     assert per_node == {
         NODE: {s: float(s == "broken") for s in every},
         "gpu-0": {s: float(s == "ready") for s in every},
