@@ -3,7 +3,10 @@ plugin reports a held GPU Unhealthy in ``ListAndWatch``; the real kubelet writes
 holder's ``status.containerStatuses[].allocatedResourcesStatus`` on the real API server; ``gpuattr
 agent`` publishes the pod with its ``resource_health``; ``gpuattr worker`` judges the device
 unhealthy in its attribution events and raises a ``device-unhealthy`` alert naming the holder
-with its UID — and resolves it when the plugin reports the device Healthy again.
+with its UID — and resolves it when the plugin reports the device Healthy again. The kubelet
+also drops the unhealthy ID from ``GetAllocatableResources`` while the pod keeps it: the agent's
+next snapshot carries the shorter list, and the events' ``allocatable`` word says unhealthy, then
+healthy once the ID is listed again.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import pytest
 
 from contract.inputs import DeviceAssignment
-from contract.outputs import Alert, AttributionEvent
+from contract.outputs import Alert, AttributionEvent, HealthSaid
 from gpuattr.localkube.cluster import LocalCluster
 from gpuattr.localkube.devices import WHOLE
 from gpuattr.localkube.node import DeviceHealth
@@ -93,6 +96,22 @@ def holder_named(e: AttributionEvent | Alert, held: Held) -> bool:
     return any((h.namespace, h.pod, h.uid) == (NS, POD, held.uid) for h in e.holders)
 
 
+def said(e: AttributionEvent, source: str, state: str) -> list[HealthSaid]:
+    return [w for w in e.health.sources if (w.source, w.state) == (source, state)]
+
+
+def event_saying(p: RealPipeline, held: Held, since_ms: int, state: str) -> AttributionEvent | None:
+    """The first event since ``since_ms`` of the held device in which the kubelet (the holder's
+    status) and its allocatable list both say ``state``."""
+    for e in p.attribution(since_ms):
+        if e.device_uuid != held.key or not holder_named(e, held):
+            continue
+        kubelet = [w for w in said(e, "kubelet", state) if w.holder == f"{NS}/{POD}"]
+        if kubelet and said(e, "allocatable", state):
+            return e
+    return None
+
+
 def alert(p: RealPipeline, held: Held, status: str) -> Alert | None:
     found = [
         a
@@ -136,9 +155,27 @@ async def test_an_unhealthy_device_fires_for_its_holder_and_resolves_when_health
             )
             assert holder_named(firing, held), firing.holders
             assert f"uid {held.uid}" in firing.summary, firing.summary
-            kubelet = [w for w in firing.figures.health if w.source == "kubelet"]
-            assert [(w.state, w.holder) for w in kubelet] == [("unhealthy", f"{NS}/{POD}")]
+            # the pod status and the allocatable list reach the worker on separate paths: the
+            # alert fires on whichever comes first, and an event soon carries both
+            first = {w.source for w in firing.figures.health if w.state == "unhealthy"}
+            assert first & {"kubelet", "allocatable"}, firing.figures.health
+            both = await wait_for(
+                lambda: event_saying(p, held, sick_since, "unhealthy"),
+                timeout_s=90,
+                every_s=0.2,
+                what=lambda: (
+                    f"an event of {held.key} with the kubelet's and its allocatable "
+                    f"list's unhealthy\n{p.logs()}"
+                ),
+            )
+            kubelet = said(both, "kubelet", "unhealthy")
+            assert [w.holder for w in kubelet] == [f"{NS}/{POD}"]
             assert held.device_id in kubelet[0].detail, kubelet[0].detail
+            (dropped,) = said(both, "allocatable", "unhealthy")
+            assert dropped.detail == (
+                f"the kubelet no longer lists {held.device_id} of {WHOLE} as allocatable: "
+                "its device plugin reports it unhealthy"
+            )
             sick = [
                 e
                 for e in p.attribution(sick_since)
@@ -147,6 +184,7 @@ async def test_an_unhealthy_device_fires_for_its_holder_and_resolves_when_health
             assert sick, f"no attribution event judged {held.key} unhealthy"
             assert all(holder_named(e, held) for e in sick)
 
+            well_since = now_ms()
             node.set_device_health(held.device_id, "Healthy")
             await status_shows(rest, held.device_id, "Healthy")
             resolved = await wait_for(
@@ -157,6 +195,15 @@ async def test_an_unhealthy_device_fires_for_its_holder_and_resolves_when_health
             )
             assert resolved.id == firing.id, "one episode: fired, then resolved"
             assert "healthy again" in resolved.summary, resolved.summary
+            # resolved only once neither says unhealthy: the ID is listed again by then
+            words = {(w.source, w.state) for w in resolved.figures.health}
+            assert {("kubelet", "healthy"), ("allocatable", "healthy")} <= words, words
+            assert await wait_for(
+                lambda: event_saying(p, held, well_since, "healthy"),
+                timeout_s=90,
+                every_s=0.2,
+                what=lambda: f"an event of {held.key} with both healthy again\n{p.logs()}",
+            )
             episode = [(a.status, a.device_uuid) for a in p.alert_records() if a.kind == KIND]
             assert episode == [("firing", held.key), ("resolved", held.key)]
     finally:

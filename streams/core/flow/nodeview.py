@@ -223,6 +223,7 @@ def _context(
         taints=(
             taint_words(view.dra_devices.values(), mig or gpu_uuid) if key in view.dra_keys else ()
         ),
+        allocatable=index.allocatable if index is not None else (),
         holders_note=(
             PREDATES
             if index is not None
