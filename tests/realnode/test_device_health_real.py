@@ -22,7 +22,7 @@ from contract.inputs import DeviceAssignment
 from contract.outputs import Alert, AttributionEvent, HealthSaid
 from gpuattr.localkube.cluster import LocalCluster
 from gpuattr.localkube.devices import WHOLE
-from gpuattr.localkube.node import DeviceHealth
+from gpuattr.localkube.node import DeviceHealth, LocalNode
 from tests.helpers import wait_for, wait_for_async
 from tests.kube_fixture import Rest
 from tests.realnode.node import (
@@ -112,6 +112,28 @@ def event_saying(p: RealPipeline, held: Held, since_ms: int, state: str) -> Attr
     return None
 
 
+def lately(p: RealPipeline, held: Held, since_ms: int) -> str:
+    """What the last events of the held device said of its health (for a failure's message)."""
+    events = [e for e in p.attribution(since_ms) if e.device_uuid == held.key][-3:]
+    return "\n".join(
+        f"{e.ts_ms} {e.origin}: "
+        + "; ".join(f"{w.source} {w.state} {w.detail}" for w in e.health.sources)
+        for e in events
+    )
+
+
+def same_gpu(node: LocalNode, device_id: str) -> list[str]:
+    """Every ID the plugin advertises for the GPU of ``device_id``: NVIDIA's plugin checks health
+    per GPU, so all of a GPU's time-slicing replicas turn unhealthy together."""
+    base = device_id.partition("::")[0]
+    return sorted(i for gpu in node.layout for _, i in gpu.ids() if i.partition("::")[0] == base)
+
+
+def set_health(node: LocalNode, device_id: str, health: DeviceHealth) -> None:
+    for each in same_gpu(node, device_id):
+        node.set_device_health(each, health)
+
+
 def alert(p: RealPipeline, held: Held, status: str) -> Alert | None:
     found = [
         a
@@ -145,7 +167,7 @@ async def test_an_unhealthy_device_fires_for_its_holder_and_resolves_when_health
             assert await kubelet_says(rest, held.device_id) == "Healthy"
 
             sick_since, sick_id = now_ms(), held.device_id
-            node.set_device_health(held.device_id, "Unhealthy")
+            set_health(node, held.device_id, "Unhealthy")
             await status_shows(rest, held.device_id, "Unhealthy")
             firing = await wait_for(
                 lambda: alert(p, held, "firing"),
@@ -164,8 +186,9 @@ async def test_an_unhealthy_device_fires_for_its_holder_and_resolves_when_health
                 timeout_s=90,
                 every_s=0.2,
                 what=lambda: (
-                    f"an event of {held.key} with the kubelet's and its allocatable "
-                    f"list's unhealthy\n{p.logs()}"
+                    f"an event of {held.key} ({held.device_id}) with the kubelet's and its "
+                    f"allocatable list's unhealthy; lately:\n{lately(p, held, sick_since)}\n"
+                    f"{p.logs()}"
                 ),
             )
             kubelet = said(both, "kubelet", "unhealthy")
@@ -185,7 +208,7 @@ async def test_an_unhealthy_device_fires_for_its_holder_and_resolves_when_health
             assert all(holder_named(e, held) for e in sick)
 
             well_since = now_ms()
-            node.set_device_health(held.device_id, "Healthy")
+            set_health(node, held.device_id, "Healthy")
             await status_shows(rest, held.device_id, "Healthy")
             resolved = await wait_for(
                 lambda: alert(p, held, "resolved"),
@@ -202,12 +225,15 @@ async def test_an_unhealthy_device_fires_for_its_holder_and_resolves_when_health
                 lambda: event_saying(p, held, well_since, "healthy"),
                 timeout_s=90,
                 every_s=0.2,
-                what=lambda: f"an event of {held.key} with both healthy again\n{p.logs()}",
+                what=lambda: (
+                    f"an event of {held.key} with both healthy again; lately:\n"
+                    f"{lately(p, held, well_since)}\n{p.logs()}"
+                ),
             )
             episode = [(a.status, a.device_uuid) for a in p.alert_records() if a.kind == KIND]
             assert episode == [("firing", held.key), ("resolved", held.key)]
     finally:
         if sick_id is not None:
-            node.set_device_health(sick_id, "Healthy")
+            set_health(node, sick_id, "Healthy")
         await delete_namespace(rest, NS)
         await node.settled()  # every device allocatable again: the node is the session's
