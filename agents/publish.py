@@ -24,6 +24,7 @@ from contract import codec, signature
 from contract.inputs import (
     ClockTick,
     ClusterPolicyRecord,
+    DeviceTaintRuleRecord,
     PendingPod,
     PendingPodList,
     pool_resource,
@@ -118,9 +119,11 @@ class Publisher:
         for partition in range(await self.partitions(DEMAND_ROLE)):
             await self._send(record, None, partition, DEMAND_ROLE)
 
-    async def publish_to_every_partition(self, record: ClusterPolicyRecord) -> None:
-        """A record every partition's join reads (the ClusterPolicy): no key, into each
-        partition the input topic has now, as clock ticks are."""
+    async def publish_to_every_partition(
+        self, record: ClusterPolicyRecord | DeviceTaintRuleRecord
+    ) -> None:
+        """A record every partition's join reads (a ClusterPolicy, a DeviceTaintRule): no key,
+        into each partition the input topic has now, as clock ticks are."""
         for partition in range(await self.partitions()):
             await self._send(record, None, partition)
 

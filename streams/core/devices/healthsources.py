@@ -9,8 +9,9 @@ drops an unhealthy device-plugin ID from ``GetAllocatableResources`` while the p
 held ID missing from its resource's allocatable list is unhealthy (DRA devices are never listed
 there, and a node without a list, or a resource without one, says nothing). A DRA driver or an
 admin taints a device instead (KEP-5055; NVIDIA's driver taints GPUs on health events), and a
-``NoExecute`` taint evicts its holders. DCGM's readings say what the hardware measured (a memory
-fault is unhealthy; no sample, nothing to say).
+``NoExecute`` taint evicts its holders; a ``DeviceTaintRule`` taints every device it selects, as
+if the taint were in the device's slice (its word names the rule). DCGM's readings say what the
+hardware measured (a memory fault is unhealthy; no sample, nothing to say).
 
 No source overrules another: the event lists each one's word (``Health.sources``) and the
 verdict is ``unhealthy`` when any says so, else ``healthy`` when any says that (a kubelet's
@@ -26,6 +27,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contract.inputs import (
     AllocatableDevice,
     DeviceAssignment,
+    DeviceTaint,
+    DeviceTaintRuleRecord,
     DraDevice,
     ResourceClaimRecord,
     ResourceHealth,
@@ -33,7 +36,9 @@ from contract.inputs import (
 from contract.outputs import Health, HealthSaid, HealthState
 from contract.records import replace
 from streams.core.devices.allocation import dra_name, via_dra
+from streams.core.devices.dra import DeviceRef
 from streams.core.devices.identity import parse_device_id
+from streams.core.devices.taintrules import selects
 
 #: the kubelet's word → ours
 _KUBELET: Mapping[str, HealthState] = {
@@ -122,16 +127,34 @@ def taint_words(devices: Iterable[DraDevice], uuid: str | None) -> tuple[HealthS
     """The taints on the DRA device of this UUID (a whole GPU's, or a MIG instance's)."""
     if uuid is None:
         return ()
+    return tuple(_taint_word(t) for d in devices if d.uuid == uuid for t in d.taints)
+
+
+def rule_words(
+    rules: Sequence[DeviceTaintRuleRecord],
+    devices: Mapping[DeviceRef, DraDevice],
+    uuid: str | None,
+) -> tuple[HealthSaid, ...]:
+    """The taints of the DeviceTaintRules that select the DRA device of this UUID, each naming
+    its rule (:func:`streams.core.devices.taintrules.selects`)."""
+    if uuid is None or not rules:
+        return ()
     return tuple(
-        HealthSaid(
-            "dra-taint",
-            "healthy" if t.effect == "None" else "unhealthy",
-            f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}",
-            effect=t.effect,
-        )
-        for d in devices
+        _taint_word(rule.taint, f"DeviceTaintRule {rule.name}: ")
+        for ref, d in devices.items()
         if d.uuid == uuid
-        for t in d.taints
+        for rule in rules
+        if rule.taint is not None and selects(rule, ref)
+    )
+
+
+def _taint_word(t: DeviceTaint, by: str = "") -> HealthSaid:
+    """A taint's word: ``None`` only says (healthy), any other effect is unhealthy."""
+    return HealthSaid(
+        "dra-taint",
+        "healthy" if t.effect == "None" else "unhealthy",
+        by + (f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"),
+        effect=t.effect,
     )
 
 
