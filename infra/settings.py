@@ -201,8 +201,8 @@ class ClusterSettings(BaseSettings):
     #: while the API server does not serve ``clusterpolicies.nvidia.com`` (no GPU Operator),
     #: how often the ClusterPolicy list is tried again
     policy_crd_retry_s: float = Field(default=60.0, gt=0)
-    #: while the API server does not serve ``devicetaintrules.resource.k8s.io/v1alpha3`` (the
-    #: ``DRADeviceTaints`` gate or that API version off), how often the list is tried again
+    #: while the API server does not serve ``devicetaintrules.resource.k8s.io/v1alpha3`` (that
+    #: API version not enabled), how often the list is tried again
     taint_rule_retry_s: float = Field(default=60.0, gt=0)
     leader_election: bool = True
     lease_name: str = "gpuattr-cluster"

@@ -7,9 +7,10 @@ write that changes nothing we read (a status condition, a label) is not publishe
 watcher remembers what it published (a handful of rules), so a rule deleted while the watch was
 down, missing from the relist, is published once more as deleted.
 
-Kubernetes 1.35 serves the kind only with the ``DRADeviceTaints`` gate and
-``--runtime-config=resource.k8s.io/v1alpha3=true``; otherwise the API server answers 404. That
-is a state, not a fault: logged, ``gpuattr_cluster_devicetaintrule_served`` 0,
+Kubernetes 1.35 serves the kind only with ``--runtime-config=resource.k8s.io/v1alpha3=true``
+(whatever the gates: the scheduler and the eviction controller act on rules only with the
+``DRADeviceTaintRules`` gate, alpha, on top of ``DRADeviceTaints``); otherwise the API server
+answers 404. That is a state, not a fault: logged, ``gpuattr_cluster_devicetaintrule_served`` 0,
 ``gpuattr_agent_source_errors_total{source="devicetaintrule",error="not_served"}`` counted, and
 the list is tried again within ``retry_s``. Rules this watcher had published are published as
 deleted: with the API gone, no rule applies.
@@ -41,8 +42,8 @@ GROUP, VERSION, PLURAL = "resource.k8s.io", "v1alpha3", "devicetaintrules"
 
 SERVED = Gauge(
     "gpuattr_cluster_devicetaintrule_served",
-    "1 when the API server serves devicetaintrules.resource.k8s.io/v1alpha3 (the DRADeviceTaints "
-    "gate and the API version are on), 0 when it answers 404 and before the first list",
+    "1 when the API server serves devicetaintrules.resource.k8s.io/v1alpha3 (that API version is "
+    "enabled), 0 when it answers 404 and before the first list",
 )
 
 EmitRule = Callable[[DeviceTaintRuleRecord], Awaitable[None]]
@@ -55,7 +56,7 @@ def _said(record: DeviceTaintRuleRecord) -> DeviceTaintRuleRecord:
 
 class DeviceTaintRuleWatcher(ListWatcher[DeviceTaintRuleRecord]):
     kind = "devicetaintrule"
-    optional_api = True  # 404: the gate or the v1alpha3 API version is off
+    optional_api = True  # 404: the v1alpha3 API version is not enabled
 
     def __init__(
         self,
@@ -121,8 +122,8 @@ class DeviceTaintRuleWatcher(ListWatcher[DeviceTaintRuleRecord]):
         SERVED.set(0)
         self.health.disabled(
             "api-not-served",
-            f"the API server does not serve {PLURAL}.{GROUP}/{VERSION} (404: the DRADeviceTaints "
-            f"gate or --runtime-config={GROUP}/{VERSION}=true is off); no DeviceTaintRule is "
+            f"the API server does not serve {PLURAL}.{GROUP}/{VERSION} (404: "
+            f"--runtime-config={GROUP}/{VERSION}=true is not set); no DeviceTaintRule is "
             f"published; listing again within {self.retry_s:g}s",
         )
         for name in sorted(self.published):
