@@ -10,9 +10,10 @@ ready, running before anything else, not terminating, newest first.
 A label is anybody's to set, so a candidate is scraped only when the API server says it is the
 operator's exporter (:func:`refusal`): in the exporter's namespace (default ``gpu-operator``)
 and controlled by its DaemonSet (an ``ownerReference`` of kind DaemonSet, ``controller: true``,
-default name ``nvidia-dcgm-exporter``, or the same name with ``-dra`` on the DRA stack). Tenants cannot create pods there, and only the DaemonSet
-controller makes pods it controls. Any other candidate is refused, never scraped, and
-reported once by the watch (:class:`agents.kube.watch.ExporterWatcher`).
+default name ``nvidia-dcgm-exporter``, or the same name with ``-dra`` on the DRA stack).
+Tenants cannot create pods there, and only the DaemonSet controller makes pods it controls. Any
+other candidate is refused, never scraped, and reported once by the watch
+(:class:`agents.kube.watch.ExporterWatcher`).
 
 No such pod is not an outage but nothing to read: the agent says so ("no dcgm-exporter pod on
 this node"), and the worker reports the node's GPUs with that reason. Whatever is scraped, the

@@ -24,6 +24,7 @@ from contract import codec, signature
 from contract.inputs import (
     ClockTick,
     ClusterPolicyRecord,
+    DeviceTaintRuleRecord,
     GpuClusterRecord,
     NvidiaDriverRecord,
     PendingPod,
@@ -121,10 +122,11 @@ class Publisher:
             await self._send(record, None, partition, DEMAND_ROLE)
 
     async def publish_to_every_partition(
-        self, record: ClusterPolicyRecord | GpuClusterRecord | NvidiaDriverRecord
+        self,
+        record: ClusterPolicyRecord | GpuClusterRecord | NvidiaDriverRecord | DeviceTaintRuleRecord,
     ) -> None:
-        """A record every partition's join reads (the GPU Operator's intent): no key, into each
-        partition the input topic has now, as clock ticks are."""
+        """A record every partition's join reads (the GPU Operator's intent, a DeviceTaintRule):
+        no key, into each partition the input topic has now, as clock ticks are."""
         for partition in range(await self.partitions()):
             await self._send(record, None, partition)
 

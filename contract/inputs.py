@@ -586,6 +586,31 @@ class NvidiaDriverRecord(Record, frozen=True):
     resource_version: str = ""
 
 
+class DeviceTaintRuleRecord(Record, frozen=True):
+    """A ``DeviceTaintRule`` (``resource.k8s.io/v1alpha3``, KEP-5055, cluster-scoped): one taint
+    on every DRA device its selector selects, as if the driver had put it in the device's
+    ResourceSlice. Read once per cluster by the cluster role, which publishes it into every
+    partition of the input topic (like the ClusterPolicy): every node's devices may match.
+
+    The selector (1.35: ``driver``, ``pool``, ``device``; each absent field selects all) selects
+    nothing when the rule has no ``deviceSelector`` at all (``selector`` false), as the API says.
+    ``unevaluable`` says why the selector cannot be evaluated here (criteria an API server before
+    1.35 kept: ``deviceClassName``, CEL ``selectors``): such a rule is published, and selects
+    nothing. ``taint`` is ``None`` when the rule's taint has no key or an effect the API does not
+    define (dropped at the agent, counted): the rule says nothing. ``deleted``: the rule is gone."""
+
+    name: str
+    ts_ms: int
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+    taint: DeviceTaint | None = None
+    selector: bool = True
+    unevaluable: str = ""
+    deleted: bool = False
+    resource_version: str = ""
+
+
 # --- demand: GPUs asked for and not yet given, and the supply they could have had.
 # These travel on the demand-events topic, keyed by the pool's resource name
 # (:func:`contract.inputs.pool_resource`), where the workers' demand stage joins them.
@@ -717,7 +742,9 @@ InputRecord = (
     | OperandPods
 )
 #: Records on the node-events topic that belong to a partition, not a node (the cluster role's)
-PartitionRecord = ClockTick | ClusterPolicyRecord | GpuClusterRecord | NvidiaDriverRecord
+PartitionRecord = (
+    ClockTick | ClusterPolicyRecord | GpuClusterRecord | NvidiaDriverRecord | DeviceTaintRuleRecord
+)
 
 #: Record kinds the agents publish, with their schema versions (see :mod:`contract.codec`) and
 #: the older versions this build still reads (v2 only removed fields: a v1 record reads as v2;
@@ -739,6 +766,7 @@ KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "k8s.clusterpolicy": (ClusterPolicyRecord, 1),
     "k8s.gpucluster": (GpuClusterRecord, 1),
     "k8s.nvidiadriver": (NvidiaDriverRecord, 1),
+    "k8s.devicetaintrule": (DeviceTaintRuleRecord, 1),
     "k8s.pending-pod": (PendingPod, 1),
     "k8s.pending-pods": (PendingPodList, 1),
     "pool.supply": (NodeSupply, 2, (1,)),

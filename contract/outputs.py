@@ -132,8 +132,10 @@ HealthMark = Literal["hot", "throttled", "memory-fault", "pcie-replays"]
 
 
 #: who says a device is healthy or not: the kubelet in a holder's pod status (fed by the device
-#: plugin's or the DRA plugin's health), a taint on the DRA device, or DCGM's readings
-HealthSource = Literal["kubelet", "dra-taint", "dcgm"]
+#: plugin's or the DRA plugin's health), the kubelet's allocatable list (an unhealthy
+#: device-plugin ID leaves it while the pod keeps it), a taint on the DRA device, or DCGM's
+#: readings
+HealthSource = Literal["kubelet", "allocatable", "dra-taint", "dcgm"]
 HealthState = Literal["healthy", "unhealthy", "unknown"]
 
 
@@ -152,10 +154,10 @@ class HealthSaid(Record, frozen=True):
 class Health(Record, frozen=True):
     """What the hardware says of its own condition at this sample (device-wide). Counter figures
     are increases since the agent's previous scrape (``None`` at the first scrape, or where the
-    counter reset: ``counter_resets`` names those). Where the kubelet or a DRA taint speaks for
-    the device, ``sources`` lists every source's word (DCGM's beside them), disagreements kept,
-    and ``verdict`` is ``unhealthy`` when any says so, else ``healthy`` when any says that, else
-    ``unknown``."""
+    counter reset: ``counter_resets`` names those). Where the kubelet (a holder's status, its
+    allocatable list) or a DRA taint speaks for the device, ``sources`` lists every source's word
+    (DCGM's beside them), disagreements kept, and ``verdict`` is ``unhealthy`` when any says so,
+    else ``healthy`` when any says that, else ``unknown``."""
 
     gpu_temp_c: float | None = None
     memory_temp_c: float | None = None

@@ -1,12 +1,13 @@
 """The cluster role's signature: what tells its records from anything an agent could write.
 
 Agents may write the node-events topic (and the cluster role the demand-events topic), and a
-Kafka ACL grants a topic, not a record kind: an agent's credentials could write a clock tick or a
-ClusterPolicy. So the cluster role signs every record it publishes — an HMAC (SHA-256) over the
-record's value bytes, with a key only it and the workers hold, in the :data:`HEADER` Kafka
-header — and a worker that has the key honours a record of a :data:`SIGNED` kind only with a
-good signature (:func:`refusal`). A replayed signed record carries an old time: the partition's
-clock check (:func:`streams.core.lifetimes.jump`) and the records' own memory judge it.
+Kafka ACL grants a topic, not a record kind: an agent's credentials could write a clock tick, a
+ClusterPolicy or a DeviceTaintRule. So the cluster role signs every record it publishes — an
+HMAC (SHA-256) over the record's value bytes, with a key only it and the workers hold, in the
+:data:`HEADER` Kafka header — and a worker that has the key honours a record of a
+:data:`SIGNED` kind only with a good signature (:func:`refusal`). A replayed signed record
+carries an old time: the partition's clock check (:func:`streams.core.lifetimes.jump`) and the
+records' own memory judge it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from contract.inputs import (
     ClockTick,
     ClusterPolicyRecord,
+    DeviceTaintRuleRecord,
     GpuClusterRecord,
     NvidiaDriverRecord,
     PendingPodList,
@@ -25,12 +27,14 @@ from contract.inputs import (
 
 HEADER = "gpuattr-signature"
 #: the cluster role's records that move every node of a partition: the clock, the GPU Operator's
-#: intent (ClusterPolicy, GPUCluster, NVIDIADriver), the pending-pod list
+#: intent (ClusterPolicy, GPUCluster, NVIDIADriver), the DRA device taint rules, the pending-pod
+#: list
 SIGNED: tuple[type, ...] = (
     ClockTick,
     ClusterPolicyRecord,
     GpuClusterRecord,
     NvidiaDriverRecord,
+    DeviceTaintRuleRecord,
     PendingPodList,
 )
 

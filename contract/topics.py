@@ -41,8 +41,8 @@ TOPICS: tuple[TopicDoc, ...] = (
         "everything a node agent publishes, in publish order: podresources.snapshot, "
         "podresources.diff, dcgm.scrape, dcgm.sample, k8s.pod, k8s.pod-list, k8s.node, inventory, "
         "k8s.resourceslice, k8s.resourceclaim, agent.status, k8s.operand-pods; the cluster "
-        "role's k8s.node deletions, clock.tick, k8s.clusterpolicy, k8s.gpucluster and "
-        "k8s.nvidiadriver (into every partition)",
+        "role's k8s.node deletions, clock.tick, k8s.clusterpolicy, k8s.gpucluster, "
+        "k8s.nvidiadriver and k8s.devicetaintrule (into every partition)",
         3 * DAY_MS,
     ),
     TopicDoc(
@@ -121,6 +121,7 @@ TABLES: dict[str, str] = {
     "node_stack": "node-stack",
     "cluster_policies": "cluster-policies",
     "node_supply": "node-supply",
+    "device_taint_rules": "device-taint-rules",
 }
 
 #: The demand stage's tables (a second agent of the same app, over demand-events; changelogs as

@@ -4,7 +4,9 @@ Under one leader (:mod:`agents.cluster.lease`): Node deletions cluster-wide, pub
 the node (:class:`agents.kube.watch.ClusterNodeWatcher`); the GPU Operator's ClusterPolicies,
 GPUClusters and NVIDIADrivers, published into every input partition with no key
 (:mod:`agents.kube.policywatch`: every node's join reads them); and every input partition's clock
-(:mod:`agents.cluster.ticker`); the pods no node has yet that ask for GPUs, published on the
+(:mod:`agents.cluster.ticker`); the DRA DeviceTaintRules, into every input partition like the
+policies (:class:`agents.kube.taintrulewatch.DeviceTaintRuleWatcher`: a rule may select any
+node's devices); the pods no node has yet that ask for GPUs, published on the
 demand-events topic (:class:`agents.kube.pendingwatch.PendingPodWatcher`: a new leader lists
 first, so a pod pending across a failover is in the new leader's list).
 Without leader election (one replica, a test) it simply runs.
@@ -22,6 +24,7 @@ from agents.cluster.lease import lead_while_elected
 from agents.cluster.ticker import tick
 from agents.kube.pendingwatch import PendingPodWatcher
 from agents.kube.policywatch import WATCHERS
+from agents.kube.taintrulewatch import DeviceTaintRuleWatcher
 from agents.kube.watch import ClusterNodeWatcher, make_api_client
 from agents.publish import Publisher
 from agents.types import NowMs
@@ -84,6 +87,13 @@ async def run_cluster(settings: ClusterRoleSettings, now_ms: NowMs = wall_clock_
                 )
                 for watcher in WATCHERS
             ]
+            rules = DeviceTaintRuleWatcher(
+                api=api,
+                emit=publisher.publish_to_every_partition,
+                now_ms=now_ms,
+                settings=settings.kube,
+                retry_s=settings.cluster.taint_rule_retry_s,
+            )
             pending = PendingPodWatcher(
                 api=api, sink=publisher, now_ms=now_ms, settings=settings.kube
             )
@@ -92,6 +102,7 @@ async def run_cluster(settings: ClusterRoleSettings, now_ms: NowMs = wall_clock_
                 group.create_task(nodes.run(), name="cluster-nodes")
                 for watcher in intent:
                     group.create_task(watcher.run(), name=f"cluster-{watcher.kind}")
+                group.create_task(rules.run(), name="cluster-device-taint-rules")
                 group.create_task(
                     tick(publisher, settings.cluster.tick_interval_s, now_ms), name="ticker"
                 )

@@ -1,7 +1,8 @@
-"""Translate DRA objects (``resource.k8s.io/v1`` ResourceSlices and ResourceClaims, as the API
-server's JSON) into our records. Pure (a refused value is counted); never crashes on a partial
-object: what is missing is published as unknown (``None``), what cannot be read at all gives no
-record; a capacity that is not a Kubernetes quantity is dropped (counted).
+"""Translate DRA objects (``resource.k8s.io/v1`` ResourceSlices and ResourceClaims, and
+``resource.k8s.io/v1alpha3`` DeviceTaintRules, as the API server's JSON) into our records. Pure
+(a refused value is counted); never crashes on a partial object: what is missing is published as
+unknown (``None``), what cannot be read at all gives no record; a capacity that is not a
+Kubernetes quantity is dropped (counted).
 
 Device taints (``spec.devices[].taints``, KEP-5055: the driver's, e.g. NVIDIA's on a health
 event) are kept in a fixed order (key, effect, value), so an unchanged slice makes an equal
@@ -32,6 +33,7 @@ from contract.inputs import (
     ClaimConsumer,
     ClaimResult,
     DeviceTaint,
+    DeviceTaintRuleRecord,
     DraDevice,
     ResourceClaimRecord,
     ResourceSliceRecord,
@@ -94,34 +96,72 @@ def device(raw: Any, driver: str) -> DraDevice | None:
 
 def _taints(raw: Any, where: str) -> tuple[DeviceTaint, ...]:
     """A device's taints, sorted by key, effect and value; one without a key or a defined
-    effect is dropped (counted, its effect logged once)."""
-    kept = []
-    for item in _list(raw):
-        t = _map(item)
-        key, effect = _str(t.get("key")), t.get("effect")
-        known = EFFECTS.get(effect) if isinstance(effect, str) else None
-        if key is None or known is None:
-            shown = effect[:40] if isinstance(effect, str) else effect
-            refuse(
-                "device_taint",
-                shown if key is not None else "no key",
-                "%s: taint %r with effect %r (not NoSchedule, NoExecute or None, or no key): "
-                "dropped",
-                where,
-                (key or "")[:80],
-                shown,
-            )
-            continue
-        value = t.get("value")
-        kept.append(
-            DeviceTaint(
-                key=bounded(key, "device taint key"),
-                effect=known,
-                value=bounded(value, "device taint value") if isinstance(value, str) else "",
-                time_added_ms=rfc3339_ms(t.get("timeAdded")),
-            )
-        )
+    effect is dropped (:func:`_taint`)."""
+    kept = [t for item in _list(raw) if (t := _taint(item, where)) is not None]
     return tuple(sorted(kept, key=lambda taint: (taint.key, taint.effect, taint.value)))
+
+
+def _taint(raw: Any, where: str) -> DeviceTaint | None:
+    """One taint; ``None`` without a key or a defined effect (counted, its effect logged once):
+    the API says to treat an unknown effect like ``None``, and we say nothing rather than guess."""
+    t = _map(raw)
+    key, effect = _str(t.get("key")), t.get("effect")
+    known = EFFECTS.get(effect) if isinstance(effect, str) else None
+    if key is None or known is None:
+        shown = effect[:40] if isinstance(effect, str) else effect
+        refuse(
+            "device_taint",
+            shown if key is not None else "no key",
+            "%s: taint %r with effect %r (not NoSchedule, NoExecute or None, or no key): dropped",
+            where,
+            (key or "")[:80],
+            shown,
+        )
+        return None
+    value = t.get("value")
+    return DeviceTaint(
+        key=bounded(key, "device taint key"),
+        effect=known,
+        value=bounded(value, "device taint value") if isinstance(value, str) else "",
+        time_added_ms=rfc3339_ms(t.get("timeAdded")),
+    )
+
+
+def taint_rule(raw: Any, *, ts_ms: int, deleted: bool) -> DeviceTaintRuleRecord | None:
+    """A ``DeviceTaintRule`` (``resource.k8s.io/v1alpha3``) as our record; ``None`` without a
+    name. Criteria we cannot evaluate (``deviceClassName``, CEL ``selectors``: what servers
+    before 1.35 kept) make the rule ``unevaluable``; a bad taint makes it say nothing."""
+    obj = _map(raw)
+    meta = _map(obj.get("metadata"))
+    name = _str(meta.get("name"))
+    if name is None:
+        return None
+    spec = _map(obj.get("spec"))
+    raw_selector = spec.get("deviceSelector")
+    selector = _map(raw_selector)
+    cannot = [f for f in ("deviceClassName", "selectors") if selector.get(f)]
+    where = f"DeviceTaintRule {name[:80]}"
+    return DeviceTaintRuleRecord(
+        name=bounded(name, "device taint rule name"),
+        ts_ms=ts_ms,
+        driver=_optional(selector.get("driver"), "device taint rule driver"),
+        pool=_optional(selector.get("pool"), "device taint rule pool"),
+        device=_optional(selector.get("device"), "device taint rule device"),
+        taint=_taint(spec.get("taint"), where),
+        selector=isinstance(raw_selector, Mapping),
+        unevaluable=(
+            f"its deviceSelector sets {' and '.join(cannot)}, which this reader cannot evaluate"
+            if cannot
+            else ""
+        ),
+        deleted=deleted,
+        resource_version=str(meta.get("resourceVersion") or ""),
+    )
+
+
+def _optional(value: Any, what: str) -> str | None:
+    """A selector field: absent (selects all) or its text."""
+    return bounded(value, what) if isinstance(value, str) and value else None
 
 
 def _quantities(values: Mapping[str, Any], where: str) -> tuple[tuple[str, str], ...]:

@@ -603,7 +603,8 @@ def effective() -> list[Any]:
             "own join: the owner of the failure. The condition alerts (low-efficiency, thermal, "
             "memory-fault, pcie-replays: the worker's, joined to the holders at the time and "
             "never inherited by a later holder) are in the open alerts table. Where the kubelet "
-            "(a holder's pod status) or a DRA taint speaks for a device, each source's word is "
+            "(a holder's pod status, its allocatable list) or a DRA taint speaks for a device, "
+            "each source's word is "
             "a row of its own: 1 unhealthy, 0 healthy, absent when it cannot tell (DCGM's "
             "beside them; the device-unhealthy alert fires on any 1)."
         )

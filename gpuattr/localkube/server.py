@@ -267,6 +267,8 @@ class LocalKube:
             # drops spec.devices[].taints (a driver's health taint) on every write
             "--feature-gates=DRAConsumableCapacity=true,ResourceHealthStatus=true,"
             "DRADeviceTaints=true",
+            # DeviceTaintRule (KEP-5055): served only when its alpha API version is enabled
+            "--runtime-config=resource.k8s.io/v1alpha3=true",
             "--v=1",
         ]
 

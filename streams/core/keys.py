@@ -2,9 +2,9 @@
 
 Every key of a node's state starts with the node, the key of the input topic, so all state for
 a node lives in the partition its records arrive on (``node/...``); ``partition-nodes``,
-``cluster-policies`` and ``demand-partitions`` are keyed by the input partition, the demand
-stage's tables by the resource (``resource|...``). Keys are interned: a node's keys are made on
-every record, and equal keys then share one string.
+``cluster-policies``, ``device-taint-rules`` and ``demand-partitions`` are keyed by the input
+partition, the demand stage's tables by the resource (``resource|...``). Keys are interned: a
+node's keys are made on every record, and equal keys then share one string.
 """
 
 from __future__ import annotations

@@ -347,8 +347,9 @@ def device_health(rows: Sequence[DeviceRow]) -> Family:
 def device_source_unhealthy(rows: Sequence[DeviceRow]) -> Family:
     return Family(
         "gpuattr_device_source_unhealthy",
-        "Each source's word on the device's health (source: kubelet, dra-taint, dcgm): 1 while it "
-        "says unhealthy, 0 while it says healthy; absent where it says nothing or cannot tell, "
+        "Each source's word on the device's health (source: kubelet, allocatable, dra-taint, "
+        "dcgm): 1 while it says unhealthy, 0 while it says healthy; absent where it says nothing "
+        "or cannot tell, "
         "and on devices only DCGM speaks for (their marks are gpuattr_device_health)",
         [
             ((*_device(row), ("source", source)), 1.0 if state == "unhealthy" else 0.0)

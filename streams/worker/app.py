@@ -268,8 +268,9 @@ def build_app(
     cluster_key = (signing or ClusterKeySettings()).key()
     if cluster_key is None:
         log.warning(
-            "GPUATTR_CLUSTER_SIGNING_KEY unset: clock ticks, ClusterPolicies and pending-pod "
-            "lists are honoured unsigned (any writer of the input topics can send them)"
+            "GPUATTR_CLUSTER_SIGNING_KEY unset: clock ticks, ClusterPolicies, DeviceTaintRules "
+            "and pending-pod lists are honoured unsigned (any writer of the input topics can "
+            "send them)"
         )
     record_loop = RecordLoop(
         processor, publisher.publish_all, dead_letter, live, app._crash, cluster_key

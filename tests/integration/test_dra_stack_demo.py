@@ -2,9 +2,10 @@
 end to end (the API-server double serving the GPUCluster and the DRA operands' pods, real Kafka,
 agent, cluster role, worker), as a user runs it:
 
-- dra-a's ``node-status`` is ready (once its inputs have arrived) while the DRA driver's kubelet plugin runs, then broken at
-  the DRA driver once it crash loops, with the GPUCluster's own word (notReady, waiting on
-  operand pods) and its intent (DCGM off by the controller's default, the host's driver);
+- dra-a's ``node-status`` is ready (once its inputs have arrived) while the DRA driver's
+  kubelet plugin runs, then broken at the DRA driver once it crash loops, with the GPUCluster's
+  own word (notReady, waiting on operand pods) and its intent (DCGM off by the controller's
+  default, the host's driver);
 - a ``stack-broken`` alert names dra-a's holders with their UIDs;
 - dra-b stays ready; the DRA stack's dcgm-exporter (``nvidia-dcgm-exporter-dra``) is found and
   trusted on both nodes: their held GPUs' usage is measured.

@@ -3,7 +3,10 @@ plugin reports a held GPU Unhealthy in ``ListAndWatch``; the real kubelet writes
 holder's ``status.containerStatuses[].allocatedResourcesStatus`` on the real API server; ``gpuattr
 agent`` publishes the pod with its ``resource_health``; ``gpuattr worker`` judges the device
 unhealthy in its attribution events and raises a ``device-unhealthy`` alert naming the holder
-with its UID — and resolves it when the plugin reports the device Healthy again.
+with its UID — and resolves it when the plugin reports the device Healthy again. The kubelet
+also drops the unhealthy ID from ``GetAllocatableResources`` while the pod keeps it: the agent's
+next snapshot carries the shorter list, and the events' ``allocatable`` word says unhealthy, then
+healthy once the ID is listed again.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from typing import Any
 import pytest
 
 from contract.inputs import DeviceAssignment
-from contract.outputs import Alert, AttributionEvent
+from contract.outputs import Alert, AttributionEvent, HealthSaid
 from gpuattr.localkube.cluster import LocalCluster
 from gpuattr.localkube.devices import WHOLE
-from gpuattr.localkube.node import DeviceHealth
+from gpuattr.localkube.node import DeviceHealth, LocalNode
 from tests.helpers import wait_for, wait_for_async
 from tests.kube_fixture import Rest
 from tests.realnode.node import (
@@ -93,6 +96,44 @@ def holder_named(e: AttributionEvent | Alert, held: Held) -> bool:
     return any((h.namespace, h.pod, h.uid) == (NS, POD, held.uid) for h in e.holders)
 
 
+def said(e: AttributionEvent, source: str, state: str) -> list[HealthSaid]:
+    return [w for w in e.health.sources if (w.source, w.state) == (source, state)]
+
+
+def event_saying(p: RealPipeline, held: Held, since_ms: int, state: str) -> AttributionEvent | None:
+    """The first event since ``since_ms`` of the held device in which the kubelet (the holder's
+    status) and its allocatable list both say ``state``."""
+    for e in p.attribution(since_ms):
+        if e.device_uuid != held.key or not holder_named(e, held):
+            continue
+        kubelet = [w for w in said(e, "kubelet", state) if w.holder == f"{NS}/{POD}"]
+        if kubelet and said(e, "allocatable", state):
+            return e
+    return None
+
+
+def lately(p: RealPipeline, held: Held, since_ms: int) -> str:
+    """What the last events of the held device said of its health (for a failure's message)."""
+    events = [e for e in p.attribution(since_ms) if e.device_uuid == held.key][-3:]
+    return "\n".join(
+        f"{e.ts_ms} {e.origin}: "
+        + "; ".join(f"{w.source} {w.state} {w.detail}" for w in e.health.sources)
+        for e in events
+    )
+
+
+def same_gpu(node: LocalNode, device_id: str) -> list[str]:
+    """Every ID the plugin advertises for the GPU of ``device_id``: NVIDIA's plugin checks health
+    per GPU, so all of a GPU's time-slicing replicas turn unhealthy together."""
+    base = device_id.partition("::")[0]
+    return sorted(i for gpu in node.layout for _, i in gpu.ids() if i.partition("::")[0] == base)
+
+
+def set_health(node: LocalNode, device_id: str, health: DeviceHealth) -> None:
+    for each in same_gpu(node, device_id):
+        node.set_device_health(each, health)
+
+
 def alert(p: RealPipeline, held: Held, status: str) -> Alert | None:
     found = [
         a
@@ -126,7 +167,7 @@ async def test_an_unhealthy_device_fires_for_its_holder_and_resolves_when_health
             assert await kubelet_says(rest, held.device_id) == "Healthy"
 
             sick_since, sick_id = now_ms(), held.device_id
-            node.set_device_health(held.device_id, "Unhealthy")
+            set_health(node, held.device_id, "Unhealthy")
             await status_shows(rest, held.device_id, "Unhealthy")
             firing = await wait_for(
                 lambda: alert(p, held, "firing"),
@@ -136,9 +177,28 @@ async def test_an_unhealthy_device_fires_for_its_holder_and_resolves_when_health
             )
             assert holder_named(firing, held), firing.holders
             assert f"uid {held.uid}" in firing.summary, firing.summary
-            kubelet = [w for w in firing.figures.health if w.source == "kubelet"]
-            assert [(w.state, w.holder) for w in kubelet] == [("unhealthy", f"{NS}/{POD}")]
+            # the pod status and the allocatable list reach the worker on separate paths: the
+            # alert fires on whichever comes first, and an event soon carries both
+            first = {w.source for w in firing.figures.health if w.state == "unhealthy"}
+            assert first & {"kubelet", "allocatable"}, firing.figures.health
+            both = await wait_for(
+                lambda: event_saying(p, held, sick_since, "unhealthy"),
+                timeout_s=90,
+                every_s=0.2,
+                what=lambda: (
+                    f"an event of {held.key} ({held.device_id}) with the kubelet's and its "
+                    f"allocatable list's unhealthy; lately:\n{lately(p, held, sick_since)}\n"
+                    f"{p.logs()}"
+                ),
+            )
+            kubelet = said(both, "kubelet", "unhealthy")
+            assert [w.holder for w in kubelet] == [f"{NS}/{POD}"]
             assert held.device_id in kubelet[0].detail, kubelet[0].detail
+            (dropped,) = said(both, "allocatable", "unhealthy")
+            assert dropped.detail == (
+                f"the kubelet no longer lists {held.device_id} of {WHOLE} as allocatable: "
+                "its device plugin reports it unhealthy"
+            )
             sick = [
                 e
                 for e in p.attribution(sick_since)
@@ -147,7 +207,8 @@ async def test_an_unhealthy_device_fires_for_its_holder_and_resolves_when_health
             assert sick, f"no attribution event judged {held.key} unhealthy"
             assert all(holder_named(e, held) for e in sick)
 
-            node.set_device_health(held.device_id, "Healthy")
+            well_since = now_ms()
+            set_health(node, held.device_id, "Healthy")
             await status_shows(rest, held.device_id, "Healthy")
             resolved = await wait_for(
                 lambda: alert(p, held, "resolved"),
@@ -157,10 +218,22 @@ async def test_an_unhealthy_device_fires_for_its_holder_and_resolves_when_health
             )
             assert resolved.id == firing.id, "one episode: fired, then resolved"
             assert "healthy again" in resolved.summary, resolved.summary
+            # resolved only once neither says unhealthy: the ID is listed again by then
+            words = {(w.source, w.state) for w in resolved.figures.health}
+            assert {("kubelet", "healthy"), ("allocatable", "healthy")} <= words, words
+            assert await wait_for(
+                lambda: event_saying(p, held, well_since, "healthy"),
+                timeout_s=90,
+                every_s=0.2,
+                what=lambda: (
+                    f"an event of {held.key} with both healthy again; lately:\n"
+                    f"{lately(p, held, well_since)}\n{p.logs()}"
+                ),
+            )
             episode = [(a.status, a.device_uuid) for a in p.alert_records() if a.kind == KIND]
             assert episode == [("firing", held.key), ("resolved", held.key)]
     finally:
         if sick_id is not None:
-            node.set_device_health(sick_id, "Healthy")
+            set_health(node, sick_id, "Healthy")
         await delete_namespace(rest, NS)
         await node.settled()  # every device allocatable again: the node is the session's

@@ -1,10 +1,19 @@
-"""A device's health as each source says it — the kubelet in its holders' pod statuses, a taint on
-its DRA device, DCGM — and the device-unhealthy alert to its owners: disagreement shown, never
-resolved by guesswork; one episode however many sources see it."""
+"""A device's health as each source says it — the kubelet in its holders' pod statuses and in its
+allocatable list, a taint on its DRA device, DCGM — and the device-unhealthy alert to its owners:
+disagreement shown, never resolved by guesswork; one episode however many sources see it."""
 
 from __future__ import annotations
 
-from contract.inputs import DcgmSample, DeviceTaint, DraDevice, ResourceClaimRecord, ResourceHealth
+import pytest
+
+from contract.inputs import (
+    AllocatableDevice,
+    DcgmSample,
+    DeviceTaint,
+    DraDevice,
+    ResourceClaimRecord,
+    ResourceHealth,
+)
 from contract.inputs import DeviceAssignment as A
 from contract.outputs import Alert, AttributionEvent, Telemetry, Workload
 from contract.records import replace
@@ -17,7 +26,7 @@ from streams.core.devices.attribution import (
     attribute,
     describe,
 )
-from streams.core.devices.healthsources import taint_words
+from streams.core.devices.healthsources import allocatable_words, taint_words
 from streams.present.views import device_row, health_text
 
 G = "GPU-5f2c9d3e-1a7b-4c6d-8e9f-0a1b2c3d4e5f"
@@ -111,6 +120,111 @@ def test_a_dra_device_is_matched_by_nvidias_cdi_id_and_its_taints_speak() -> Non
         ("dcgm", "healthy", None),
     }
     assert any(w.detail == "XID 79" for w in ev.health.sources)
+
+
+G2 = "GPU-00000000-1111-2222-3333-444444444444"
+MIG = "MIG-9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+
+
+def listed(*ids: str, resource: str = "nvidia.com/gpu") -> tuple[AllocatableDevice, ...]:
+    return tuple(AllocatableDevice(resource, i) for i in ids)
+
+
+def held(device_id: str, resource: str = "nvidia.com/gpu") -> A:
+    return A("ml", "train-0", "main", resource, device_id)
+
+
+@pytest.mark.parametrize(
+    ("rows", "allocatable", "said"),
+    [
+        pytest.param([held(G)], listed(G, G2), [(G, "healthy")], id="listed-healthy"),
+        pytest.param([held(G)], listed(G2), [(G, "unhealthy")], id="dropped-unhealthy"),
+        pytest.param([held(G)], (), [], id="no-list-says-nothing"),
+        pytest.param(
+            [held(G)],
+            listed(MIG, resource="nvidia.com/mig-1g.10gb"),
+            [],
+            id="resource-not-listed-says-nothing",
+        ),
+        pytest.param(
+            [held(f"{G}::1"), held(f"{G}::3")],
+            listed(f"{G}::0", f"{G}::1", f"{G2}::0"),
+            [(f"{G}::1", "healthy")],
+            id="replica-whose-gpu-is-listed-otherwise-says-nothing",
+        ),
+        pytest.param(
+            [held(f"{G}::1")],
+            listed(f"{G2}::0", f"{G2}::1"),
+            [(f"{G}::1", "unhealthy")],
+            id="every-replica-of-the-gpu-dropped",
+        ),
+        pytest.param(
+            [held(G)],
+            listed(f"{G}::0", f"{G}::1", resource="nvidia.com/gpu.shared") + listed(G2),
+            [],
+            id="gpu-now-shared-under-another-id-says-nothing",
+        ),
+        pytest.param(
+            [held(MIG, "nvidia.com/mig-1g.10gb")],
+            listed("MIG-00000000-0000-4000-8000-000000000000", resource="nvidia.com/mig-1g.10gb"),
+            [(MIG, "unhealthy")],
+            id="mig-device-dropped",
+        ),
+        pytest.param(
+            [A("ml", "train-0", "main", "dra:gpu.nvidia.com", "n1/gpu-0", claim="ml/c")],
+            listed(G2),
+            [],
+            id="dra-never-listed-says-nothing",
+        ),
+    ],
+)
+def test_what_the_allocatable_list_says_of_each_held_id(
+    rows: list[A], allocatable: tuple[AllocatableDevice, ...], said: list[tuple[str, str]]
+) -> None:
+    words = allocatable_words(rows, allocatable)
+    assert [(w.source, w.state) for w in words] == [("allocatable", s) for _, s in said]
+    for (device_id, _), word in zip(said, words, strict=True):
+        assert device_id in word.detail
+
+
+def test_a_dropped_id_is_unhealthy_with_the_kubelets_reason_and_fires() -> None:
+    sick = ctx(allocatable=listed(G2))
+    ev, _ = attribute(sample(2000), [ROW], sick)
+    assert [(w.source, w.state) for w in ev.health.sources] == [
+        ("allocatable", "unhealthy"),
+        ("dcgm", "healthy"),
+    ]
+    assert ev.health.sources[0].detail == (
+        f"the kubelet no longer lists {G} of nvidia.com/gpu as allocatable: "
+        "its device plugin reports it unhealthy"
+    )
+    assert ev.health.verdict == "unhealthy"
+    # listed again: the everyday case, not said on its own in every event
+    back = attribute(sample(3000), [ROW], ctx(allocatable=listed(G, G2)))[0]
+    assert (back.health.sources, back.health.verdict) == ((), None)
+    fired = run([ev, back])
+    assert [a.status for a in fired] == ["firing", "resolved"]
+    assert "allocatable: the kubelet no longer lists" in fired[0].summary
+    assert "healthy again" in fired[1].summary
+
+
+def test_a_listed_id_is_said_beside_another_sources_word() -> None:
+    """Still listed while the kubelet's status says Unhealthy: the disagreement is shown."""
+    ev = attribute(sample(2000), [ROW], ctx(kubelet("Unhealthy"), allocatable=listed(G, G2)))[0]
+    assert [(w.source, w.state) for w in ev.health.sources] == [
+        ("kubelet", "unhealthy"),
+        ("allocatable", "healthy"),
+        ("dcgm", "healthy"),
+    ]
+
+
+def test_the_allocatable_word_stands_beside_the_kubelets_while_the_exporter_is_down() -> None:
+    ev = unmeasured(ctx(kubelet("Unhealthy"), allocatable=listed(G2)), 5000)
+    assert [(w.source, w.state) for w in ev.health.sources] == [
+        ("kubelet", "unhealthy"),
+        ("allocatable", "unhealthy"),
+        ("dcgm", "unknown"),
+    ]
 
 
 def run(events: list[AttributionEvent]) -> list[Alert]:

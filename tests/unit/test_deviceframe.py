@@ -18,6 +18,7 @@ from agents.types import AgentRecord
 from bench import fleet as bench_fleet
 from contract import codec
 from contract.inputs import (
+    AllocatableDevice,
     DcgmSample,
     DcgmScrape,
     DeviceAssignment,
@@ -287,14 +288,18 @@ def test_time_settles_after_the_last_holder_change_and_pod_end() -> None:
 
 
 def test_the_view_token_ignores_what_every_podresources_record_renews() -> None:
-    index = NodeDevices("n", ("GPU-a",), {"GPU-a": ("GPU-a",)}, (), (), 1000)
+    listed = (AllocatableDevice("nvidia.com/gpu", "GPU-a"),)
+    index = NodeDevices("n", ("GPU-a",), {"GPU-a": ("GPU-a",)}, (), listed, 1000)
     frames = Frames()
     token = frames.token("n", ("node", index, None, None, True))
-    renewed = replace(index, updated_ms=2000, allocatable=())
+    renewed = replace(index, updated_ms=2000, allocatable=(replace(listed[0]),))
     assert projection(("node", renewed, None, None, True)) == projection(
         ("node", index, None, None, True)
     )
     assert frames.token("n", ("node", renewed, None, None, True)) is token
+    dropped = replace(renewed, allocatable=())  # the kubelet no longer lists the device
+    assert frames.token("n", ("node", dropped, None, None, True)) is not token
+    token = frames.token("n", ("node", renewed, None, None, True))
     moved = replace(renewed, keys={"GPU-a": ("GPU-b",)})
     assert frames.token("n", ("node", moved, None, None, True)) is not token
     assert frames.token("n", ("other-labels", moved, None, None, True)) is not token

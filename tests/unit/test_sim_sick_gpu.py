@@ -258,6 +258,7 @@ def test_the_kubelet_speaks_while_the_exporter_is_down_and_usage_is_unknown() ->
     assert sick["health"]["verdict"] == "unhealthy"
     assert {w["source"]: w["state"] for w in sick["health"]["sources"]} == {
         "kubelet": "unhealthy",
+        "allocatable": "unhealthy",  # GPU 0 left the node's allocatable list
         "dcgm": "unknown",
     }
     # GPU 1, the same unknown usage, the kubelet's Healthy throughout

@@ -10,7 +10,7 @@ import pytest
 
 from agents.publish import Publisher
 from contract import codec, signature
-from contract.inputs import ClockTick, ClusterPolicyRecord, PendingPodList
+from contract.inputs import ClockTick, ClusterPolicyRecord, DeviceTaintRuleRecord, PendingPodList
 from contract.outputs import AttributionEvent
 from infra.settings import ClusterKeySettings, KafkaSettings
 from streams.core.flow.demandstage import DemandOutput, DemandStage, DemandTables
@@ -77,6 +77,12 @@ async def test_signed_ticks_age_the_partition_they_were_read_from() -> None:
             b"",
             "refused: ClusterPolicyRecord without the cluster role's signature",
             id="unsigned-policy",
+        ),
+        pytest.param(
+            DeviceTaintRuleRecord("gpu-maintenance", HELD.ts_ms + 15 * S),
+            b"",
+            "refused: DeviceTaintRuleRecord without the cluster role's signature",
+            id="unsigned-taint-rule",
         ),
     ],
 )

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from contract.inputs import (
+    AllocatableDevice,
     DcgmSample,
     DeviceAssignment,
     DeviceUsage,
@@ -53,7 +54,7 @@ from streams.core.devices.allocation import through_dra, via_dra
 from streams.core.devices.dra import ClaimView, DeviceRef, claim_view, split_row
 from streams.core.devices.efficiency import activity
 from streams.core.devices.health import health
-from streams.core.devices.healthsources import judged, kubelet_words
+from streams.core.devices.healthsources import allocatable_words, judged, kubelet_words
 from streams.core.devices.identity import parse_device_id
 from streams.core.devices.measured import credit
 from streams.core.devices.sharing import Advertised, NodeSharing, SharingDecision, decide
@@ -102,6 +103,8 @@ class DeviceContext:
     placement_notes: tuple[str, ...] = ()
     #: what the taints on the device's DRA device say (:mod:`streams.core.devices.healthsources`)
     taints: tuple[HealthSaid, ...] = ()
+    #: the node's allocatable devices (``GetAllocatableResources``): a held ID missing is unhealthy
+    allocatable: tuple[AllocatableDevice, ...] = ()
 
 
 def _usage(sample: DcgmSample) -> Usage:
@@ -563,8 +566,10 @@ class Holding(Record, frozen=True):
     pods: tuple[PodShare, ...]  # () when not accounted
     tenants: int  # the pods holding it
     names: tuple[str, ...]  # the holders' pods (namespace/name), sorted
-    #: what the kubelet says of the device in its holders' pod statuses
+    #: what the kubelet says of the device in its holders' pod statuses, and by its allocatable
+    #: list of the held device-plugin IDs
     kubelet: tuple[HealthSaid, ...] = ()
+    allocatable: tuple[HealthSaid, ...] = ()
 
 
 def _identities(
@@ -592,6 +597,7 @@ def _holding(
             ctx.advertised,
             is_mig,
             accounted,
+            ctx.allocatable,
         )
     kept, observers, views = _dra_views(rows, ctx)
     decision = (
@@ -602,7 +608,8 @@ def _holding(
     who = _identities(kept, ts_ms, ctx)
     held = _holds(kept, decision.replicas, who, views)
     kubelet = _kubelet(kept, who, ctx.claim)
-    return _held(tuple(kept), tuple(observers), decision, held, accounted, kubelet)
+    listed = allocatable_words(kept, ctx.allocatable)
+    return _held(tuple(kept), tuple(observers), decision, held, accounted, kubelet, listed)
 
 
 #: not memoised: a device's holding while its inputs stay the same is kept in its frame
@@ -615,13 +622,15 @@ def _plugin_holding(
     advertised: Advertised | None,
     is_mig: bool,
     accounted: bool,
+    allocatable: tuple[AllocatableDevice, ...] = (),
 ) -> Holding:
     """Device-plugin rows (no DRA claim to read): everything follows from the rows, the node's
     sharing evidence and the pods' identities (``who``, row by row), so a device's holding is
     decided once per distinct input, not on every sample."""
     decision = decide(node_sharing, rows, is_mig, advertised)
     held = _holds(rows, decision.replicas, who, {})
-    return _held(rows, (), decision, held, accounted, _kubelet(rows, who, no_claims))
+    kubelet = _kubelet(rows, who, no_claims)
+    return _held(rows, (), decision, held, accounted, kubelet, allocatable_words(rows, allocatable))
 
 
 def _held(
@@ -631,12 +640,15 @@ def _held(
     held: Sequence[Held],
     accounted: bool,
     kubelet: tuple[HealthSaid, ...] = (),
+    allocatable: tuple[HealthSaid, ...] = (),
 ) -> Holding:
     shares = account(held) if accounted else _NOT_ACCOUNTED
     holders = _holders(rows, held, shares)
     tenants = len({(a.namespace, a.pod) for a in rows})
     names = tuple(sorted({sys.intern(f"{h.namespace}/{h.pod}") for h in holders}))
-    return Holding(rows, observers, decision, holders, shares.pods, tenants, names, kubelet)
+    return Holding(
+        rows, observers, decision, holders, shares.pods, tenants, names, kubelet, allocatable
+    )
 
 
 def _kubelet(
@@ -781,8 +793,12 @@ def event_of(
         telemetry=telemetry,
         pods=held.pods,
         activity=reading.activity,
-        health=judged(reading.health, held.kubelet, shape.taints, reading.sample is not None)
-        if held.kubelet or shape.taints
+        health=judged(
+            reading.health,
+            (*held.kubelet, *held.allocatable, *shape.taints),
+            reading.sample is not None,
+        )
+        if held.kubelet or held.allocatable or shape.taints
         else reading.health,
     )
     sample = reading.sample

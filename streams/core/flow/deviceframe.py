@@ -118,14 +118,15 @@ def frame_of(
 
 def projection(sig: tuple[object, ...]) -> tuple[object, ...]:
     """What a frame reads of a node view's records (:attr:`streams.core.flow.nodeview.NodeView.sig`:
-    node record, device index, slices, inventory, pod watch): the index without its update time
-    and allocatable list, which every PodResources record renews while a device's own entries
-    stay the same."""
-    node_rec, index, slices, inventory, watched = sig
+    node record, device index, slices, inventory, pod watch, the partition's taint rules): the
+    index without its update time, which every PodResources record renews while a device's own
+    entries stay the same (its allocatable list is compared by value: a device that leaves it is
+    unhealthy)."""
+    node_rec, index, *rest = sig
     if isinstance(index, NodeDevices):
         i = index
-        index = (i.keys, i.unresolved, i.advertised, i.unplaced_mig, i.remembered)
-    return (node_rec, index, slices, inventory, watched)
+        index = (i.keys, i.unresolved, i.advertised, i.unplaced_mig, i.remembered, i.allocatable)
+    return (node_rec, index, *rest)
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from contract.inputs import DcgmSample, DeviceAssignment, ResourceClaimRecord
+from contract.inputs import DcgmSample, DeviceAssignment, DeviceTaintRuleRecord, ResourceClaimRecord
 from contract.outputs import (
     AttributionEvent,
     Holder,
@@ -43,14 +43,14 @@ from streams.core.devices.attribution import (
     shape_of,
 )
 from streams.core.devices.dra import device_map, place, placed_keys
-from streams.core.devices.healthsources import taint_words
+from streams.core.devices.healthsources import rule_words, taint_words
 from streams.core.devices.holders import DraDevices, NodeDevices, dra_ref, unplaced_dra
 from streams.core.devices.identity import EMPTY_INVENTORY, Inventory, device_key, mig_uuid_for
 from streams.core.devices.roster import devices, known_gpus
 from streams.core.devices.sharing import LABEL_PRODUCT, NodeSharing, sharing_from_labels
 from streams.core.flow.deviceframe import Frame, Frames, frame_of
 from streams.core.flow.tables import Tables
-from streams.core.keys import claim_key, holder_key, name_key
+from streams.core.keys import claim_key, holder_key, name_key, partition_key
 from streams.core.node.pods import holder_annotations, resolve
 from streams.core.node.telemetry import LABEL_HOSTNAME
 from streams.core.stack.operatorstack import telemetry_plane
@@ -74,6 +74,8 @@ class NodeView(Record, frozen=True):
     stack_reason: str | None = None
     stack_intended: bool = False
     stack_plane: PlaneName | None = None  # the first broken boundary behind stack_reason
+    #: the live DeviceTaintRules of the node's partition (:mod:`streams.core.devices.taintrules`)
+    taint_rules: tuple[DeviceTaintRuleRecord, ...] = ()
     #: the node's records this view was read from (all but the live claim and pod lookups):
     #: what a device's frame (:mod:`streams.core.flow.deviceframe`) checks it was read from
     sig: tuple[object, ...] = ()
@@ -109,6 +111,9 @@ def read_node(t: Tables, node: str) -> NodeView:
     stored_inventory = t.inventories.get(node)
     inventory = stored_inventory if stored_inventory is not None else EMPTY_INVENTORY
     node_stack = t.node_stack.get(node)
+    state = t.node_state.get(node)
+    rules = t.device_taint_rules.get(partition_key(state.partition)) if state is not None else None
+    taint_rules = rules.rules if rules is not None else ()
     parents = {m.parent_uuid for m in inventory.migs.values()}
     if index is not None:
         parents |= {k.partition("/gi")[0] for k in index.keys if "/gi" in k}
@@ -126,7 +131,8 @@ def read_node(t: Tables, node: str) -> NodeView:
         dra_devices=dra,
         dra_keys=placed_keys(dra, inventory) if dra else frozenset(),
         dra_lost=unplaced_dra(index) if index is not None else (),
-        sig=(node_rec, index, node_slices, stored_inventory, watched),
+        taint_rules=taint_rules,
+        sig=(node_rec, index, node_slices, stored_inventory, watched, taint_rules),
         **_stack_word(node_stack.last if node_stack is not None else None),
     )
 
@@ -221,8 +227,14 @@ def _context(
         unplaced=unplaced,
         placement_notes=_remembered_notes(index, key),
         taints=(
-            taint_words(view.dra_devices.values(), mig or gpu_uuid) if key in view.dra_keys else ()
+            (
+                *taint_words(view.dra_devices.values(), mig or gpu_uuid),
+                *rule_words(view.taint_rules, view.dra_devices, mig or gpu_uuid),
+            )
+            if key in view.dra_keys
+            else ()
         ),
+        allocatable=index.allocatable if index is not None else (),
         holders_note=(
             PREDATES
             if index is not None

@@ -25,6 +25,7 @@ from contract.inputs import (
     DcgmSample,
     DcgmScrape,
     DeviceInventory,
+    DeviceTaintRuleRecord,
     GpuClusterRecord,
     NodeRecord,
     NodeSupply,
@@ -59,6 +60,7 @@ from streams.core.devices.identity import (
     device_key,
 )
 from streams.core.devices.sharing import LABEL_PRODUCT
+from streams.core.devices.taintrules import PartitionTaintRules
 from streams.core.flow.nodeview import Joins, NodeView, read_node, with_stack
 from streams.core.flow.spine import Spine, fingerprint, idle_moved, idle_of
 from streams.core.flow.staged import Stage
@@ -220,6 +222,10 @@ class Processor:
         if isinstance(record, ClusterPolicyRecord | GpuClusterRecord | NvidiaDriverRecord):
             self._clock(partition, record.ts_ms, CLUSTER_ROLE)
             return self._on_policy(record, partition)
+        if isinstance(record, DeviceTaintRuleRecord):
+            self._clock(partition, record.ts_ms, CLUSTER_ROLE)
+            self._on_taint_rule(record, partition)
+            return []
         node = getattr(record, "node", None)
         ts_ms = getattr(record, "ts_ms", None)
         if not isinstance(node, str) or not isinstance(ts_ms, int):
@@ -297,6 +303,23 @@ class Processor:
                 outputs += self._stack(node, record.ts_ms, record)
                 outputs += self._stack_alert(node, record.ts_ms, record)
         return outputs
+
+    # --- DRA device taint rules: streams.core.devices.taintrules
+
+    def _on_taint_rule(self, record: DeviceTaintRuleRecord, partition: int) -> None:
+        """A DeviceTaintRule (published into every partition): kept for the partition. Every
+        node's view reads the partition's rules, so each device it selects is judged anew on its
+        next event (its next sample, or its next heartbeat), as a slice's own taint is."""
+        t = self.tables
+        key = partition_key(partition)
+        old = t.device_taint_rules.get(key, PartitionTaintRules())
+        new = old.apply(record)
+        if new == old:
+            return
+        if new.rules:
+            t.device_taint_rules[key] = new
+        elif key in t.device_taint_rules:
+            del t.device_taint_rules[key]
 
     def _stack(self, node: str, ts_ms: int, record: object) -> list[Output]:
         """The node's stack judged from what the tables hold now; emitted when it changed (or

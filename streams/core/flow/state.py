@@ -13,6 +13,7 @@ from streams.core.demand.supply import NodeSupplyState
 from streams.core.devices.dra import NodeSlices
 from streams.core.devices.holders import NodeDevices, SlotHolders
 from streams.core.devices.identity import Inventory
+from streams.core.devices.taintrules import PartitionTaintRules
 from streams.core.flow.demandstage import PartitionResources, ResourceDemand
 from streams.core.node.nodestate import NodeState, PartitionNodes
 from streams.core.node.pods import NodePods, PodNames
@@ -35,6 +36,7 @@ KINDS: dict[str, tuple[type, int]] = {
     "state.resource_demand": (ResourceDemand, 1),
     "state.partition_resources": (PartitionResources, 1),
     "state.node_supply": (NodeSupplyState, 1),
+    "state.partition_taint_rules": (PartitionTaintRules, 1),
 }
 
 #: What the tables hold: these state kinds and the input records kept as they came (nodes,

@@ -3,8 +3,8 @@
 Tables are plain ``MutableMapping`` objects here — Faust tables in the worker, dicts in tests —
 and every new value is *assigned* back (Faust persists to the changelog only on assignment).
 Every key starts with the node, the key of the input topic, so all state for a node lives in the
-partition its records arrive on; ``partition-nodes`` and ``cluster-policies`` are keyed by that
-partition.
+partition its records arrive on; ``partition-nodes``, ``cluster-policies`` and
+``device-taint-rules`` are keyed by that partition.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from streams.core.demand.supply import NodeSupplyState
 from streams.core.devices.dra import NodeSlices
 from streams.core.devices.holders import NodeDevices, SlotHolders
 from streams.core.devices.identity import Inventory
+from streams.core.devices.taintrules import PartitionTaintRules
 from streams.core.node.nodestate import NodeState, PartitionNodes
 from streams.core.node.pods import NodePods, PodNames
 from streams.core.stack.nodestack import NodeStack, PartitionPolicies
@@ -42,6 +43,7 @@ class Tables:
     node_stack: MutableMapping[str, NodeStack]  # node
     cluster_policies: MutableMapping[str, PartitionPolicies]  # input partition number
     node_supply: MutableMapping[str, NodeSupplyState]  # node
+    device_taint_rules: MutableMapping[str, PartitionTaintRules]  # input partition number
 
     @classmethod
     def in_memory(cls) -> Tables:
