@@ -28,7 +28,11 @@ from gpuattr.localkube.server import LocalKube
 log = logging.getLogger("gpuattr.localkube")
 SCHEDULER = "system:kube-scheduler"
 CONTROLLER_MANAGER = "system:kube-controller-manager"
-FEATURE_GATES = "--feature-gates=DRAConsumableCapacity=true"
+#: the scheduler's and controller manager's gates: DRADeviceTaints and DRADeviceTaintRules run the
+#: device-taint eviction controller (a NoExecute taint on a held DRA device evicts its holders)
+FEATURE_GATES = (
+    "--feature-gates=DRAConsumableCapacity=true,DRADeviceTaints=true,DRADeviceTaintRules=true"
+)
 
 
 class LocalCluster:

@@ -264,9 +264,11 @@ class LocalKube:
             # device health in the pod status (KEP-4680, alpha in 1.35): without it the server
             # drops the kubelet's containerStatuses[].allocatedResourcesStatus on every write;
             # device taints (KEP-5055, alpha in 1.35): without it the ResourceSlice strategy
-            # drops spec.devices[].taints (a driver's health taint) on every write
+            # drops spec.devices[].taints (a driver's health taint) on every write; with
+            # DRADeviceTaintRules the bootstrap roles let the scheduler and the eviction
+            # controller read DeviceTaintRules (theirs wait for that informer)
             "--feature-gates=DRAConsumableCapacity=true,ResourceHealthStatus=true,"
-            "DRADeviceTaints=true",
+            "DRADeviceTaints=true,DRADeviceTaintRules=true",
             # DeviceTaintRule (KEP-5055): served only when its alpha API version is enabled
             "--runtime-config=resource.k8s.io/v1alpha3=true",
             "--v=1",

@@ -1,5 +1,7 @@
 """The real pipeline on the real node: ``gpuattr agent`` (its collectors on the real kubelet's
-socket and the real API server) and ``gpuattr worker`` as processes, on the real local Kafka.
+socket and the real API server) and ``gpuattr worker`` as processes, on the real local Kafka;
+with ``cluster_role``, ``gpuattr cluster`` too (what only it reads: DeviceTaintRules, the GPU
+Operator's objects, partition clocks).
 
 dcgm-exporter cannot run here: its double (:class:`sim.exporter_server.ExporterDouble`) serves
 the node's GPUs, MIG instances and the DRA driver's GPUs by their UUIDs, with a utilisation the
@@ -93,11 +95,13 @@ class RealPipeline:
     agent_metrics_url: str
     events: Collected
     alerts: Collected
+    role: Child | None = None  # the cluster role, when it runs
 
     def logs(self, lines: int = 40) -> str:
         unreadable = [*self.events.unreadable, *self.alerts.unreadable]
         said = "".join(f"--- unreadable\n{line}\n" for line in unreadable[:5])
-        return said + "\n".join(f"--- {c.name}\n{c.tail(lines)}" for c in (self.agent, self.worker))
+        children = (self.agent, self.worker, *([self.role] if self.role else []))
+        return said + "\n".join(f"--- {c.name}\n{c.tail(lines)}" for c in children)
 
     def attribution(self, since_ms: int = 0) -> list[AttributionEvent]:
         return [
@@ -135,6 +139,7 @@ async def real_pipeline(
     *,
     own_pod: str,
     worker_env: dict[str, str] | None = None,
+    cluster_role: bool = False,
 ) -> AsyncIterator[RealPipeline]:
     kafka = KafkaSettings(
         bootstrap=bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=2
@@ -180,6 +185,16 @@ async def real_pipeline(
             "agent", ["agent", "--node", node.name], agent_env, workdir / "agent.log"
         )
         worker_child = Child("worker", ["worker"], worker, workdir / "worker.log")
+        role_env = {
+            **base,
+            **settings_env(
+                KUBE_KUBECONFIG=cluster.kube.kubeconfig,
+                KUBE_MAX_BACKOFF_S=1,
+                CLUSTER_LEADER_ELECTION="false",
+                CLUSTER_TICK_INTERVAL_S=5,
+            ),
+        }
+        role = Child("cluster", ["cluster"], role_env, workdir / "cluster.log")
         async with collect(kafka, "attribution") as events, collect(kafka, "alerts") as alerts:
             p = RealPipeline(
                 kafka,
@@ -189,11 +204,16 @@ async def real_pipeline(
                 f"http://127.0.0.1:{metrics_port}/metrics",
                 events,
                 alerts,
+                role if cluster_role else None,
             )
             try:
                 await worker_child.start()
+                if cluster_role:
+                    await role.start()
                 await agent_child.start()
                 yield p
             finally:
                 await agent_child.stop()
+                if cluster_role:
+                    await role.stop()
                 await worker_child.stop()
