@@ -675,6 +675,58 @@ class PendingPodList(Record, frozen=True):
     resource_version: str = ""
 
 
+#: where a Kueue Workload's wait stands: ``queued`` (not admitted: it waits for quota, and has no
+#: pods); ``admitted`` (its pods exist or are made now: they are the demand from here on, as pending
+#: pods); ``finished``; ``deleted``
+QueuedState = Literal["queued", "admitted", "finished", "deleted"]
+
+
+class QueuedWorkload(Record, frozen=True):
+    """A Kueue ``Workload`` (``kueue.x-k8s.io``, ``v1beta1`` or ``v1beta2``) that asks for GPUs:
+    demand that is not a pod yet — Kueue keeps its Job suspended, with no pod, until it admits it.
+    The cluster role publishes it keyed by each resource it asks for, on every change, and once
+    more when it is ``admitted``, ``finished`` or ``deleted``: the last record of its wait (its
+    pods, once admitted, are pending pods like any: one waiter per Workload until then, never
+    both).
+
+    ``requests``: per podSet and resource, ``count`` times the per-pod request (the scheduler's rule
+    per pod); ``product`` the one GPU product the ClusterQueue's flavors for that resource allow
+    (a ResourceFlavor's ``nvidia.com/gpu.product`` node label; ``""`` when several or none say).
+    ``queue`` is ``spec.queueName`` (a LocalQueue of its namespace), ``cluster_queue`` that
+    LocalQueue's ClusterQueue (``""`` while unknown). ``reason``/``message`` are Kueue's own word
+    on why it waits (its ``QuotaReserved`` condition: ``Pending`` "couldn't assign flavors to pod
+    set main: insufficient unused quota for nvidia.com/gpu in flavor a100, 4 more needed"; or
+    ``Evicted``, ``Preempted``); ``since_ms`` when the wait began (its creation, or its last
+    eviction back into the queue)."""
+
+    ts_ms: int
+    namespace: str
+    name: str
+    uid: str
+    created_ms: int
+    requests: tuple[GpuRequest, ...]
+    state: QueuedState = "queued"
+    queue: str = ""
+    cluster_queue: str = ""
+    priority: int = 0
+    priority_class: str = ""
+    owner: OwnerRef | None = None  # the job it stands for (its controller ownerReference)
+    reason: str = ""
+    message: str = ""
+    since_ms: int | None = None
+    resource_version: str = ""
+
+
+class QueuedWorkloadList(Record, frozen=True):
+    """Every queued Workload after a (re)list of the cluster role's watch: a Workload of the
+    demand stage's tables missing from it is gone. Published into every partition of the
+    demand-events topic (no key), as the pending-pod list."""
+
+    ts_ms: int
+    workloads: tuple[QueuedWorkload, ...]
+    resource_version: str = ""
+
+
 class SupplyHolder(Record, frozen=True):
     """A pod holding an allocated device, as the demand stage names it."""
 
@@ -718,7 +770,9 @@ class NodeSupply(Record, frozen=True):
 
 
 #: Records on the demand-events topic (keyed by resource; the list and ticks into every partition)
-DemandInput = PendingPod | PendingPodList | NodeSupply | ClockTick
+DemandInput = (
+    PendingPod | PendingPodList | QueuedWorkload | QueuedWorkloadList | NodeSupply | ClockTick
+)
 
 
 def pool_resource(resource: str) -> str:
@@ -769,6 +823,8 @@ KINDS: dict[str, tuple[type, int] | tuple[type, int, tuple[int, ...]]] = {
     "k8s.devicetaintrule": (DeviceTaintRuleRecord, 1),
     "k8s.pending-pod": (PendingPod, 1),
     "k8s.pending-pods": (PendingPodList, 1),
+    "kueue.workload": (QueuedWorkload, 1),
+    "kueue.workloads": (QueuedWorkloadList, 1),
     "pool.supply": (NodeSupply, 2, (1,)),
 }
 

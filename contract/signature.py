@@ -23,12 +23,13 @@ from contract.inputs import (
     GpuClusterRecord,
     NvidiaDriverRecord,
     PendingPodList,
+    QueuedWorkloadList,
 )
 
 HEADER = "gpuattr-signature"
 #: the cluster role's records that move every node of a partition: the clock, the GPU Operator's
 #: intent (ClusterPolicy, GPUCluster, NVIDIADriver), the DRA device taint rules, the pending-pod
-#: list
+#: and queued-workload lists
 SIGNED: tuple[type, ...] = (
     ClockTick,
     ClusterPolicyRecord,
@@ -36,6 +37,7 @@ SIGNED: tuple[type, ...] = (
     NvidiaDriverRecord,
     DeviceTaintRuleRecord,
     PendingPodList,
+    QueuedWorkloadList,
 )
 
 #: a Kafka record's headers, as aiokafka (pairs) or Faust (a mapping) hand them over
