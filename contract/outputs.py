@@ -436,6 +436,8 @@ class AlertFigures(Record, frozen=True):
     pending_pods: int | None = None
     gpus_requested: int | None = None
     oldest_wait_s: float | None = None
+    #: additive: of those waiting, Kueue Workloads not admitted (no pods yet: they wait for quota)
+    queued_workloads: int | None = None
     idle_gpus: int | None = None
     idle_for_s: float | None = None  # the shortest idle time among the idle GPUs named
     # additive: a device-unhealthy alert's sources, each as it said it
@@ -624,18 +626,28 @@ class Pool(Record, frozen=True):
         return "|".join(parts)
 
 
+#: what a waiter waits for: a pending pod for the ``scheduler``; a Kueue Workload not admitted
+#: yet (its Job suspended, no pods) for ``quota``
+WaitsFor = Literal["scheduler", "quota"]
+
+
 class WaitingPod(Record, frozen=True):
-    """A pod waiting for GPUs of a pool, with the scheduler's word."""
+    """A pod waiting for GPUs of a pool, with the scheduler's word — or, ``waits_for`` ``quota``, a
+    Kueue Workload not admitted yet (``pod`` its name, ``workload`` the job it stands for), with
+    Kueue's word and its queue."""
 
     namespace: str
     pod: str
     uid: str
     gpus: int
-    since_ms: int  # when it was created: its wait began
+    since_ms: int  # when it was created (a Workload: or last evicted): its wait began
     priority: int = 0
     workload: str | None = None  # "Kind/name"
-    reason: str = ""  # PodScheduled reason
-    message: str = ""  # PodScheduled message
+    reason: str = ""  # PodScheduled reason (a Workload: its QuotaReserved reason)
+    message: str = ""  # PodScheduled message (a Workload: Kueue's message)
+    waits_for: WaitsFor = "scheduler"  # additive (v1)
+    queue: str = ""  # additive: a Workload's LocalQueue
+    cluster_queue: str = ""  # additive: its ClusterQueue ("" while unknown)
 
 
 class IdleGpu(Record, frozen=True):
@@ -648,8 +660,9 @@ class IdleGpu(Record, frozen=True):
 
 
 class PoolDemand(Record, frozen=True):
-    """A pool's demand and supply at ``ts_ms``: the pods waiting for its GPUs (oldest first, at
-    most ``WAITING_LISTED``; ``pending_pods`` counts them all) and, in the same pool, the allocated
+    """A pool's demand and supply at ``ts_ms``: the pods waiting for its GPUs and the Kueue
+    Workloads queued for them (oldest first, at most ``WAITING_LISTED``; ``pending_pods`` and
+    ``queued_workloads`` count them all) and, in the same pool, the allocated
     GPUs and those measured idle with their holders (longest idle first, at most ``IDLE_LISTED``;
     ``idle_gpus`` counts them all, ``idle_latest_since_ms`` is when the most recent of them began
     idling). Emitted on change to the compacted demand topic, keyed by ``pool`` (a change of the
@@ -677,6 +690,11 @@ class PoolDemand(Record, frozen=True):
     #: additive: when the most recently idle of them began idling (``None``: none idle, or a
     #: record written before it)
     idle_latest_since_ms: int | None = None
+    #: additive: Kueue Workloads not admitted that ask for the pool's GPUs (listed in ``waiting``
+    #: with ``waits_for`` ``quota``; not in ``pending_pods``: they have no pods), and the GPUs of
+    #: ``gpus_requested`` they ask: what waits for quota; the rest waits for the scheduler
+    queued_workloads: int = 0
+    gpus_for_quota: int = 0
 
     def idle_count(self) -> int:
         """Every idle GPU of the pool (records written before ``idle_gpus`` listed them all)."""

@@ -13,7 +13,14 @@ import logging
 from collections.abc import AsyncIterable, Awaitable, Callable
 
 from contract import codec
-from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList
+from contract.inputs import (
+    ClockTick,
+    NodeSupply,
+    PendingPod,
+    PendingPodList,
+    QueuedWorkload,
+    QueuedWorkloadList,
+)
 from contract.outputs import PoolDemand, PoolDemandRetired
 from streams.core.flow.demandstage import (
     DemandClockJump,
@@ -28,7 +35,14 @@ from streams.worker.loop import DeadLetterFn, Event, Stop, defect, unsigned
 log = logging.getLogger(__name__)
 
 PublishDemand = Callable[[DemandOutput], Awaitable[None]]
-DEMAND_INPUTS = (PendingPod, PendingPodList, NodeSupply, ClockTick)
+DEMAND_INPUTS = (
+    PendingPod,
+    PendingPodList,
+    QueuedWorkload,
+    QueuedWorkloadList,
+    NodeSupply,
+    ClockTick,
+)
 
 
 class DemandLoop:

@@ -44,7 +44,14 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from itertools import islice
 from typing import Protocol
 
-from contract.inputs import GpuRequest, NodeSupply, PendingPod, SupplyDevice, SupplyHolder
+from contract.inputs import (
+    GpuRequest,
+    NodeSupply,
+    PendingPod,
+    QueuedWorkload,
+    SupplyDevice,
+    SupplyHolder,
+)
 from contract.outputs import (
     IDLE_LISTED,
     WAITING_LISTED,
@@ -62,7 +69,12 @@ from streams.core.devices import dra
 class Waiter(Record, frozen=True):
     """A pending pod as the demand stage keeps it, for one resource (the partition's key): its
     requests of that resource, and what a demand record says of it. ``ts_ms`` is the event time
-    of the record it came from (an older record of the same pod is stale)."""
+    of the record it came from (an older record of the same pod is stale).
+
+    Or (``queued``) a Kueue Workload not admitted yet: it has no pods, so it is one waiter of its
+    own until Kueue admits it; from then on its pods, pending for the scheduler, are the waiters
+    (the Workload's ``admitted`` record ends its wait): one waiter for the same demand, never
+    two. ``name`` is the Workload's, ``workload`` the job it stands for."""
 
     ts_ms: int
     namespace: str
@@ -74,10 +86,21 @@ class Waiter(Record, frozen=True):
     workload: str | None = None  # "Kind/name"
     reason: str = ""
     message: str = ""
+    queued: bool = False  # additive (v1): a Kueue Workload waiting for quota
+    queue: str = ""
+    cluster_queue: str = ""
 
     @property
     def pod(self) -> str:
+        """Its key under the resource: a Workload's is apart from every pod's (no pod or
+        namespace name has a colon)."""
+        if self.queued:
+            return workload_key(self.namespace, self.name)
         return f"{self.namespace}/{self.name}"
+
+
+def workload_key(namespace: str, name: str) -> str:
+    return f"kueue:{namespace}/{name}"
 
 
 def waiter_of(record: PendingPod, resource: str) -> Waiter:
@@ -94,6 +117,27 @@ def waiter_of(record: PendingPod, resource: str) -> Waiter:
         workload=f"{w.kind}/{w.name}" if w is not None else None,
         reason=record.scheduled_reason,
         message=record.scheduled_message,
+    )
+
+
+def waiter_of_workload(record: QueuedWorkload, resource: str) -> Waiter:
+    """The queued Workload's wait for ``resource``: it waits since it was created or last sent
+    back to its queue."""
+    w = record.owner
+    return Waiter(
+        ts_ms=record.ts_ms,
+        namespace=record.namespace,
+        name=record.name,
+        uid=record.uid,
+        created_ms=record.since_ms if record.since_ms is not None else record.created_ms,
+        requests=tuple(r for r in record.requests if r.resource == resource),
+        priority=record.priority,
+        workload=f"{w.kind}/{w.name}" if w is not None else None,
+        reason=record.reason,
+        message=record.message,
+        queued=True,
+        queue=record.queue,
+        cluster_queue=record.cluster_queue,
     )
 
 
@@ -169,6 +213,9 @@ def _waiting(pool: Pool, w: Waiter) -> WaitingPod:
         workload=w.workload,
         reason=w.reason,
         message=w.message,
+        waits_for="quota" if w.queued else "scheduler",
+        queue=w.queue,
+        cluster_queue=w.cluster_queue,
     )
 
 
@@ -288,6 +335,7 @@ def pool_record(
         (_waiting(pool, w) for w in waiters if any(asks(pool, r) for r in w.requests)),
         key=lambda p: (p.since_ms, p.namespace, p.pod),
     )
+    queued = [w for w in waiting if w.waits_for == "quota"]
     # the matching groups: counts added, the longest idle of their idle GPUs listed
     allocated = unmeasured = idle_gpus = 0
     latest: int | None = None
@@ -310,7 +358,7 @@ def pool_record(
         resource=pool.resource,
         product=pool.product,
         mig_profile=pool.mig_profile,
-        pending_pods=len(waiting),
+        pending_pods=len(waiting) - len(queued),
         gpus_requested=requested(pool, waiters),
         oldest_since_ms=waiting[0].since_ms if waiting else None,
         waiting=tuple(waiting[:WAITING_LISTED]),
@@ -319,6 +367,8 @@ def pool_record(
         unmeasured_gpus=unmeasured,
         idle_gpus=idle_gpus,
         idle_latest_since_ms=latest,
+        queued_workloads=len(queued),
+        gpus_for_quota=sum(w.gpus for w in queued),
     )
 
 
@@ -368,12 +418,17 @@ def answer_moved(last: PoolDemand | None, now: PoolDemand) -> bool:
         now.gpus_requested,
         now.oldest_since_ms,
         now.waiting,
-    ):
+    ) or (last.queued_workloads, last.gpus_for_quota) != (now.queued_workloads, now.gpus_for_quota):
         return True
     if (last.allocated_gpus > 0) != (now.allocated_gpus > 0):
         return True
-    waits = last.pending_pods > 0 or now.pending_pods > 0
+    waits = waiting(last) > 0 or waiting(now) > 0
     return waits and (last.idle_count() > 0) != (now.idle_count() > 0)
+
+
+def waiting(demand: PoolDemand) -> int:
+    """Everything that waits for the pool's GPUs: its pending pods and queued Workloads."""
+    return demand.pending_pods + demand.queued_workloads
 
 
 def _recent(last: PoolDemand, ts_ms: int, every_ms: int) -> bool:

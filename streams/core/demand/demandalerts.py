@@ -31,9 +31,11 @@ from contract.outputs import (
     Holder,
     IdleGpu,
     PoolDemand,
+    WaitingPod,
 )
 from contract.records import replace
 from streams.core.alerts.alerts import alert_id
+from streams.core.demand.demand import waiting
 
 KIND: AlertKind = "demand-while-idle"
 NAMED = 10  # idle GPUs named in the summary (every one is in the brief)
@@ -54,7 +56,7 @@ def idle_long(demand: PoolDemand, now_ms: int, window_ms: int) -> tuple[IdleGpu,
 
 def due(demand: PoolDemand | None, now_ms: int, window_ms: int) -> bool:
     """Whether the pool's condition holds at ``now_ms``."""
-    if demand is None or demand.oldest_since_ms is None or not demand.pending_pods:
+    if demand is None or demand.oldest_since_ms is None or not waiting(demand):
         return False
     if now_ms - demand.oldest_since_ms < window_ms:
         return False
@@ -78,13 +80,43 @@ def _holders(idle: tuple[IdleGpu, ...]) -> tuple[Holder, ...]:
     return tuple(seen[k] for k in sorted(seen))
 
 
+def _who_waits(demand: PoolDemand) -> str:
+    """``3 pods wait``; with Kueue Workloads queued, which ClusterQueue waits for how many GPUs of
+    quota: ``ClusterQueue team-a (queue ml/training) waits for quota for 8 GPUs (1 Workload:
+    ml/train-llm, Job/train-llm) and 2 pods wait``: the line a platform team needs to lend
+    quota."""
+    said: list[str] = []
+    queues: dict[str, list[WaitingPod]] = {}
+    for w in demand.waiting:
+        if w.waits_for == "quota":
+            queues.setdefault(w.cluster_queue, []).append(w)
+    for cq, ws in sorted(queues.items()):
+        local = sorted({f"{w.namespace}/{w.queue}" for w in ws if w.queue})
+        where = f"ClusterQueue {cq}" if cq else "a Kueue queue"
+        where += f" (queue {', '.join(local)})" if local else ""
+        gpus = sum(w.gpus for w in ws)
+        named = ", ".join(
+            f"{w.namespace}/{w.pod}" + (f", {w.workload}" if w.workload else "") for w in ws[:3]
+        )
+        count = f"{len(ws)} Workload{'s' if len(ws) != 1 else ''}"
+        said.append(
+            f"{where} waits for quota for {gpus} GPU{'s' if gpus != 1 else ''} ({count}: {named})"
+        )
+    unlisted = demand.queued_workloads - sum(len(ws) for ws in queues.values())
+    if unlisted > 0:
+        said.append(f"{unlisted} more Workload{'s' if unlisted != 1 else ''} wait for quota")
+    if demand.pending_pods or not said:
+        pods = "pod waits" if demand.pending_pods == 1 else "pods wait"
+        said.append(f"{demand.pending_pods} {pods}")
+    return " and ".join(said)
+
+
 def fire(demand: PoolDemand, now_ms: int, window_ms: int) -> Alert:
     assert demand.oldest_since_ms is not None  # due() checked
     idle = idle_long(demand, now_ms, window_ms)
     since = max(demand.oldest_since_ms, min(g.since_ms for g in idle))
     wait_s = (now_ms - demand.oldest_since_ms) / 1000
     idle_for_s = min(now_ms - g.since_ms for g in idle) / 1000
-    pods = "pod waits" if demand.pending_pods == 1 else "pods wait"
     gpus = "GPU" if len(idle) == 1 else "GPUs"
     has = "has" if len(idle) == 1 else "have"
     named = ", ".join(_holder_text(g) for g in idle[:NAMED])
@@ -92,7 +124,7 @@ def fire(demand: PoolDemand, now_ms: int, window_ms: int) -> Alert:
     # the record lists the longest idle; unlisted ones idled for less, some maybe long enough
     least = "at least " if len(idle) == len(demand.idle) < demand.idle_count() else ""
     summary = (
-        f"{demand.pending_pods} {pods} for {demand.pool} (oldest {duration(wait_s)}) while "
+        f"{_who_waits(demand)} for {demand.pool} (oldest {duration(wait_s)}) while "
         f"{least}{len(idle)} allocated {gpus} of that pool {has} been idle for "
         f"{duration(idle_for_s)}: {named}{more}"
     )
@@ -111,6 +143,7 @@ def fire(demand: PoolDemand, now_ms: int, window_ms: int) -> Alert:
             pending_pods=demand.pending_pods,
             gpus_requested=demand.gpus_requested,
             oldest_wait_s=wait_s,
+            queued_workloads=demand.queued_workloads or None,
             idle_gpus=len(idle),
             idle_for_s=idle_for_s,
         ),
@@ -140,7 +173,7 @@ def resolve(fired: Alert, now_ms: int, why: str) -> Alert:
 def _why(demand: PoolDemand | None, now_ms: int, window_ms: int) -> str:
     if demand is None:
         return "nobody waits any more (the pool retired)"
-    if not demand.pending_pods:
+    if not waiting(demand):
         return "nobody waits any more"
     return "no allocated GPU of the pool has been idle for the window any more"
 

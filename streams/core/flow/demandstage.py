@@ -7,9 +7,11 @@ stage's tables.
 partition of its resource, the key of the demand-events topic):
 
 - ``demand_pods`` ``<resource>|<namespace>/<name>`` → :class:`~streams.core.demand.demand.Waiter`:
-the
-  live pending pods, one key each — removed when the pod is bound or deleted, or when a
-  pending-pod list taken after its last record does not name it. Bounded by the live pending pods.
+  the live pending pods, one key each — removed when the pod is bound or deleted, or when a
+  pending-pod list taken after its last record does not name it; and under
+  ``<resource>|kueue:<namespace>/<name>`` the Kueue Workloads queued for quota, removed when
+  admitted, finished or deleted, or missing from a later Workload list. Bounded by the live
+  waiters.
 - ``demand_supply`` ``<resource>|<node>`` → :class:`~contract.inputs.NodeSupply` as it came;
   removed when the node has none of the resource allocated (or is gone).
 - ``demand_resources`` ``<resource>`` → :class:`ResourceDemand`: the keys of those two, the
@@ -57,7 +59,15 @@ from __future__ import annotations
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field, fields
 
-from contract.inputs import ClockTick, NodeSupply, PendingPod, PendingPodList, pool_resource
+from contract.inputs import (
+    ClockTick,
+    NodeSupply,
+    PendingPod,
+    PendingPodList,
+    QueuedWorkload,
+    QueuedWorkloadList,
+    pool_resource,
+)
 from contract.outputs import Alert, PoolDemand, PoolDemandRetired
 from contract.records import Record, replace
 from streams.core import keys, lifetimes, replays
@@ -153,7 +163,7 @@ def _depart(rd: ResourceDemand, key: str, ts_ms: int) -> ResourceDemand:
 def key_resource(key: bytes | None, record: object) -> str | None:
     """The resource a keyed record is processed under, or ``None`` for a partition-wide one
     (list, tick). Raises :class:`UnusableDemandRecord` when key and payload disagree."""
-    if isinstance(record, ClockTick | PendingPodList):
+    if isinstance(record, ClockTick | PendingPodList | QueuedWorkloadList):
         return None
     if key is None:
         raise UnusableDemandRecord(f"{type(record).__name__} without a key")
@@ -162,9 +172,10 @@ def key_resource(key: bytes | None, record: object) -> str | None:
         if pool_resource(record.resource) != resource:
             raise UnusableDemandRecord(f"key {resource!r} but supply of {record.resource!r}")
         return resource
-    if isinstance(record, PendingPod):
+    if isinstance(record, PendingPod | QueuedWorkload):
         asked = {pool_resource(r.resource) for r in record.requests}
-        if resource not in asked and (record.state == "pending" or asked):
+        waits = record.state in ("pending", "queued")
+        if resource not in asked and (waits or asked):
             raise UnusableDemandRecord(
                 f"key {resource!r} but {record.namespace}/{record.name} asks for {sorted(asked)}"
             )
@@ -201,9 +212,9 @@ class DemandStage:
         self._clock(partition, record, resource)
         if resource is not None:
             self._index(partition, resource)
-            assert isinstance(record, PendingPod | NodeSupply)
+            assert isinstance(record, PendingPod | QueuedWorkload | NodeSupply)
             return self._resource(resource, record, record.ts_ms)
-        assert isinstance(record, ClockTick | PendingPodList)
+        assert isinstance(record, ClockTick | PendingPodList | QueuedWorkloadList)
         out: list[DemandOutput] = []
         for r in self.resources(partition):
             out += self._resource(r, record, record.ts_ms)
@@ -213,7 +224,15 @@ class DemandStage:
         """The record's time against its partition's, before any table changes: too far ahead
         (unconfirmed), it is refused. A node's supply is the node's time; the rest the cluster
         role's."""
-        assert isinstance(record, ClockTick | PendingPodList | PendingPod | NodeSupply)
+        assert isinstance(
+            record,
+            ClockTick
+            | PendingPodList
+            | PendingPod
+            | QueuedWorkload
+            | QueuedWorkloadList
+            | NodeSupply,
+        )
         by = f"node {record.node!r}" if isinstance(record, NodeSupply) else lifetimes.CLUSTER_ROLE
         held = (
             self.tables.demand_partitions.get(keys.partition_key(partition)) or PartitionResources()
@@ -373,16 +392,27 @@ class DemandStage:
     # --- applying a record to the resource's keys
 
     def _apply(self, resource: str, rd: ResourceDemand, record: object) -> ResourceDemand:
-        if isinstance(record, PendingPod):
+        if isinstance(record, PendingPod | QueuedWorkload):
             return self._pod(resource, rd, record)
         if isinstance(record, NodeSupply):
             return self._supply(resource, rd, record)
         if isinstance(record, PendingPodList):
             return self._list(resource, rd, record)
+        if isinstance(record, QueuedWorkloadList):
+            return self._workloads(resource, rd, record)
         return rd  # a tick: time only
 
-    def _pod(self, resource: str, rd: ResourceDemand, record: PendingPod) -> ResourceDemand:
-        pod = keys.short_name(record.namespace, record.name)
+    def _pod(
+        self, resource: str, rd: ResourceDemand, record: PendingPod | QueuedWorkload
+    ) -> ResourceDemand:
+        """A pending pod's record, or a queued Workload's (its own key: one waiter until Kueue
+        admits it, its pods after)."""
+        if isinstance(record, QueuedWorkload):
+            pod = demand.workload_key(record.namespace, record.name)
+            waits = record.state == "queued"
+        else:
+            pod = keys.short_name(record.namespace, record.name)
+            waits = record.state == "pending"
         key = keys.resource_key(resource, pod)
         current = self.tables.demand_pods.get(key)
         if current is not None and record.ts_ms < current.ts_ms:
@@ -390,18 +420,42 @@ class DemandStage:
         departed = rd.departed_at(pod)
         if current is None and departed is not None and record.ts_ms <= departed:
             return rd  # it left after this record
-        if record.state != "pending":
+        if not waits:
             if current is None:  # never seen waiting here: remembered, so an older record of
                 # it (another leader's, late) does not make it wait
                 return rd if departed is not None else _depart(rd, pod, record.ts_ms)
             del self.tables.demand_pods[key]
             self._dirty = True
             return _depart(replace(rd, pods=_without(rd.pods, pod)), pod, record.ts_ms)
-        waiter = demand.waiter_of(record, resource)
+        waiter = (
+            demand.waiter_of_workload(record, resource)
+            if isinstance(record, QueuedWorkload)
+            else demand.waiter_of(record, resource)
+        )
         if waiter != current:  # a record processed again writes nothing
             self.tables.demand_pods[key] = waiter
             self._dirty = True
-        return replace(rd, pods=_with(rd.pods, pod))
+        rd = replace(rd, pods=_with(rd.pods, pod))
+        if not waiter.queued and waiter.workload is not None:
+            rd = self._handed_over(resource, rd, waiter, record.ts_ms)
+        return rd
+
+    def _handed_over(
+        self, resource: str, rd: ResourceDemand, pod: Waiter, ts_ms: int
+    ) -> ResourceDemand:
+        """A pending pod of a job whose Workload still waits for quota here: Kueue admitted it
+        (its pods exist only then), whatever order the two watches delivered that in. The pods
+        are the demand from now on; the Workload's wait ends (one waiter, never both)."""
+        for other in rd.pods:
+            key = keys.resource_key(resource, other)
+            w = self.tables.demand_pods.get(key)
+            if w is None or not w.queued or w.ts_ms > ts_ms:
+                continue
+            if (w.namespace, w.workload) == (pod.namespace, pod.workload):
+                del self.tables.demand_pods[key]
+                self._dirty = True
+                rd = _depart(replace(rd, pods=_without(rd.pods, other)), other, ts_ms)
+        return rd
 
     def _supply(self, resource: str, rd: ResourceDemand, record: NodeSupply) -> ResourceDemand:
         key = keys.resource_key(resource, record.node)
@@ -427,14 +481,35 @@ class DemandStage:
         """Pods whose last record is older than the list and that it does not name are gone (a
         pod published after the list was taken stays)."""
         listed = {(p.namespace, p.name, p.uid) for p in record.pods}
+        return self._unlisted(resource, rd, record.ts_ms, listed, queued=False)
+
+    def _workloads(
+        self, resource: str, rd: ResourceDemand, record: QueuedWorkloadList
+    ) -> ResourceDemand:
+        """Workloads whose last record is older than the list and that it does not name are
+        gone, as pods are from a pending-pod list (the pods' keys are not the list's to judge)."""
+        listed = {(w.namespace, w.name, w.uid) for w in record.workloads}
+        return self._unlisted(resource, rd, record.ts_ms, listed, queued=True)
+
+    def _unlisted(
+        self,
+        resource: str,
+        rd: ResourceDemand,
+        ts_ms: int,
+        listed: set[tuple[str, str, str]],
+        *,
+        queued: bool,
+    ) -> ResourceDemand:
         for pod in rd.pods:
             key = keys.resource_key(resource, pod)
             w = self.tables.demand_pods.get(key)
             if w is None:
                 rd = replace(rd, pods=_without(rd.pods, pod))
                 continue
-            if w.ts_ms < record.ts_ms and (w.namespace, w.name, w.uid) not in listed:
+            if w.queued != queued:
+                continue
+            if w.ts_ms < ts_ms and (w.namespace, w.name, w.uid) not in listed:
                 del self.tables.demand_pods[key]
                 self._dirty = True
-                rd = _depart(replace(rd, pods=_without(rd.pods, pod)), pod, record.ts_ms)
+                rd = _depart(replace(rd, pods=_without(rd.pods, pod)), pod, ts_ms)
         return rd
