@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from contract import codec
-from contract.inputs import PendingPod, PendingPodList
+from contract.inputs import PendingPod, PendingPodList, QueuedWorkload, QueuedWorkloadList
 from contract.outputs import AttributionEvent
 from contract.topics import TopicRole
 from gpuattr.report import CSV_HEADER, Line, accumulate, csv_rows, effective_coverage
@@ -107,10 +107,15 @@ async def read_topic(
 
 async def read_waits(
     kafka: KafkaSettings, start_ms: int
-) -> list[PendingPod | PendingPodList] | None:
+) -> list[PendingPod | PendingPodList | QueuedWorkload | QueuedWorkloadList] | None:
     """The pending pods and their lists over the range; ``None`` where the topic cannot be read."""
     try:
-        return await read_topic(kafka, "demand-events", start_ms, (PendingPod, PendingPodList))
+        return await read_topic(
+            kafka,
+            "demand-events",
+            start_ms,
+            (PendingPod, PendingPodList, QueuedWorkload, QueuedWorkloadList),
+        )
     except (KafkaError, RuntimeError) as exc:
         topic = kafka.topic("demand-events")
         print(f"GPU-hours waited: {topic} not read ({exc!r})", file=sys.stderr)
@@ -203,8 +208,11 @@ def print_waits(lines: list[WaitLine], title: str) -> None:
         table.add_column(name)
     for name in ("pods", "GPU-h waited", "longest wait (h)", "still waiting"):
         table.add_column(name, justify="right")
+    queued = any(line.workloads for line in lines)
+    if queued:  # Kueue's queued Workloads: the part of the hours that waited for quota
+        table.add_column("of it for quota (GPU-h)", justify="right")
     for line in lines:
-        table.add_row(
+        cells = [
             line.namespace,
             line.workload,
             line.pool,
@@ -212,7 +220,10 @@ def print_waits(lines: list[WaitLine], title: str) -> None:
             f"{line.gpu_hours_waited:.3f}",
             f"{line.longest_wait_h:.3f}",
             str(line.waiting_at_end) if line.waiting_at_end else "",
-        )
+        ]
+        if queued:
+            cells.append(f"{line.quota_gpu_hours:.3f}" if line.workloads else "")
+        table.add_row(*cells)
     Console().print(table)
 
 
@@ -223,7 +234,7 @@ def write_waits_csv(lines: list[WaitLine], out: TextIO) -> None:
 
 
 def report_waits(
-    records: list[PendingPod | PendingPodList] | None,
+    records: list[PendingPod | PendingPodList | QueuedWorkload | QueuedWorkloadList] | None,
     since: str,
     *,
     start_ms: int,

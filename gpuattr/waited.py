@@ -15,6 +15,11 @@ counts too. A pod whose records all lie before the range and that no list within
 is not seen (the topic keeps records for its retention; lists come with every relist of the
 cluster role).
 
+Kueue's queued Workloads (``kueue.workload``, ``kueue.workloads``) wait for quota the same way,
+from their creation (or last eviction) until their ``admitted``, ``finished`` or ``deleted``
+record or a later Workload list without them, on the line of the job they stand for — the line
+its pods wait on once admitted; ``quota_gpu_hours`` is that part of the line's hours.
+
 Waiting is not holding: these hours are GPUs asked for and not given, beside (never added to)
 the held GPU-hours of :mod:`gpuattr.report`. A MIG pool's figure is in instance-hours.
 """
@@ -25,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from contract.inputs import PendingPod, PendingPodList
+from contract.inputs import PendingPod, PendingPodList, QueuedWorkload, QueuedWorkloadList
 from contract.outputs import Pool
 from contract.records import replace
 
@@ -41,6 +46,8 @@ class WaitLine:
     gpu_hours_waited: float
     longest_wait_h: float  # the longest one pod waited within the range
     waiting_at_end: int  # of those, still waiting at the range's end
+    workloads: int = 0  # distinct Kueue Workloads that waited for quota (not in ``pods``)
+    quota_gpu_hours: float = 0.0  # of gpu_hours_waited, theirs
 
 
 #: a pool's claims a pod waits on: (namespace/name, devices), sorted
@@ -56,6 +63,7 @@ class _Wait:
     last_seen_ms: int
     ended_ms: int | None = None
     claims: Claims = ()
+    queued: bool = False  # a Kueue Workload waiting for quota
 
 
 def _workload(pod: PendingPod) -> str:
@@ -76,13 +84,29 @@ def _pools(pod: PendingPod) -> dict[str, tuple[int, Claims]]:
     return {p: (asked[p], tuple(sorted(claims[p].items()))) for p in {*asked, *claims}}
 
 
-def _seen(waits: dict[tuple[str, str], _Wait], pod: PendingPod, ts_ms: int) -> None:
+def _as_pod(w: QueuedWorkload) -> PendingPod:
+    """A queued Workload as a wait: on its job's line, from its creation or last eviction."""
+    return PendingPod(
+        w.ts_ms,
+        w.namespace,
+        w.name,
+        w.uid,
+        w.since_ms if w.since_ms is not None else w.created_ms,
+        w.requests,
+        state="pending" if w.state == "queued" else "deleted",
+        workload=w.owner,
+    )
+
+
+def _seen(
+    waits: dict[tuple[str, str], _Wait], pod: PendingPod, ts_ms: int, queued: bool = False
+) -> None:
     for pool, (gpus, claims) in _pools(pod).items():
         key = (pod.uid, pool)
         current = waits.get(key)
         if current is None:
             current = _Wait(
-                pod.namespace, _workload(pod), gpus, pod.created_ms, ts_ms, None, claims
+                pod.namespace, _workload(pod), gpus, pod.created_ms, ts_ms, None, claims, queued
             )
         elif ts_ms >= current.last_seen_ms:
             current = replace(current, gpus=gpus, last_seen_ms=ts_ms, claims=claims)
@@ -94,31 +118,45 @@ def _seen(waits: dict[tuple[str, str], _Wait], pod: PendingPod, ts_ms: int) -> N
         waits[key] = current
 
 
-def _listed(waits: dict[tuple[str, str], _Wait], pods: PendingPodList) -> None:
-    listed = {p.uid for p in pods.pods}
-    for p in pods.pods:
-        _seen(waits, replace(p, state="pending"), pods.ts_ms)
+def _listed(
+    waits: dict[tuple[str, str], _Wait], pods: tuple[PendingPod, ...], ts_ms: int, queued: bool
+) -> None:
+    """A list of one kind (pending pods, or queued Workloads) ends the waits of that kind only."""
+    listed = {p.uid for p in pods}
+    for p in pods:
+        _seen(waits, replace(p, state="pending"), ts_ms, queued)
     for (uid, pool), w in list(waits.items()):
-        if uid not in listed and w.ended_ms is None and w.last_seen_ms < pods.ts_ms:
-            waits[(uid, pool)] = replace(w, ended_ms=pods.ts_ms)  # gone without a last word
+        if w.queued != queued:
+            continue
+        if uid not in listed and w.ended_ms is None and w.last_seen_ms < ts_ms:
+            waits[(uid, pool)] = replace(w, ended_ms=ts_ms)  # gone without a last word
 
 
-def _order(record: PendingPod | PendingPodList) -> tuple[int, int]:
-    return record.ts_ms, isinstance(record, PendingPodList)  # a pod's own word first
+WaitRecord = PendingPod | PendingPodList | QueuedWorkload | QueuedWorkloadList
+
+
+def _order(record: WaitRecord) -> tuple[int, int]:
+    listing = isinstance(record, PendingPodList | QueuedWorkloadList)
+    return record.ts_ms, listing  # a pod's own word first
 
 
 def accumulate_waits(
-    records: Iterable[PendingPod | PendingPodList], *, start_ms: int, end_ms: int
+    records: Iterable[WaitRecord], *, start_ms: int, end_ms: int
 ) -> list[WaitLine]:
     waits: dict[tuple[str, str], _Wait] = {}
     for record in sorted(records, key=_order):
         if record.ts_ms >= end_ms:
             continue
         if isinstance(record, PendingPodList):
-            _listed(waits, record)
+            _listed(waits, record.pods, record.ts_ms, queued=False)
+        elif isinstance(record, QueuedWorkloadList):
+            workloads = tuple(_as_pod(w) for w in record.workloads)
+            _listed(waits, workloads, record.ts_ms, queued=True)
+        elif isinstance(record, QueuedWorkload):
+            _seen(waits, _as_pod(record), record.ts_ms, queued=True)
         else:
             _seen(waits, record, record.ts_ms)
-    acc: dict[tuple[str, str, str], list[tuple[float, float, bool]]] = defaultdict(list)
+    acc: dict[tuple[str, str, str], list[tuple[float, float, bool, bool]]] = defaultdict(list)
     # (pool, claim) → its devices and each of its pods' wait: (begin, uid, line, end)
     shared: dict[tuple[str, str], tuple[int, list[tuple[int, str, tuple[str, str, str], int]]]]
     shared = {}
@@ -129,7 +167,12 @@ def accumulate_waits(
             continue
         line = (w.namespace, w.workload, pool)
         acc[line].append(
-            ((end - begin) / HOUR_MS, (end - begin) / HOUR_MS * w.gpus, w.ended_ms is None)
+            (
+                (end - begin) / HOUR_MS,
+                (end - begin) / HOUR_MS * w.gpus,
+                w.ended_ms is None,
+                w.queued,
+            )
         )
         for claim, devices in w.claims:
             count, spans = shared.setdefault((pool, claim), (devices, []))
@@ -143,10 +186,12 @@ def accumulate_waits(
             namespace=ns,
             workload=wl,
             pool=pool,
-            pods=len(pods),
-            gpu_hours_waited=sum(gpu_h for _, gpu_h, _ in pods) + extra[(ns, wl, pool)],
-            longest_wait_h=max(hours for hours, _, _ in pods),
-            waiting_at_end=sum(1 for _, _, still in pods if still),
+            pods=sum(1 for *_, queued in pods if not queued),
+            gpu_hours_waited=sum(gpu_h for _, gpu_h, _, _ in pods) + extra[(ns, wl, pool)],
+            longest_wait_h=max(hours for hours, _, _, _ in pods),
+            waiting_at_end=sum(1 for _, _, still, _ in pods if still),
+            workloads=sum(1 for *_, queued in pods if queued),
+            quota_gpu_hours=sum(gpu_h for _, gpu_h, _, queued in pods if queued),
         )
         for (ns, wl, pool), pods in sorted(acc.items())
     ]
@@ -171,6 +216,8 @@ WAIT_CSV_HEADER = (
     "gpu_hours_waited",
     "longest_wait_h",
     "waiting_at_end",
+    "workloads",
+    "quota_gpu_hours",
 )
 
 
@@ -184,6 +231,8 @@ def wait_csv_rows(lines: Iterable[WaitLine]) -> list[list[str]]:
             f"{line.gpu_hours_waited:.4f}",
             f"{line.longest_wait_h:.4f}",
             str(line.waiting_at_end),
+            str(line.workloads),
+            f"{line.quota_gpu_hours:.4f}",
         ]
         for line in lines
     ]

@@ -36,6 +36,9 @@ class WaitingRow:
     priority: int
     reason: str
     message: str
+    waits_for: str = "scheduler"  # or "quota": a Kueue Workload not admitted yet
+    queue: str = ""
+    cluster_queue: str = ""
 
 
 @fast_init
@@ -66,6 +69,8 @@ class PoolRow:
     idle_for_s: float | None  # the shortest idle time among the idle GPUs: all idle that long
     idle: tuple[IdleRow, ...]
     unmeasured_gpus: int  # allocated, usage unknown: never idle
+    queued_workloads: int = 0  # Kueue Workloads waiting for quota (not in pending_pods)
+    gpus_for_quota: int = 0  # of gpus_requested, what they ask
 
 
 POOL_ROWS = pydantic.TypeAdapter(list[PoolRow])
@@ -112,6 +117,9 @@ def pool_row(record: PoolDemand) -> PoolRow:
                 priority=w.priority,
                 reason=w.reason,
                 message=w.message,
+                waits_for=w.waits_for,
+                queue=w.queue,
+                cluster_queue=w.cluster_queue,
             )
             for w in record.waiting
         ),
@@ -124,6 +132,8 @@ def pool_row(record: PoolDemand) -> PoolRow:
         ),
         idle=idle,
         unmeasured_gpus=record.unmeasured_gpus,
+        queued_workloads=record.queued_workloads,
+        gpus_for_quota=record.gpus_for_quota,
     )
 
 
@@ -167,15 +177,27 @@ def pool_line(row: PoolRow) -> str:
     mig = row.mig_profile or not dra.selects(row.resource, mig=False)  # dra:mig.nvidia.com
     unit = "MIG instance" if mig else "GPU"
     unit += "" if row.gpus_requested == 1 else "s"
-    if row.pending_pods:
-        pods = "pod waits" if row.pending_pods == 1 else "pods wait"
+    if row.pending_pods or row.queued_workloads:
         oldest = ""
         if row.oldest_wait_s is not None:
             oldest = f", oldest {span_text(row.oldest_wait_s)}"
             first = row.waiting[0] if row.waiting else None
             if first is not None and first.message:
                 oldest += f': "{first.message}"'
-        demand = f"{row.pending_pods} {pods} ({row.gpus_requested} {unit}{oldest})"
+        said = []
+        if row.pending_pods:
+            said.append(
+                f"{row.pending_pods} {'pod waits' if row.pending_pods == 1 else 'pods wait'}"
+            )
+        if row.queued_workloads:
+            queues = sorted({w.cluster_queue for w in row.waiting if w.waits_for == "quota"} - {""})
+            where = f" in ClusterQueue {', '.join(queues)}" if queues else ""
+            n = row.queued_workloads
+            said.append(
+                f"{n} Workload{' waits' if n == 1 else 's wait'} for quota{where} "
+                f"({row.gpus_for_quota} of them)"
+            )
+        demand = f"{' and '.join(said)} ({row.gpus_requested} {unit}{oldest})"
     else:
         demand = "nobody waits"
     supply = f"{row.allocated_gpus} allocated"

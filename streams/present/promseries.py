@@ -428,10 +428,29 @@ def pool_pending_pods(pools: Sequence[PoolRow]) -> Family:
     )
 
 
+def pool_queued_workloads(pools: Sequence[PoolRow]) -> Family:
+    return Family(
+        "gpuattr_pool_queued_workloads",
+        "Kueue Workloads not admitted yet (their jobs suspended, no pods) that ask for GPUs of the "
+        "pool: demand waiting for quota, not in gpuattr_pool_pending_pods",
+        [(_pool(row), float(row.queued_workloads)) for row in pools],
+    )
+
+
+def pool_gpus_for_quota(pools: Sequence[PoolRow]) -> Family:
+    return Family(
+        "gpuattr_pool_gpus_for_quota",
+        "Of gpuattr_pool_gpus_requested, those the pool's queued Kueue Workloads ask for: what "
+        "waits for quota; the rest waits for the scheduler",
+        [(_pool(row), float(row.gpus_for_quota)) for row in pools],
+    )
+
+
 def pool_gpus_requested(pools: Sequence[PoolRow]) -> Family:
     return Family(
         "gpuattr_pool_gpus_requested",
-        "GPUs (or MIG instances) the pool's waiting pods ask for: the funnel's requested step",
+        "GPUs (or MIG instances) the pool's waiting pods and queued Kueue Workloads ask for: the "
+        "funnel's requested step",
         [(_pool(row), float(row.gpus_requested)) for row in pools],
     )
 
@@ -487,7 +506,9 @@ NODE_FAMILIES: tuple[Callable[[Sequence[NodeRow]], Family], ...] = (
 )
 POOL_FAMILIES: tuple[Callable[[Sequence[PoolRow]], Family], ...] = (
     pool_pending_pods,
+    pool_queued_workloads,
     pool_gpus_requested,
+    pool_gpus_for_quota,
     pool_oldest_wait_seconds,
     pool_allocated_gpus,
     pool_idle_gpus,

@@ -164,10 +164,12 @@ CASES = [
     (NODE_FAMILIES[2], NODES, "gpuattr_node_stack_alert_open",
      [((("node", "n1"),), 1.0), ((("node", "n2"),), 0.0)]),
     (POOL_FAMILIES[0], POOLS, "gpuattr_pool_pending_pods", [(P, 3.0), (M, 3.0)]),
-    (POOL_FAMILIES[1], POOLS, "gpuattr_pool_gpus_requested", [(P, 6.0), (M, 6.0)]),
-    (POOL_FAMILIES[2], POOLS, "gpuattr_pool_oldest_wait_seconds", [(P, 60.0)]),
-    (POOL_FAMILIES[3], POOLS, "gpuattr_pool_allocated_gpus", [(P, 4.0), (M, 4.0)]),
-    (POOL_FAMILIES[4], POOLS, "gpuattr_pool_idle_gpus", [(P, 2.0), (M, 2.0)]),
+    (POOL_FAMILIES[1], POOLS, "gpuattr_pool_queued_workloads", [(P, 0.0), (M, 0.0)]),
+    (POOL_FAMILIES[2], POOLS, "gpuattr_pool_gpus_requested", [(P, 6.0), (M, 6.0)]),
+    (POOL_FAMILIES[3], POOLS, "gpuattr_pool_gpus_for_quota", [(P, 0.0), (M, 0.0)]),
+    (POOL_FAMILIES[4], POOLS, "gpuattr_pool_oldest_wait_seconds", [(P, 60.0)]),
+    (POOL_FAMILIES[5], POOLS, "gpuattr_pool_allocated_gpus", [(P, 4.0), (M, 4.0)]),
+    (POOL_FAMILIES[6], POOLS, "gpuattr_pool_idle_gpus", [(P, 2.0), (M, 2.0)]),
 ]  # fmt: skip
 
 

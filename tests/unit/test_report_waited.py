@@ -8,7 +8,14 @@ import io
 
 import pytest
 
-from contract.inputs import GpuRequest, OwnerRef, PendingPod, PendingPodList
+from contract.inputs import (
+    GpuRequest,
+    OwnerRef,
+    PendingPod,
+    PendingPodList,
+    QueuedWorkload,
+    QueuedWorkloadList,
+)
 from contract.records import replace
 from gpuattr.report_cli import report_waits, write_waits_csv
 from gpuattr.waited import WaitLine, accumulate_waits
@@ -128,8 +135,9 @@ def test_the_waited_table_and_csv(capsys: pytest.CaptureFixture[str]) -> None:
     buffer = io.StringIO()
     write_waits_csv(lines, buffer)
     assert buffer.getvalue().splitlines() == [
-        "namespace,workload,pool,pods,gpu_hours_waited,longest_wait_h,waiting_at_end",
-        "serve,Deployment/infer,nvidia.com/gpu,1,6.0000,3.0000,0",
+        "namespace,workload,pool,pods,gpu_hours_waited,longest_wait_h,waiting_at_end,workloads,"
+        "quota_gpu_hours",
+        "serve,Deployment/infer,nvidia.com/gpu,1,6.0000,3.0000,0,0,0.0000",
     ]
     assert report_waits(None, "10h", start_ms=START, end_ms=END, csv_path=None) == []
 
@@ -152,3 +160,36 @@ def test_pods_sharing_a_claim_wait_for_its_devices_once_while_any_of_them_waits(
     # shared: 11 h to 16 h, one GPU (not 3 h + 4 h); each template pod: 1 h x 1 GPU
     assert (line.pods, line.gpu_hours_waited, line.longest_wait_h) == (4, 5.0 + 2.0, 4.0)
     assert got[("other", "Deployment/infer", "dra:gpu.nvidia.com")].gpu_hours_waited == 9.0
+
+
+def test_a_queued_workload_waits_for_quota_on_its_jobs_line_until_admitted() -> None:
+    """2 h queued for quota (8 GPUs), then admitted; its pod waits 1 h more for the scheduler."""
+    owner = OwnerRef("Job", "train-llm")
+    queued = QueuedWorkload(
+        START,
+        "ml",
+        "job-train-llm-1",
+        "uid-w",
+        START,
+        (GpuRequest("nvidia.com/gpu", 8),),
+        owner=owner,
+    )
+    admitted = replace(queued, ts_ms=START + 2 * H, state="admitted")
+    pod = PendingPod(
+        START + 2 * H,
+        "ml",
+        "train-llm-0",
+        "uid-p",
+        START + 2 * H,
+        (GpuRequest("nvidia.com/gpu", 8),),
+        workload=owner,
+    )
+    bound = replace(pod, ts_ms=START + 3 * H, state="bound")
+    # a pending-pod list does not end the Workload's wait; a Workload list after admission
+    # does not bring it back
+    lists = [PendingPodList(START + H, ()), QueuedWorkloadList(START + 3 * H, ())]
+    (line,) = accumulate_waits([queued, *lists, admitted, pod, bound], start_ms=START, end_ms=END)
+    assert (line.workload, line.pods, line.workloads) == ("Job/train-llm", 1, 1)
+    assert line.gpu_hours_waited == pytest.approx(8 * 2 + 8 * 1)
+    assert line.quota_gpu_hours == pytest.approx(16)
+    assert line.waiting_at_end == 0
