@@ -93,20 +93,38 @@ def waiting_line(pool: Mapping[str, Any]) -> str:
     """``2 pods wait for 2 GPUs (oldest 40 s): inference/serve-mistral-…, … — 0/3 nodes are
     available: …`` and, below, ``4 allocated · 3 idle: dem-a GPU-… (research/notebook-kim-0)``."""
     now = int(pool["ts_ms"])
-    waiting = pool["waiting"]
+    waiting = [w for w in pool["waiting"] if w.get("waits_for", "scheduler") == "scheduler"]
+    queued = [w for w in pool["waiting"] if w.get("waits_for") == "quota"]
+    heads: list[str] = []
+    oldest = pool.get("oldest_since_ms")
+    age = f" (oldest {_age(now - int(oldest))})" if oldest is not None else ""
     if pool["pending_pods"]:
-        oldest = pool.get("oldest_since_ms")
-        age = f" (oldest {_age(now - int(oldest))})" if oldest is not None else ""
         pods = ", ".join(f"{w['namespace']}/{w['pod']}" for w in waiting[:3])
         more = f" +{pool['pending_pods'] - 3}" if pool["pending_pods"] > 3 else ""
         said = next((w["message"] for w in waiting if w.get("message")), "")
-        head = (
+        asked = pool["gpus_requested"] - pool.get("gpus_for_quota", 0)
+        heads.append(
             f"[yellow]{_count(pool['pending_pods'], 'pod waits', 'pods wait')} for "
-            f"{_count(pool['gpus_requested'], 'GPU', 'GPUs')}[/]"
+            f"{_count(asked, 'GPU', 'GPUs')}[/]"
             f"{age}: {pods}{more}" + (f" — {said}" if said else "")
         )
-    else:
-        head = "nobody waits"
+    if pool.get("queued_workloads"):
+        queues = sorted(
+            {f"ClusterQueue {w['cluster_queue']}" for w in queued if w["cluster_queue"]}
+        )
+        names = ", ".join(
+            f"{w['namespace']}/{w['pod']}" + (f" ({w['workload']})" if w.get("workload") else "")
+            for w in queued[:3]
+        )
+        said = next((w["message"] for w in queued if w.get("message")), "")
+        heads.append(
+            f"[yellow]{_count(pool['queued_workloads'], 'Workload waits', 'Workloads wait')} "
+            f"for quota for {_count(pool['gpus_for_quota'], 'GPU', 'GPUs')}[/]"
+            + (f" in {', '.join(queues)}" if queues else "")
+            + f": {names}"
+            + (f" — Kueue: {said}" if said else "")
+        )
+    head = "\n".join(heads) or "nobody waits"
     idle = pool["idle"]
     supply = f"{pool['allocated_gpus']} allocated"
     if idle:
@@ -116,7 +134,7 @@ def waiting_line(pool: Mapping[str, Any]) -> str:
             f"idle {_age(now - int(g['since_ms']))})"
             for g in idle
         )
-        mark = "red" if pool["pending_pods"] else "default"
+        mark = "red" if pool["pending_pods"] or pool.get("queued_workloads") else "default"
         supply += f" · [{mark}]{len(idle)} idle[/]: {who}"
     if pool.get("unmeasured_gpus"):
         supply += f" · {pool['unmeasured_gpus']} unmeasured"

@@ -131,8 +131,9 @@ def demand_lines(pools: Sequence[PoolRow]) -> Text:
     for i, row in enumerate(pools):
         if i:
             text.append("\n")
-        style = "bold red" if row.pending_pods and row.idle_gpus else ""
-        text.append(pool_line(row), style=style or ("yellow" if row.pending_pods else "dim"))
+        waits = row.pending_pods or row.queued_workloads
+        style = "bold red" if waits and row.idle_gpus else ""
+        text.append(pool_line(row), style=style or ("yellow" if waits else "dim"))
     return text
 
 
