@@ -7,7 +7,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,10 +44,17 @@ class Demo:
 
 @asynccontextmanager
 async def demo(
-    kafka_bootstrap: str, scenario: str, *, speed: float, duration_s: float
+    kafka_bootstrap: str,
+    scenario: str,
+    *,
+    duration_s: float,
+    speed: float | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Demo]:
-    """The demo on the session's broker; stopped with SIGTERM on leaving (it must exit 0:
-    checked by the caller through ``proc.returncode``)."""
+    """The demo on the session's broker (``speed``: the doubles' clock only; ``env``: settings
+    beside the process's own); stopped with SIGTERM on leaving (it must exit 0: checked by the
+    caller through ``proc.returncode``)."""
+    fast = ["--speed", str(speed)] if speed is not None else []
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -59,14 +66,13 @@ async def demo(
         "demo",
         "--scenario",
         scenario,
-        "--speed",
-        str(speed),
+        *fast,
         "--duration",
         str(duration_s),  # an upper bound: the test stops it once it has seen enough
         "--json",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
+        env={**os.environ, **(env or {})},
     )
     run = Demo(proc)
 

@@ -16,19 +16,14 @@ clock only; the roles keep the demo's own intervals), so its 150 s take under a 
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import sys
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 import pytest
 
 from sim.scenario import gpu_uuid, load
 from tests.contract import assert_valid
-from tests.helpers import wait_for
+from tests.integration.demo_run import demo
 
 pytestmark = pytest.mark.integration
 
@@ -71,65 +66,18 @@ def sick_while_unreachable(event: dict[str, Any]) -> bool:
 async def test_sick_gpu_demo_names_the_trainer_from_the_kubelets_word_while_the_exporter_is_down(
     kafka_bootstrap: str,
 ) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpuattr.cli",
-        "--log-level",
-        "WARNING",
-        "--bootstrap",
-        kafka_bootstrap,
-        "demo",
-        "--scenario",
-        "sick-gpu",
-        "--speed",
-        str(SPEED),
-        "--duration",
-        "240",  # an upper bound: the test stops it once the alert has resolved
-        "--json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
-    )
-    records: Records = []
-    err: list[bytes] = []
-
-    async def read_out() -> None:
-        assert proc.stdout is not None
-        async for line in proc.stdout:
-            if line.startswith(b"{"):
-                records.append(orjson.loads(line))
-
-    async def read_err() -> None:
-        assert proc.stderr is not None
-        async for line in proc.stderr:
-            err.append(line)
+    # an upper bound: the test stops it once the alert has resolved
+    async with demo(kafka_bootstrap, "sick-gpu", duration_s=240, speed=SPEED) as run:
+        # the roles' start (up to ~30 s here), then 15 s of wall time and one spine heartbeat
+        firing = await run.until(unhealthy_alert("firing"), 120)
+        resolved = await run.until(unhealthy_alert("resolved"), 60)  # healthy 22.5 s later
+    records = run.records
 
     def told() -> str:
         said = [(a["kind"], a["status"], a["gpu_uuid"]) for a in alerts(records)]
-        logs = b"".join(err).decode(errors="replace")[-3000:]
-        return f"alerts: {said}\nstderr:\n{logs}"
+        return f"alerts: {said}\n{run.told()}"
 
-    readers = [asyncio.create_task(read_out()), asyncio.create_task(read_err())]
-    try:
-
-        async def until(check: Callable[[Records], Any], timeout_s: float) -> Any:
-            return await wait_for(
-                lambda: check(records),
-                timeout_s,
-                every_s=0.2,
-                what=lambda: f"{getattr(check, '__name__', 'check')}; {told()}",
-            )
-
-        # the roles' start (up to ~30 s here), then 15 s of wall time and one spine heartbeat
-        firing = await until(unhealthy_alert("firing"), 120)
-        resolved = await until(unhealthy_alert("resolved"), 60)  # healthy 22.5 s later
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)  # the demo stops cleanly, exit 0
-        await asyncio.wait_for(proc.wait(), timeout=120)
-        await asyncio.wait_for(asyncio.gather(*readers), timeout=30)
-    assert proc.returncode == 0, told()
+    assert run.proc.returncode == 0, told()
 
     for record in records:  # the consumer contract holds for real output
         assert_valid(record)

@@ -18,19 +18,13 @@ window to the same story in scenario time.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import sys
-from collections.abc import Callable
 from typing import Any
 
-import orjson
 import pytest
 
 from sim.scenario import PodSpec, gpu_uuid, load
 from tests.contract import assert_valid
-from tests.helpers import wait_for
+from tests.integration.demo_run import demo
 
 pytestmark = pytest.mark.integration
 
@@ -95,37 +89,13 @@ def trainer_is_a_memory_hog(records: Records) -> bool:
 async def test_tenants_demo_measures_each_tenant_and_names_the_hog_and_the_idle_one(
     kafka_bootstrap: str,
 ) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpuattr.cli",
-        "--log-level",
-        "WARNING",
-        "--bootstrap",
-        kafka_bootstrap,
-        "demo",
-        "--scenario",
-        "tenants",
-        "--duration",
-        "300",  # an upper bound: the test stops it once both tenant alerts have fired
-        "--json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "GPUATTR_ALERTS_MEMORY_HOG_WINDOW_S": str(HOG_WINDOW_S)},
-    )
-    records: Records = []
-    err: list[bytes] = []
-
-    async def read_out() -> None:
-        assert proc.stdout is not None
-        async for line in proc.stdout:
-            if line.startswith(b"{"):
-                records.append(orjson.loads(line))
-
-    async def read_err() -> None:
-        assert proc.stderr is not None
-        async for line in proc.stderr:
-            err.append(line)
+    hog = {"GPUATTR_ALERTS_MEMORY_HOG_WINDOW_S": str(HOG_WINDOW_S)}
+    # an upper bound: the test stops it once both tenant alerts have fired
+    async with demo(kafka_bootstrap, "tenants", duration_s=300, env=hog) as run:
+        await run.until(notebook_is_an_idle_tenant, 150)  # the roles' start, then a 20 s window
+        await run.until(trainer_at_full_memory, 60)  # its memory's last step is at 50 s
+        await run.until(trainer_is_a_memory_hog, 60)  # over half of the GPU from 40 s
+    records = run.records
 
     def told() -> str:
         said = [
@@ -133,29 +103,9 @@ async def test_tenants_demo_measures_each_tenant_and_names_the_hog_and_the_idle_
             for a in records
             if a["schema"] == "alert"
         ]
-        logs = b"".join(err).decode(errors="replace")[-3000:]
-        return f"alerts: {said}\nstderr:\n{logs}"
+        return f"alerts: {said}\n{run.told()}"
 
-    readers = [asyncio.create_task(read_out()), asyncio.create_task(read_err())]
-    try:
-
-        async def until(check: Callable[[Records], bool], timeout_s: float) -> None:
-            await wait_for(
-                lambda: check(records),
-                timeout_s,
-                every_s=0.2,
-                what=lambda: f"{getattr(check, '__name__', 'check')}; {told()}",
-            )
-
-        await until(notebook_is_an_idle_tenant, 150)  # the roles' start, then a 20 s window
-        await until(trainer_at_full_memory, 60)  # its memory's last step is at 50 s
-        await until(trainer_is_a_memory_hog, 60)  # over half of the GPU from 40 s
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)  # the demo stops cleanly, exit 0
-        await asyncio.wait_for(proc.wait(), timeout=120)
-        await asyncio.wait_for(asyncio.gather(*readers), timeout=30)
-    assert proc.returncode == 0, told()
+    assert run.proc.returncode == 0, told()
 
     for record in records:  # the consumer contract holds for real output
         assert_valid(record)

@@ -261,13 +261,15 @@ def gpu0_of(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 class GateOff(LocalKube):
-    """The same API server with ``DRADeviceTaints`` off (its default in 1.35)."""
+    """The same API server with ``DRADeviceTaints`` off (its default in 1.35), and so
+    ``DRADeviceTaintRules``, which the server refuses to start with without it."""
 
     def _apiserver_cmd(self) -> list[str]:
         cmd = super()._apiserver_cmd()
         gates = [i for i, arg in enumerate(cmd) if "DRADeviceTaints=true" in arg]
         assert len(gates) == 1, cmd
-        cmd[gates[0]] = cmd[gates[0]].replace("DRADeviceTaints=true", "DRADeviceTaints=false")
+        off = cmd[gates[0]].replace("DRADeviceTaints=true", "DRADeviceTaints=false")
+        cmd[gates[0]] = off.replace("DRADeviceTaintRules=true", "DRADeviceTaintRules=false")
         return cmd
 
 
