@@ -6,8 +6,9 @@ selectors (``k=v``, comma-separated) as the real server reads them; one pod by n
 (``/api/v1/namespaces/{ns}/pods/{name}``); the GPU Operator's
 ``clusterpolicies.nvidia.com/v1`` when the scenario has the CRD
 (:attr:`ApiServerDouble.serves_cluster_policies`), and ``gpuclusters``/``nvidiadrivers``
-(``nvidia.com/v1alpha1``) when it has the DRA stack's (:attr:`ApiServerDouble.serves_dra_stack`;
-without them, the real server's plain-text
+(``nvidia.com/v1alpha1``) when it has the DRA stack's (:attr:`ApiServerDouble.serves_dra_stack`),
+and Kueue's kinds at ``kueue.x-k8s.io/v1beta2`` when it has Kueue
+(:attr:`ApiServerDouble.serves_kueue`; without them, the real server's plain-text
 ``404 page not found`` for a path no API group serves); ``coordination.k8s.io/v1`` Leases (get,
 create, replace with optimistic concurrency: a stale ``resourceVersion`` answers 409 Conflict)
 for the cluster role's election.
@@ -47,6 +48,10 @@ PLURAL = {
     "ClusterPolicy": "clusterpolicies",
     "GPUCluster": "gpuclusters",
     "NVIDIADriver": "nvidiadrivers",
+    "Workload": "workloads",
+    "LocalQueue": "localqueues",
+    "ClusterQueue": "clusterqueues",
+    "ResourceFlavor": "resourceflavors",
 }
 KIND = {plural: kind for kind, plural in PLURAL.items()}
 GROUP_VERSION = {
@@ -55,7 +60,13 @@ GROUP_VERSION = {
     "clusterpolicies": "nvidia.com/v1",
     "gpuclusters": "nvidia.com/v1alpha1",
     "nvidiadrivers": "nvidia.com/v1alpha1",
+    "workloads": "kueue.x-k8s.io/v1beta2",
+    "localqueues": "kueue.x-k8s.io/v1beta2",
+    "clusterqueues": "kueue.x-k8s.io/v1beta2",
+    "resourceflavors": "kueue.x-k8s.io/v1beta2",
 }
+#: Kueue's kinds (served at v1beta2 when the scenario has Kueue)
+KUEUE_PLURALS = frozenset({"workloads", "localqueues", "clusterqueues", "resourceflavors"})
 #: the DRA stack's CRDs (GPU Operator v26.7.0 and later)
 DRA_STACK_PLURALS = frozenset({"gpuclusters", "nvidiadrivers"})
 
@@ -181,6 +192,7 @@ class ApiServerDouble:
         dra_objects: Callable[[], list[dict[str, Any]]] | None = None,
         cluster_policies: Callable[[], list[dict[str, Any]]] | None = None,
         dra_stack: bool = False,
+        kueue_objects: Callable[[], list[dict[str, Any]]] | None = None,
         tick_s: float = 0.1,
         bookmark_s: float = 1.0,
         history: int = 2000,
@@ -195,6 +207,9 @@ class ApiServerDouble:
         #: the GPUCluster and NVIDIADriver CRDs are installed (``cluster_policies`` provides their
         #: objects too)
         self.serves_dra_stack = dra_stack
+        #: Kueue's CRDs are installed: its objects at kueue.x-k8s.io/v1beta2
+        self.kueue_objects = kueue_objects or (lambda: [])
+        self.serves_kueue = kueue_objects is not None
         self.tick_s = tick_s
         self.bookmark_s = bookmark_s
         self.history = history
@@ -255,7 +270,13 @@ class ApiServerDouble:
         pods, nodes = self.objects()
         desired = {
             (PLURAL[o["kind"]], o["metadata"]["uid"]): o
-            for o in (*pods, *nodes, *self.dra_objects(), *self.cluster_policies())
+            for o in (
+                *pods,
+                *nodes,
+                *self.dra_objects(),
+                *self.cluster_policies(),
+                *self.kueue_objects(),
+            )
         }
         events: list[tuple[str, str, dict[str, Any]]] = []
         for key, obj in desired.items():
@@ -299,8 +320,10 @@ class ApiServerDouble:
                 _status(code, "InternalError", "injected failure"), status=code
             )
         plural = request.match_info["plural"]
-        unserved = (plural == "clusterpolicies" and not self.serves_cluster_policies) or (
-            plural in DRA_STACK_PLURALS and not self.serves_dra_stack
+        unserved = (
+            (plural == "clusterpolicies" and not self.serves_cluster_policies)
+            or (plural in DRA_STACK_PLURALS and not self.serves_dra_stack)
+            or (plural in KUEUE_PLURALS and not self.serves_kueue)
         )
         if unserved:
             # no API group serves the path: the real server's plain-text answer, list or watch
@@ -483,6 +506,8 @@ class ApiServerDouble:
         app.router.add_get(
             "/apis/nvidia.com/v1alpha1/{plural:gpuclusters|nvidiadrivers}", self._handle
         )
+        kueue = "workloads|localqueues|clusterqueues|resourceflavors"
+        app.router.add_get(f"/apis/kueue.x-k8s.io/v1beta2/{{plural:{kueue}}}", self._handle)
         self._runner, self._site, self.port = await start_site(app, self.host, self.port, 0.5)
         self._ticker = asyncio.create_task(self._tick(), name="apiserver-double-tick")
 

@@ -25,6 +25,7 @@ from sim.gpuoperator import (
 )
 from sim.kube_objects import exporter_pod_objects, node_objects, pod_objects
 from sim.kubelet_server import KubeletDouble, State
+from sim.kueue import kueue_objects
 from sim.scenario import Scenario
 from sim.traces import exporter_down
 
@@ -189,6 +190,11 @@ class SimulatedCluster:
                     else None
                 ),
                 dra_stack=self.scenario.gpu_cluster is not None,
+                kueue_objects=(
+                    (lambda: kueue_objects(self.scenario, self.clock(), self.epoch_s))
+                    if self.scenario.kueue is not None
+                    else None
+                ),
                 host=self.host,
                 port=self.api_port,
             )

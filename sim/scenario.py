@@ -158,6 +158,44 @@ class GpuClusterSpec:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class KueueStep:
+    """Where a Workload stands from ``at_s``: ``queued`` (its ``QuotaReserved`` False with
+    ``reason``/``message``, Kueue's own), ``admitted`` or ``finished``."""
+
+    at_s: float = 0.0
+    state: str = "queued"
+    reason: str = "Pending"
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KueueWorkloadSpec:
+    """A Kueue Workload for a suspended Job (no pods: it waits for quota), from ``created_s``."""
+
+    namespace: str
+    job: str  # the Job it stands for; the Workload is named job-<job>-<hash> as Kueue names it
+    queue: str  # its LocalQueue
+    pod_sets: tuple[tuple[str, int, tuple[tuple[str, int], ...]], ...]  # (name, count, requests)
+    created_s: float = 0.0
+    priority: int = 0
+    steps: tuple[KueueStep, ...] = ()
+
+    def step(self, t: float) -> KueueStep:
+        return next((s for s in reversed(self.steps) if t >= s.at_s), KueueStep())
+
+
+@dataclass(frozen=True, slots=True)
+class KueueSpec:
+    """Kueue's queues: ResourceFlavors (name → node labels), ClusterQueues (name → resource →
+    (flavor, nominal quota)), LocalQueues ((namespace, name) → ClusterQueue), and Workloads."""
+
+    flavors: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    cluster_queues: tuple[tuple[str, tuple[tuple[str, str, int], ...]], ...] = ()
+    local_queues: tuple[tuple[str, str, str], ...] = ()
+    workloads: tuple[KueueWorkloadSpec, ...] = ()
+
+
 #: what a device trace makes its GPU (or MIG instance) do, :mod:`sim.traces` says how
 TraceKind = Literal[
     "busy-ineffective", "memory-bound", "thermal", "remapped-rows", "pcie-replays", "xid"
@@ -388,6 +426,7 @@ class Scenario:
     claims: tuple[ClaimSpec, ...] = field(default=())
     cluster_policy: ClusterPolicySpec | None = None
     gpu_cluster: GpuClusterSpec | None = None
+    kueue: KueueSpec | None = None
 
     def node(self, name: str) -> NodeSpec:
         return next(n for n in self.nodes if n.name == name)
@@ -510,6 +549,59 @@ def _gpu_cluster(doc: dict[str, Any] | None) -> GpuClusterSpec | None:
     )
 
 
+def _kueue(doc: dict[str, Any] | None) -> KueueSpec | None:
+    if doc is None:
+        return None
+    workloads = tuple(
+        KueueWorkloadSpec(
+            namespace=str(w["namespace"]),
+            job=str(w["job"]),
+            queue=str(w["queue"]),
+            pod_sets=tuple(
+                (str(p.get("name", "main")), int(p["count"]), _pairs_int(p.get("requests")))
+                for p in w["pod_sets"]
+            ),
+            created_s=float(w.get("created_s", 0)),
+            priority=int(w.get("priority", 0)),
+            steps=tuple(
+                KueueStep(
+                    float(s.get("at_s", 0)),
+                    str(s.get("state", "queued")),
+                    str(s.get("reason", "Pending")),
+                    str(s.get("message", "")),
+                )
+                for s in w.get("steps", [])
+            ),
+        )
+        for w in doc.get("workloads", [])
+    )
+    return KueueSpec(
+        flavors=tuple(
+            (str(name), _pairs(f.get("node_labels")))
+            for name, f in (doc.get("flavors") or {}).items()
+        ),
+        cluster_queues=tuple(
+            (
+                str(name),
+                tuple(
+                    (str(r["resource"]), str(r["flavor"]), int(r.get("nominal", 0)))
+                    for r in cq.get("resources", [])
+                ),
+            )
+            for name, cq in (doc.get("cluster_queues") or {}).items()
+        ),
+        local_queues=tuple(
+            (str(q["namespace"]), str(q["name"]), str(q["cluster_queue"]))
+            for q in doc.get("local_queues", [])
+        ),
+        workloads=workloads,
+    )
+
+
+def _pairs_int(table: dict[str, Any] | None) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted((str(k), int(v)) for k, v in (table or {}).items()))
+
+
 def _check_pending(pod: PodSpec) -> None:
     """A pod the scheduler never binds must say what it asks for, and wait from some time."""
     where = f"pod {pod.namespace}/{pod.name}"
@@ -624,6 +716,7 @@ def parse(doc: dict[str, Any]) -> Scenario:
         claims,
         _policy(doc.get("cluster_policy")),
         _gpu_cluster(doc.get("gpu_cluster")),
+        _kueue(doc.get("kueue")),
     )
 
 
