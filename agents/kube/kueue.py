@@ -46,7 +46,7 @@ from agents.kube.pending import (
 from contract.inputs import GpuRequest, OwnerRef, QueuedState, QueuedWorkload
 
 GROUP = "kueue.x-k8s.io"
-#: the versions Kueue serves, the preferred (storage, since v0.15) first
+#: the versions Kueue serves, preferred first (v1beta2 served since v0.15, stored since v0.16)
 VERSIONS = ("v1beta2", "v1beta1")
 
 #: why some of a Workload could not be used (``gpuattr_cluster_kueue_unusable_total{reason}``)

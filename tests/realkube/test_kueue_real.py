@@ -326,3 +326,61 @@ async def test_kueue_not_installed_is_a_state_listed_again(
         )
         assert REGISTRY.get_sample_value("gpuattr_cluster_kueue_served") == 1
         assert watch.workloads.version == "v1beta2"
+
+
+def v1beta1_only(plural: str) -> dict[str, Any]:
+    """A vendored CRD as Kueue before v0.15 served it: ``v1beta1`` alone (edited in memory)."""
+    crd: dict[str, Any] = yaml.safe_load((HERE / f"kueue.x-k8s.io_{plural}.yaml").read_text())
+    (old,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
+    crd["spec"]["versions"] = [{**old, "storage": True}]
+    return crd
+
+
+async def test_a_kueue_serving_only_v1beta1_is_read_in_it(
+    real_kube: LocalKube, tmp_path: Path
+) -> None:
+    admin = Rest.admin(real_kube)
+    await uninstall_kueue(admin)
+    old = "/apis/kueue.x-k8s.io/v1beta1"
+    try:
+        for plural in PLURALS:
+            await admin.create(CRDS, v1beta1_only(plural))
+
+        async def served() -> bool:
+            return all([(await admin.call("GET", f"{old}/{p}"))[0] == 200 for p in PLURALS])
+
+        await wait_for_async(served, timeout_s=30, what="the v1beta1 CRDs served")
+        suffix = uuid.uuid4().hex[:6]
+        ns, fl, cq = f"kq1-{suffix}", f"a100-{suffix}", f"gpu-cq-{suffix}"
+        await ensure_namespace(admin, ns)
+        await admin.create(f"{old}/resourceflavors", flavor(fl, A100, "v1beta1"))
+        await admin.create(f"{old}/clusterqueues", cluster_queue(cq, {fl: 8}, "v1beta1"))
+        await admin.create(
+            f"{old}/namespaces/{ns}/localqueues", local_queue(ns, "user-queue", cq, "v1beta1")
+        )
+        wl = workload(
+            "job-old-1a2b3",
+            [podset("launcher", 1, None), podset("worker", 3, 2)],
+            namespace=ns,
+            version="v1beta1",
+            priority_class="high",
+            priority=100,
+        )
+        await admin.create(f"{old}/namespaces/{ns}/workloads", created(wl))
+        async with role_watching(real_kube, tmp_path) as (watch, published):
+
+            async def seen() -> QueuedWorkload | None:
+                got = published.of("job-old-1a2b3")
+                return got[-1] if got else None
+
+            record = await wait_for_async(seen, timeout_s=30, what="the v1beta1 Workload")
+            assert watch.workloads.version == "v1beta1"
+            assert record.requests == (GpuRequest(GPU, 6, product=A100),)
+            assert (record.cluster_queue, record.priority_class, record.priority) == (
+                cq,
+                "high",
+                100,
+            )
+            assert [w.name for w in published.lists[-1].workloads] == ["job-old-1a2b3"]
+    finally:
+        await uninstall_kueue(admin)
