@@ -14,9 +14,9 @@ pending pods from then on. After every list of Workloads: every queued one
 first lists (bounded by ``retry_s``), so a Workload is not first judged against no queue.
 
 A cluster without Kueue serves neither version (404): a state, not a fault.
-``gpuattr_cluster_kueue_served`` 0, ``gpuattr_agent_source_errors_total{source="kueue",
+``gpuattr_cluster_kueue_served`` 0, ``gpuattr_agent_source_errors_total{source="kueue-<plural>",
 error="not_served"}`` counted, each kind listed again within ``retry_s``; the Workloads published
-as queued are published as deleted (with the CRD gone, so are they).
+as queued are published as deleted (with the CRD gone, so are they) and the queues forgotten.
 
 What a Workload says that cannot be used (no podSets, a request that is not a whole number, a
 queue or flavor not known, a flavor naming no product, DRA claims in a template) is logged and
@@ -211,7 +211,7 @@ class KueueWatcher(ListWatcher[None]):
         self.join = join
         self.retry_s = retry_s
         self.version = VERSIONS[0]
-        self.health = SourceHealth("kueue", f"Kueue {self.plural} watch", log)
+        self.health = SourceHealth(f"kueue-{self.plural}", f"Kueue {self.plural} watch", log)
         self.ready = asyncio.Event()  # listed once, or found not served
 
     def _list_call(self) -> Callable[..., Any]:
@@ -242,7 +242,7 @@ class KueueWatcher(ListWatcher[None]):
             self.version = VERSIONS[at + 1]
             return True
         self.version = VERSIONS[0]
-        SOURCE_ERRORS.labels("kueue", "not_served").inc()
+        SOURCE_ERRORS.labels(self.health.source, "not_served").inc()
         self.health.disabled(
             "kueue-not-installed",
             f"the API server serves {self.plural}.{GROUP} in none of {', '.join(VERSIONS)} (404): "
@@ -326,10 +326,8 @@ class QueueWatcher(KueueWatcher):
             await self.join.rejudge()
 
     async def _gone(self) -> None:
-        table = self._table()
-        if table:
-            table.clear()
-            await self.join.rejudge()
+        # not judged again: with Kueue gone its Workloads go too (their watch says so)
+        self._table().clear()
 
 
 class LocalQueueWatcher(QueueWatcher):

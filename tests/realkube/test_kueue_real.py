@@ -307,13 +307,22 @@ async def test_kueue_not_installed_is_a_state_listed_again(
 ) -> None:
     admin = Rest.admin(real_kube)
     await uninstall_kueue(admin)
-    errors = "gpuattr_agent_source_errors_total"
-    labels = {"source": "kueue", "error": "not_served"}
-    before = REGISTRY.get_sample_value(errors, labels) or 0.0
+
+    def not_served() -> float:
+        return sum(
+            REGISTRY.get_sample_value(
+                "gpuattr_agent_source_errors_total",
+                {"source": f"kueue-{plural}", "error": "not_served"},
+            )
+            or 0.0
+            for plural in PLURALS
+        )
+
+    before = not_served()
     async with role_watching(real_kube, tmp_path, retry_s=0.3) as (watch, published):
 
         async def retried() -> bool:
-            return (REGISTRY.get_sample_value(errors, labels) or 0.0) >= before + 8
+            return not_served() >= before + 8  # each kind, twice at least
 
         await wait_for_async(retried, timeout_s=30, what="the lists tried again")
         assert REGISTRY.get_sample_value("gpuattr_cluster_kueue_served") == 0
