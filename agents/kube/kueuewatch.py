@@ -112,7 +112,7 @@ class KueueJoin:
         #: uid → (facts, last published record) of each queued GPU Workload
         self.waiting: dict[str, tuple[WorkloadFacts, QueuedWorkload]] = {}
         self.settled: set[str] = set()  # live GPU Workloads admitted or finished
-        self._seen: set[str] = set()
+        self._seen: set[str] | None = None  # while listing: the uids the list has
 
     def queues(self) -> Queues:
         return Queues(self.local, self.cluster, self.flavors)
@@ -128,7 +128,8 @@ class KueueJoin:
             if uid in self.waiting:
                 await self._ended(uid, "deleted")
             return
-        self._seen.add(uid)
+        if self._seen is not None:
+            self._seen.add(uid)
         record, problems = queued_workload(facts, self.queues(), ts_ms=self.now_ms())
         if record is None:
             IGNORED.inc()
@@ -167,9 +168,10 @@ class KueueJoin:
 
     async def workloads_listed(self, rv: str) -> None:
         """After a list: what it no longer has was deleted meanwhile; then every queued one."""
-        for uid in sorted(set(self.waiting) - self._seen):
+        listed, self._seen = self._seen or set(), None
+        for uid in sorted(set(self.waiting) - listed):
             await self._ended(uid, "deleted")
-        self.settled &= self._seen
+        self.settled &= listed
         records = sorted(
             (r for _, r in self.waiting.values()), key=lambda r: (r.namespace, r.name, r.uid)
         )

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agents.kube.kueue import (
     Queues,
@@ -15,6 +17,7 @@ from agents.kube.kueue import (
     read_workload,
     resource_flavor,
 )
+from contract.codec import WIRE
 from contract.inputs import GpuRequest, OwnerRef, QueuedWorkload
 from tests.kueue_objects import (
     A100,
@@ -369,3 +372,42 @@ def test_the_queue_objects() -> None:
         {"cpu": ("default-flavor",), "memory": ("default-flavor",), GPU: ("a", "b")},
     )
     assert cluster_queue({"metadata": {}}) is None
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+def anything_or(good: Any) -> st.SearchStrategy[Any]:
+    return st.one_of(st.just(good), json_values)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    count=anything_or(2),
+    gpus=anything_or("4"),
+    conditions=anything_or(pending("m")["conditions"]),
+    admission=anything_or({"clusterQueue": "gpu-cq", "podSetAssignments": [{"count": 1}]}),
+    queue=anything_or("user-queue"),
+    priority=anything_or(10),
+)
+def test_any_shape_of_workload_is_a_record_or_nothing_never_a_crash(
+    count: Any, gpus: Any, conditions: Any, admission: Any, queue: Any, priority: Any
+) -> None:
+    wl = workload("wl", [{**podset("main", 1, 1), "count": count}])
+    wl["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["limits"] = {
+        GPU: gpus
+    }
+    wl["spec"].update(queueName=queue, priority=priority)
+    wl["status"] = {"conditions": conditions, "admission": admission}
+    facts = read_workload(wl)
+    assert facts is not None
+    record, _ = queued_workload(facts, queues("v1beta2", a100=A100), ts_ms=1)
+    if record is not None:
+        assert WIRE.decode(WIRE.encode(record)) == record
+        assert all(r.count > 0 for r in record.requests)
