@@ -1,8 +1,8 @@
 """Publish agent records to Kafka: one input topic, key = node, ordered and idempotent.
 
-The cluster role publishes demand too, on the demand-events topic: a pending pod keyed by the
-resource it asks for (:func:`contract.inputs.pool_resource`), the pending-pod list and the clock
-ticks into every partition with no key.
+The cluster role publishes demand too, on the demand-events topic: a pending pod and a queued
+Kueue Workload keyed by the resource it asks for (:func:`contract.inputs.pool_resource`), the
+pending-pod and queued-workload lists and the clock ticks into every partition with no key.
 
 The producer is idempotent with ``acks=all`` so a retried send never duplicates or reorders a
 node's records. When the broker is unreachable ``publish`` retries with backoff and does not
@@ -29,6 +29,8 @@ from contract.inputs import (
     NvidiaDriverRecord,
     PendingPod,
     PendingPodList,
+    QueuedWorkload,
+    QueuedWorkloadList,
     pool_resource,
 )
 from contract.topics import TopicRole
@@ -118,6 +120,15 @@ class Publisher:
 
     async def publish_pending_list(self, record: PendingPodList) -> None:
         """Every pending GPU pod after a list: no key, into every demand-events partition."""
+        for partition in range(await self.partitions(DEMAND_ROLE)):
+            await self._send(record, None, partition, DEMAND_ROLE)
+
+    async def publish_workload(self, resource: str, record: QueuedWorkload) -> None:
+        """A queued Kueue Workload's record for one resource it asks for, keyed by that resource."""
+        await self._send(record, pool_resource(resource).encode(), None, DEMAND_ROLE)
+
+    async def publish_workload_list(self, record: QueuedWorkloadList) -> None:
+        """Every queued GPU Workload after a list: no key, into every demand-events partition."""
         for partition in range(await self.partitions(DEMAND_ROLE)):
             await self._send(record, None, partition, DEMAND_ROLE)
 

@@ -192,7 +192,8 @@ class KubeSettings(BaseSettings):
 class ClusterSettings(BaseSettings):
     """The cluster role (``gpuattr cluster``): one leader among its replicas (a
     ``coordination.k8s.io`` Lease) reads what no node agent can — Node deletions, the GPU
-    Operator's ClusterPolicies and DRA DeviceTaintRules, cluster-wide — and gives every input
+    Operator's ClusterPolicies and DRA DeviceTaintRules, pending pods and Kueue's queued
+    Workloads, cluster-wide — and gives every input
     partition its clock (``clock.tick`` every ``tick_interval_s``)."""
 
     model_config = SettingsConfigDict(env_prefix="GPUATTR_CLUSTER_", frozen=True)
@@ -204,6 +205,9 @@ class ClusterSettings(BaseSettings):
     #: while the API server does not serve ``devicetaintrules.resource.k8s.io/v1alpha3`` (that
     #: API version not enabled), how often the list is tried again
     taint_rule_retry_s: float = Field(default=60.0, gt=0)
+    #: while the API server serves neither ``v1beta2`` nor ``v1beta1`` of ``kueue.x-k8s.io``
+    #: (Kueue not installed), how often its lists are tried again
+    kueue_retry_s: float = Field(default=60.0, gt=0)
     leader_election: bool = True
     lease_name: str = "gpuattr-cluster"
     lease_namespace: str = "gpuattr"

@@ -8,7 +8,10 @@ GPUClusters and NVIDIADrivers, published into every input partition with no key
 policies (:class:`agents.kube.taintrulewatch.DeviceTaintRuleWatcher`: a rule may select any
 node's devices); the pods no node has yet that ask for GPUs, published on the
 demand-events topic (:class:`agents.kube.pendingwatch.PendingPodWatcher`: a new leader lists
-first, so a pod pending across a failover is in the new leader's list).
+first, so a pod pending across a failover is in the new leader's list); Kueue's Workloads that
+ask for GPUs and are not admitted yet, on the demand-events topic too
+(:class:`agents.kube.kueuewatch.KueueWatch`, with the LocalQueues, ClusterQueues and
+ResourceFlavors they are judged against; Kueue not installed is a state, retried).
 Without leader election (one replica, a test) it simply runs.
 """
 
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 
 from agents.cluster.lease import lead_while_elected
 from agents.cluster.ticker import tick
+from agents.kube.kueuewatch import KueueWatch
 from agents.kube.pendingwatch import PendingPodWatcher
 from agents.kube.policywatch import WATCHERS
 from agents.kube.taintrulewatch import DeviceTaintRuleWatcher
@@ -97,8 +101,16 @@ async def run_cluster(settings: ClusterRoleSettings, now_ms: NowMs = wall_clock_
             pending = PendingPodWatcher(
                 api=api, sink=publisher, now_ms=now_ms, settings=settings.kube
             )
+            kueue = KueueWatch(
+                api=api,
+                sink=publisher,
+                now_ms=now_ms,
+                settings=settings.kube,
+                retry_s=settings.cluster.kueue_retry_s,
+            )
             async with asyncio.TaskGroup() as group:
                 group.create_task(pending.run(), name="cluster-pending-pods")
+                group.create_task(kueue.run(), name="cluster-kueue")
                 group.create_task(nodes.run(), name="cluster-nodes")
                 for watcher in intent:
                     group.create_task(watcher.run(), name=f"cluster-{watcher.kind}")

@@ -30,14 +30,21 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from agents.bounds import bounded
 from agents.kube.translate import GPU_PREFIX, resolve_workload
 from agents.selfmetrics import REFUSED_VALUES
-from contract.inputs import DRA_PREFIX, GpuRequest, OwnerRef, PendingPod, PendingState
+from contract.inputs import (
+    DRA_PREFIX,
+    GpuRequest,
+    OwnerRef,
+    PendingPod,
+    PendingState,
+    QueuedWorkload,
+)
 from contract.quantity import parse as parse_quantity
 from contract.records import replace
 
@@ -76,18 +83,26 @@ def ms(stamp: Any) -> int | None:
         return None
 
 
-def _count(text: Any, where: str) -> int | None:
+#: what is done with a request that is not a whole number of devices: (where, the text)
+Refused = Callable[[str, Any], None]
+
+
+def _refused_by_pod(where: str, text: Any) -> None:
+    REFUSED_VALUES.labels("pending_pod_request").inc()
+    log.error("pending pod %s: request %r is not a whole number of devices: ignored", where, text)
+
+
+def _count(text: Any, where: str, refused: Refused) -> int | None:
     value = parse_quantity(str(text)) if isinstance(text, str | int) else None
     if value is None or value < 0 or value != value.to_integral_value():
-        REFUSED_VALUES.labels("pending_pod_request").inc()
-        log.error(
-            "pending pod %s: request %r is not a whole number of devices: ignored", where, text
-        )
+        refused(where, text)
         return None
     return int(value)
 
 
-def container_gpus(container: Mapping[str, Any], where: str) -> dict[str, int]:
+def container_gpus(
+    container: Mapping[str, Any], where: str, refused: Refused = _refused_by_pod
+) -> dict[str, int]:
     """A container's GPU resources: its request, else its limit (the API's defaulting)."""
     resources = _map(container.get("resources"))
     requests, limits = _map(resources.get("requests")), _map(resources.get("limits"))
@@ -95,7 +110,7 @@ def container_gpus(container: Mapping[str, Any], where: str) -> dict[str, int]:
     for name in sorted({*requests, *limits}):
         if not isinstance(name, str) or not name.startswith(GPU_PREFIX):
             continue
-        count = _count(requests[name] if name in requests else limits[name], where)
+        count = _count(requests[name] if name in requests else limits[name], where, refused)
         if count is not None:
             out[name] = count
     return out
@@ -109,15 +124,19 @@ def _max(into: dict[str, int], more: Mapping[str, int]) -> dict[str, int]:
     return {k: max(into.get(k, 0), more.get(k, 0)) for k in {*into, *more}}
 
 
-def device_plugin_counts(spec: Mapping[str, Any], where: str = "") -> dict[str, int]:
-    """The pod's ``nvidia.com/*`` requests as the scheduler sums them (zero counts dropped)."""
+def device_plugin_counts(
+    spec: Mapping[str, Any], where: str = "", refused: Refused = _refused_by_pod
+) -> dict[str, int]:
+    """The pod's ``nvidia.com/*`` requests as the scheduler sums them (zero counts dropped); a
+    request that is not a whole number is handed to ``refused`` (by default logged and counted
+    as a pending pod's) and ignored."""
     total: dict[str, int] = {}
     for container in _list(spec.get("containers")):
-        total = _add(total, container_gpus(_map(container), where))
+        total = _add(total, container_gpus(_map(container), where, refused))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     for container in _list(spec.get("initContainers")):
-        own = container_gpus(_map(container), where)
+        own = container_gpus(_map(container), where, refused)
         if _map(container).get("restartPolicy") == "Always":  # a sidecar: runs with the app
             total = _add(total, own)
             sidecars = _add(sidecars, own)
@@ -270,7 +289,8 @@ def gpu_requests(
     return (*plugin, *dra_requests(pod, claims or {}))
 
 
-def _controller(refs: Any) -> OwnerRef | None:
+def controller(refs: Any) -> OwnerRef | None:
+    """The object's controller ownerReference (else its first), as an owner."""
     owners = [_map(r) for r in _list(refs)]
     chosen = next((r for r in owners if r.get("controller")), owners[0] if owners else None)
     if chosen is None or not _str(chosen.get("kind")) or not _str(chosen.get("name")):
@@ -313,7 +333,7 @@ def pending_pod(
         node=node,
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
         priority_class=_str(spec.get("priorityClassName")),
-        workload=resolve_workload(_controller(meta.get("ownerReferences")), labels, namespace),
+        workload=resolve_workload(controller(meta.get("ownerReferences")), labels, namespace),
         scheduled_status=_str(condition.get("status")),
         scheduled_reason=_str(condition.get("reason")),
         scheduled_message=_str(condition.get("message")),
@@ -322,18 +342,19 @@ def pending_pod(
     )
 
 
-def per_resource(record: PendingPod) -> list[tuple[str, PendingPod]]:
-    """The records published for a pod: one per distinct resource it asks for, keyed by it,
-    each carrying only that resource's requests (so a consumer of one key counts only its own)."""
+#: a demand record published per resource: a pending pod or a queued Kueue Workload
+Waiter = TypeVar("Waiter", PendingPod, QueuedWorkload)
+
+
+def per_resource(record: Waiter) -> list[tuple[str, Waiter]]:
+    """The records published for a pod (or a queued Workload): one per distinct resource it asks
+    for, keyed by it, each carrying only that resource's requests (so a consumer of one key counts
+    only its own)."""
     resources = sorted({r.resource for r in record.requests})
     return [
         (
             resource,
-            _with_requests(record, tuple(r for r in record.requests if r.resource == resource)),
+            replace(record, requests=tuple(r for r in record.requests if r.resource == resource)),
         )
         for resource in resources
     ]
-
-
-def _with_requests(record: PendingPod, requests: tuple[GpuRequest, ...]) -> PendingPod:
-    return replace(record, requests=requests)

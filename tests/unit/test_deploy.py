@@ -126,7 +126,9 @@ def test_every_workload_has_probes_on_its_health_endpoints() -> None:
         assert ctr["readinessProbe"]["httpGet"]["path"] == "/readyz", doc["metadata"]["name"]
 
 
-def test_cluster_role_reads_nodes_pending_pods_policies_taint_rules_and_only_its_lease() -> None:
+def test_cluster_role_reads_nodes_pending_pods_policies_taint_rules_kueue_and_only_its_lease() -> (
+    None
+):
     docs = base_docs()
     (role,) = [
         r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "gpuattr-cluster"
@@ -147,6 +149,11 @@ def test_cluster_role_reads_nodes_pending_pods_policies_taint_rules_and_only_its
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["devicetaintrules"],
+            "verbs": ["list", "watch"],
+        },
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["workloads", "localqueues", "clusterqueues", "resourceflavors"],
             "verbs": ["list", "watch"],
         },
     ]
