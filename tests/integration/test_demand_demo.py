@@ -12,34 +12,31 @@ stdout while it runs, waits (bounded) for each step, then stops the demo with SI
   the second (the canary's): nobody waits, the alert resolves (the same alert id);
 - two replicas of serving/chat wait for ``nvidia.com/gpu.shared`` on L4s (a node selector on the
   product label) whose every replica is held and busy: their pool's record lists them, and no
-  alert ever names that pool.
+  alert ever names that pool;
+- a training Job queued in Kueue (no pods: its Workload waits for quota in ClusterQueue team-ml,
+  whose only flavor is the A100s) is one waiter for quota in the A100 pool, with Kueue's word;
+  ``demand-while-idle`` fires for that pool naming the ClusterQueue and the idle notebook.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import sys
-from collections.abc import Callable
 from typing import Any
 
-import orjson
 import pytest
 
 from tests.contract import assert_valid
-from tests.helpers import wait_for
+from tests.integration.demo_run import Records, demo
 
 pytestmark = pytest.mark.integration
 
 GPU_POOL = "nvidia.com/gpu"
 SHARED_POOL = "nvidia.com/gpu.shared|product=NVIDIA-L4-SHARED"
+A100_POOL = "nvidia.com/gpu|product=NVIDIA-A100-SXM4-80GB"  # the ClusterQueue's only flavor
 FIRST = "serve-mistral-5d8f7c9b6-x7k2p"  # scheduled at 65 s
 SECOND = "serve-mistral-5d8f7c9b6-r4n8w"  # scheduled at 95 s
 CHATS = {"chat-6c8d9f7b5-z7x4c", "chat-6c8d9f7b5-k8q2w"}  # never scheduled
 IDLE_HOLDERS = {"notebook-kim-0", "hparam-trial-17-b6x2m", "serve-mistral-canary-6f5d4c8b7-z8v3n"}
 MESSAGE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
-Records = list[dict[str, Any]]
 
 
 def demand(records: Records, pool: str) -> Records:
@@ -80,6 +77,17 @@ def the_alert_names_the_idle_holders(records: Records) -> bool:
     )
 
 
+def the_workload_waits_for_quota(records: Records) -> bool:
+    return any(r.get("queued_workloads") for r in demand(records, A100_POOL))
+
+
+def the_quota_alert_names_the_clusterqueue(records: Records) -> bool:
+    return any(
+        a["demand"]["pool"] == A100_POOL and "ClusterQueue team-ml" in a["summary"]
+        for a in demand_alerts(records)
+    )
+
+
 def the_first_replica_left_the_line(records: Records) -> bool:
     return any(waiting(r) == {SECOND} for r in demand(records, GPU_POOL))
 
@@ -96,39 +104,17 @@ def the_alert_resolved(records: Records) -> bool:
 async def test_demand_demo_names_who_waits_while_allocated_gpus_idle(
     kafka_bootstrap: str,
 ) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpuattr.cli",
-        "--log-level",
-        "WARNING",
-        "--bootstrap",
-        kafka_bootstrap,
-        "demo",
-        "--scenario",
-        "demand",
-        "--duration",
-        "400",  # an upper bound: the test stops it once the last replica is scheduled
-        "--json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
-    )
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    records: Records = []
-    err: list[bytes] = []
-
-    async def read_out() -> None:
-        assert proc.stdout is not None
-        async for line in proc.stdout:
-            if line.startswith(b"{"):
-                records.append(orjson.loads(line))
-
-    async def read_err() -> None:
-        assert proc.stderr is not None
-        async for line in proc.stderr:
-            err.append(line)
+    # an upper bound: the test stops it once the last replica is scheduled
+    async with demo(kafka_bootstrap, "demand", duration_s=400) as run:
+        await run.until(both_replicas_wait_while_gpus_idle, 180)
+        await run.until(the_chats_wait_without_idle_supply, 60)
+        await run.until(the_workload_waits_for_quota, 60)  # created at 8 s
+        await run.until(the_alert_names_the_idle_holders, 120)  # 20 s window from 5 s
+        await run.until(the_quota_alert_names_the_clusterqueue, 60)
+        await run.until(the_first_replica_left_the_line, 120)  # scheduled at 65 s
+        await run.until(nobody_waits_for_the_pool, 120)  # the second at 95 s
+        await run.until(the_alert_resolved, 60)
+    records = run.records
 
     def told() -> str:
         pools = [
@@ -136,42 +122,9 @@ async def test_demand_demo_names_who_waits_while_allocated_gpus_idle(
             for r in records
             if r["schema"] == "demand"
         ][-12:]
-        said = [
-            (
-                a["kind"],
-                a["status"],
-                a.get("demand", {}) and a["demand"]["pool"],
-                sorted(holders(a)),
-            )
-            for a in records
-            if a["schema"] == "alert"
-        ]
-        logs = b"".join(err).decode(errors="replace")[-3000:]
-        return f"demand: {pools}\nalerts: {said}\nstderr:\n{logs}"
+        return f"demand: {pools}\n{run.told()}"
 
-    readers = [asyncio.create_task(read_out()), asyncio.create_task(read_err())]
-    try:
-
-        async def until(check: Callable[[Records], bool], timeout_s: float) -> None:
-            await wait_for(
-                lambda: check(records),
-                timeout_s,
-                every_s=0.2,
-                what=lambda: f"{getattr(check, '__name__', 'check')}; {told()}",
-            )
-
-        await until(both_replicas_wait_while_gpus_idle, 180)
-        await until(the_chats_wait_without_idle_supply, 60)
-        await until(the_alert_names_the_idle_holders, 120)  # 20 s window from 5 s
-        await until(the_first_replica_left_the_line, 120)  # scheduled at 65 s
-        await until(nobody_waits_for_the_pool, 120)  # the second at 95 s
-        await until(the_alert_resolved, 60)
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)  # the demo stops cleanly, exit 0
-        await asyncio.wait_for(proc.wait(), timeout=120)
-        await asyncio.wait_for(asyncio.gather(*readers), timeout=30)
-    assert proc.returncode == 0, told()
+    assert run.proc.returncode == 0, told()
 
     for record in records:  # the consumer contract holds for real output
         assert_valid(record)
@@ -186,9 +139,8 @@ async def test_demand_demo_names_who_waits_while_allocated_gpus_idle(
         assert w["gpus"] == 1
     # the alert names the waiting replicas and only idle holders: never the busy trainer, nor
     # the replicas once they hold a GPU
-    fired = demand_alerts(records)
+    fired = [a for a in demand_alerts(records) if a["demand"]["pool"] == GPU_POOL]
     for a in fired:
-        assert a["demand"]["pool"] == GPU_POOL, told()
         assert holders(a) <= IDLE_HOLDERS, told()
         assert {w["pod"] for w in a["demand"]["waiting"]} <= {FIRST, SECOND}
         assert a["figures"]["pending_pods"] >= 1
@@ -206,8 +158,24 @@ async def test_demand_demo_names_who_waits_while_allocated_gpus_idle(
         for a in records
         if a["schema"] == "alert"
         and a["kind"] == "demand-while-idle"
-        and a["demand"]["pool"] != GPU_POOL
+        and a["demand"]["pool"] not in (GPU_POOL, A100_POOL)
     ], told()
+    # Kueue's queued training Job: one waiter for quota in the A100 pool (no pods), with Kueue's
+    # word, its queues and its job; the alert names the ClusterQueue beside the idle notebook
+    queued = [w for r in demand(records, A100_POOL) for w in r["waiting"]]
+    assert queued, told()
+    for w in queued:
+        assert (w["waits_for"], w["queue"], w["cluster_queue"]) == ("quota", "training", "team-ml")
+        assert (w["namespace"], w["workload"], w["gpus"]) == ("ml", "Job/train-llm-ft", 4)
+        assert w["message"].startswith("couldn't assign flavors to pod set main"), w
+    a100 = demand(records, A100_POOL)[-1]
+    assert (a100["pending_pods"], a100["queued_workloads"], a100["gpus_for_quota"]) == (0, 1, 4)
+    (quota, *_) = [a for a in demand_alerts(records) if a["demand"]["pool"] == A100_POOL]
+    assert quota["summary"].startswith(
+        "ClusterQueue team-ml (queue ml/training) waits for quota for 4 GPUs (1 Workload: ml/"
+    ), quota["summary"]
+    assert "research/notebook-kim-0" in quota["summary"]
+    assert quota["figures"]["queued_workloads"] == 1
     shared = demand(records, SHARED_POOL)[-1]
     assert (shared["resource"], shared["product"]) == ("nvidia.com/gpu.shared", "NVIDIA-L4-SHARED")
     assert shared["pending_pods"] == 2

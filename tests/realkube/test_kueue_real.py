@@ -290,10 +290,12 @@ async def test_a_workloads_wait_as_kueue_writes_it(real_kube: LocalKube, tmp_pat
         ]
         await admin.delete(f"{workloads}/{name}")
         await admin.delete(f"{workloads}/{other['metadata']['name']}")
-        await asyncio.sleep(0.5)
+
+        async def forgotten() -> bool:  # both deletions read by the watch
+            return not watch.join.waiting and not watch.join.settled
+
+        await wait_for_async(forgotten, timeout_s=30, what="both Workloads' deletions read")
         assert published.of("job-train-7c4d8")[-1].state == "admitted"  # no more after its end
-        assert not watch.join.waiting
-        assert not watch.join.settled
     for path in (f"{API}/clusterqueues/{cq}", f"{API}/resourceflavors/{fl}"):
         await admin.delete(path)
 
