@@ -677,15 +677,17 @@ class PendingPodList(Record, frozen=True):
 
 #: where a Kueue Workload's wait stands: ``queued`` (not admitted: it waits for quota, and has no
 #: pods); ``admitted`` (its pods exist or are made now: they are the demand from here on, as pending
-#: pods); ``finished``; ``deleted``
-QueuedState = Literal["queued", "admitted", "finished", "deleted"]
+#: pods); ``finished``; ``deleted``; ``deactivated`` by its owner (``spec.active: false``: Kueue
+#: will not admit it until it is active again, so it waits for nothing)
+QueuedState = Literal["queued", "admitted", "finished", "deleted", "deactivated"]
 
 
 class QueuedWorkload(Record, frozen=True):
     """A Kueue ``Workload`` (``kueue.x-k8s.io``, ``v1beta1`` or ``v1beta2``) that asks for GPUs:
     demand that is not a pod yet — Kueue keeps its Job suspended, with no pod, until it admits it.
     The cluster role publishes it keyed by each resource it asks for, on every change, and once
-    more when it is ``admitted``, ``finished`` or ``deleted``: the last record of its wait (its
+    more when it is ``admitted``, ``finished``, ``deleted`` or ``deactivated``: the last record of
+    its wait (its
     pods, once admitted, are pending pods like any: one waiter per Workload until then, never
     both).
 

@@ -17,7 +17,8 @@ what was reserved (partial admission may reduce it). DRA claims in a template ar
 
 Where it stands (Kueue's conditions, the same types in both versions): ``finished`` when
 ``Finished`` is True; ``admitted`` when ``Admitted`` is True (quota reserved and every admission
-check ready: Kueue unsuspends its job now); otherwise ``queued``. Its word on why it waits: the
+check ready: Kueue unsuspends its job now); ``deactivated`` when ``spec.active`` is false (its
+owner paused it: it waits for nothing); otherwise ``queued``. Its word on why it waits: the
 ``QuotaReserved`` condition when False (``Pending``: "couldn't assign flavors to pod set main:
 insufficient unused quota ..."), else the latest True ``Evicted``/``Preempted``, else (quota
 reserved, admission checks pending) the ``Admitted`` condition's. ``since_ms``: the later of its
@@ -144,11 +145,13 @@ def _false(condition: Mapping[str, Any] | None) -> bool:
     return condition is not None and condition.get("status") == "False"
 
 
-def _state(conditions: Mapping[str, Mapping[str, Any]]) -> QueuedState:
+def _state(conditions: Mapping[str, Mapping[str, Any]], active: Any) -> QueuedState:
     if _true(conditions.get("Finished")):
         return "finished"
     if _true(conditions.get("Admitted")):
         return "admitted"
+    if active is False:  # its owner paused it: Kueue admits it only once active again
+        return "deactivated"
     return "queued"
 
 
@@ -250,7 +253,7 @@ def read_workload(wl: Mapping[str, Any]) -> WorkloadFacts | None:
         uid=uid,
         created_ms=created,
         asked=asked,
-        state=_state(conditions),
+        state=_state(conditions, spec.get("active")),
         queue=_str(spec.get("queueName")),
         admitted_in=_str(_map(status.get("admission")).get("clusterQueue")),
         priority=_int(spec.get("priority")) or 0,

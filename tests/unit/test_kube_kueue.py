@@ -411,3 +411,17 @@ def test_any_shape_of_workload_is_a_record_or_nothing_never_a_crash(
     if record is not None:
         assert WIRE.decode(WIRE.encode(record)) == record
         assert all(r.count > 0 for r in record.requests)
+
+
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
+def test_a_workload_its_owner_deactivated_waits_for_nothing(version: str) -> None:
+    """``spec.active: false``: Kueue evicts it and admits it only once active again."""
+    wl = workload("wl", [podset("main", 2, 4)], version=version, status=pending("queued"))
+    paused = {**wl, "spec": {**wl["spec"], "active": False}}
+    record, _ = translate(paused, queues(version, a100=A100))
+    assert record is not None
+    assert record.state == "deactivated"
+    resumed = {**wl, "spec": {**wl["spec"], "active": True}}
+    again, _ = translate(resumed, queues(version, a100=A100))
+    assert again is not None
+    assert again.state == "queued"

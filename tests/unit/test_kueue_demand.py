@@ -129,6 +129,7 @@ def keys_of(tables: DemandTables) -> list[str]:
         ([workload(ts=1), workload(ts=2, state="admitted")], []),
         ([workload(ts=1), workload(ts=2, state="finished")], []),
         ([workload(ts=1), workload(ts=2, state="deleted")], []),
+        ([workload(ts=1), workload(ts=2, state="deactivated")], []),  # its owner paused it
         ([workload(ts=2, state="admitted"), workload(ts=1)], []),  # a late, older record
         # admitted, its pods pending for the scheduler: the pods are the demand
         ([workload(ts=1), workload(ts=2, state="admitted"), job_pod("w-0", 3)], ["ml/w-0"]),
