@@ -648,11 +648,13 @@ def demand() -> list[Any]:
     nobody waits (``or on() vector(0)``). Which pods wait, and which pods hold the idle GPUs, are
     in ``gpuattr top`` and ``/api/v1/demand``: no pod is a label."""
     waiting_while_idle = (
-        "count((max by (pool) (gpuattr_pool_pending_pods) > 0) "
+        "count(((max by (pool) (gpuattr_pool_pending_pods) "
+        "+ max by (pool) (gpuattr_pool_queued_workloads)) > 0) "
         "and on (pool) (max by (pool) (gpuattr_pool_idle_gpus) > 0)) or on() vector(0)"
     )
     stats = [
         ("Pods waiting for GPUs", "gpuattr:pods_pending:count", "orange", ""),
+        ("Kueue Workloads queued for quota", "gpuattr:workloads_queued:count", "orange", ""),
         ("Oldest wait", "max(gpuattr_pool_oldest_wait_seconds) or on() vector(0)", "orange", "s"),
         ("Pools waiting while GPUs idle", waiting_while_idle, "red", ""),
     ]
@@ -663,13 +665,14 @@ def demand() -> list[Any]:
             .title(title)
             .description(
                 "Pods the scheduler has not placed that ask for GPUs (device-plugin resources or "
-                "DRA claims), counted per pool; the oldest wait is since the pod's creation. A "
-                "pool waits while idle when pods wait for it and allocated GPUs of the same pool "
-                "are measured idle (usage unknown is never idle)."
+                "DRA claims), and Kueue Workloads not admitted (no pods yet: they wait for "
+                "quota), counted per pool; the oldest wait is since creation (a Workload's: or its "
+                "requeue). A pool waits while idle when either waits for it and allocated GPUs of "
+                "the same pool are measured idle (usage unknown is never idle)."
             )
             .datasource(DS)
             .with_target(query(expr, "A", title))
-            .grid_pos(at(4 * i, 105, 4, 8))
+            .grid_pos(at(3 * i, 105, 3, 8))
             .color_mode(BigValueColorMode.BACKGROUND)
             .graph_mode(BigValueGraphMode.AREA)
             .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]))

@@ -148,6 +148,8 @@ def test_the_asked_for_views_are_there() -> None:
         "gpuattr_device_health",  # health marks, with their holders
         "gpuattr:gpus_requested:count",  # the funnel to requested
         "gpuattr:pods_pending:count",  # pods waiting, per pool, beside its idle GPUs
+        "gpuattr:workloads_queued:count",  # Kueue Workloads waiting for quota
+        "gpuattr_pool_queued_workloads",
         "gpuattr_pool_idle_gpus",
     ):
         assert needed in exprs, needed

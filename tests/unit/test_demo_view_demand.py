@@ -80,3 +80,46 @@ def test_the_view_shows_the_pools() -> None:
     text = console.export_text()
     assert "GPU demand per pool" in text
     assert "1 pod waits for 1 GPU" in text
+
+
+def test_a_queued_workload_has_its_own_line_with_its_clusterqueue_and_kueues_word() -> None:
+    quota = (
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu "
+        "in flavor a100, 4 more needed"
+    )
+    queued = WaitingPod(
+        "ml",
+        "job-train-llm-ft-1bc83",
+        "uid-w",
+        4,
+        NOW - 60_000,
+        workload="Job/train-llm-ft",
+        reason="Pending",
+        message=quota,
+        waits_for="quota",
+        queue="training",
+        cluster_queue="team-ml",
+    )
+    record = written(
+        PoolDemand(
+            ts_ms=NOW,
+            pool="nvidia.com/gpu|product=NVIDIA-A100-SXM4-80GB",
+            resource="nvidia.com/gpu",
+            product="NVIDIA-A100-SXM4-80GB",
+            mig_profile="",
+            pending_pods=0,
+            gpus_requested=4,
+            oldest_since_ms=NOW - 60_000,
+            waiting=(queued,),
+            allocated_gpus=4,
+            idle=(IdleGpu("dem-a", "GPU-1234567890ab", NOW - 95_000, (notebook(),)),),
+            queued_workloads=1,
+            gpus_for_quota=4,
+        )
+    )
+    line = waiting_line(record)
+    assert "pods wait" not in line  # no pod waits: the Workload has none
+    assert "1 Workload waits for quota for 4 GPUs[/] in ClusterQueue team-ml" in line
+    assert "ml/job-train-llm-ft-1bc83 (Job/train-llm-ft)" in line
+    assert f"Kueue: {quota}" in line
+    assert "[red]1 idle[/]" in line
