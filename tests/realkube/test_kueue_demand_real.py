@@ -12,6 +12,7 @@ wait (the alert resolves); evicted back into its queue it waits again; finished,
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from pathlib import Path
@@ -29,7 +30,7 @@ from infra.settings import KafkaSettings
 from infra.topics import topic_specs
 from tests.helpers import wait_for
 from tests.integration.test_demand_kafka import read
-from tests.kube_fixture import Rest
+from tests.kube_fixture import KubeError, Rest
 from tests.kueue_objects import (
     A100,
     GPU,
@@ -240,3 +241,12 @@ async def test_a_queued_workload_waits_for_quota_beside_an_idle_gpu_end_to_end(
         await role.stop()
         await worker.stop()
         await producer.stop()
+        # the API server is the session's: leave no Kueue object behind
+        for path in (
+            f"{API}/namespaces/{ns}/workloads",
+            f"{API}/namespaces/{ns}/localqueues",
+        ):
+            await admin.call("DELETE", path)
+        for path in (f"{API}/clusterqueues/{cq}", f"{API}/resourceflavors/{fl}"):
+            with contextlib.suppress(KubeError):
+                await admin.delete(path)

@@ -290,9 +290,11 @@ async def test_a_workloads_wait_as_kueue_writes_it(real_kube: LocalKube, tmp_pat
         ]
         await admin.delete(f"{workloads}/{name}")
         await admin.delete(f"{workloads}/{other['metadata']['name']}")
+        mine = {uid, other["metadata"]["uid"]}
 
-        async def forgotten() -> bool:  # both deletions read by the watch
-            return not watch.join.waiting and not watch.join.settled
+        async def forgotten() -> bool:  # both deletions read by the watch (the server is the
+            # session's: other tests' Workloads may be there too)
+            return not mine & (set(watch.join.waiting) | set(watch.join.settled))
 
         await wait_for_async(forgotten, timeout_s=30, what="both Workloads' deletions read")
         assert published.of("job-train-7c4d8")[-1].state == "admitted"  # no more after its end
