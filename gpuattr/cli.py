@@ -134,6 +134,24 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--idle-threshold", type=float, default=AlertSettings().idle_threshold_pct)
     rp.add_argument("--waited-csv", help="also write the GPU-hours waited as CSV to this file")
 
+    dr = sub.add_parser(
+        "doctor",
+        help="check a role's install (Kafka, topics, ACLs, clock, kubelet socket, API server, "
+        "exporter): one line each with its fix; exit 1 on any failure",
+    )
+    dr.add_argument(
+        "--role",
+        choices=ROLES,
+        default=os.environ.get("GPUATTR_ROLE"),
+        required="GPUATTR_ROLE" not in os.environ,
+        help="the role whose settings these are (env GPUATTR_ROLE, set in each shipped pod)",
+    )
+    dr.add_argument("--node", default=os.environ.get("NODE_NAME"), help="the agent's node")
+    dr.add_argument("--kubelet-socket", type=Path)
+    dr.add_argument("--dcgm-url")
+    dr.add_argument("--timeout", type=float, default=10.0, help="seconds one check may wait")
+    dr.add_argument("--json", action="store_true", help="the lines as JSON, for scripts")
+
     d = sub.add_parser("demo", help="local Kafka + simulated cluster + agents + worker, live")
     d.add_argument(
         "--scenario",
@@ -150,6 +168,36 @@ def _parser() -> argparse.ArgumentParser:
         help="Kafka with TLS, SASL/SCRAM and ACLs: one user per role (embedded broker only)",
     )
     return p
+
+
+def _doctor(kafka: KafkaSettings, args: argparse.Namespace) -> int:
+    from gpuattr.doctor.lines import exit_status, render_json, render_text
+    from gpuattr.doctor.run import DoctorSettings, run_doctor
+
+    kubelet = KubeletSettings()
+    if args.kubelet_socket:
+        kubelet = kubelet.model_copy(update={"socket_path": args.kubelet_socket})
+    dcgm = DcgmSettings()
+    if args.dcgm_url:
+        dcgm = dcgm.model_copy(update={"url": args.dcgm_url})
+    settings = DoctorSettings(
+        role=args.role,
+        kafka=kafka,
+        kubelet=kubelet,
+        dcgm=dcgm,
+        kube=KubeSettings(),
+        cluster=ClusterSettings(),
+        worker_app_id=WorkerSettings().app_id,
+        sink_group=SinkSettings().group_id,
+        node=args.node if args.role == "agent" else None,
+        timeout_s=args.timeout,
+    )
+    lines = asyncio.run(run_doctor(settings))
+    if args.json:
+        sys.stdout.buffer.write(render_json(args.role, lines) + b"\n")
+    else:
+        print(render_text(lines, colour=sys.stdout.isatty()))
+    return exit_status(lines)
 
 
 def _kafka(args: argparse.Namespace) -> KafkaSettings:
@@ -236,7 +284,7 @@ def _acls(kafka: KafkaSettings, args: argparse.Namespace) -> int:
 
 
 #: terminal tools: their output is the table or the report, not library chatter
-QUIET_COMMANDS = ("top", "report")
+QUIET_COMMANDS = ("top", "report", "doctor")
 
 
 def _default_log_level(command: str) -> str:
@@ -327,6 +375,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 )
             )
         return 0
+    if args.command == "doctor":
+        return _doctor(kafka, args)
     if args.command == "acls" and args.print:
         return _acls(kafka, args)
     if kafka.bootstrap is None and args.command in (
