@@ -38,7 +38,12 @@ from agents.kube.gpuoperator import CR_STATES, cluster_policy, gpu_cluster, nvid
 from agents.kube.watch import ListWatcher
 from agents.selfmetrics import SOURCE_ERRORS
 from agents.types import NowMs
-from contract.inputs import ClusterPolicyRecord, GpuClusterRecord, NvidiaDriverRecord
+from contract.inputs import (
+    ClusterPolicyRecord,
+    DeviceTaintRuleRecord,
+    GpuClusterRecord,
+    NvidiaDriverRecord,
+)
 from contract.records import replace
 from infra.backoff import Backoff
 from infra.settings import KubeSettings
@@ -46,7 +51,7 @@ from infra.settings import KubeSettings
 log = logging.getLogger(__name__)
 
 OperatorRecord = ClusterPolicyRecord | GpuClusterRecord | NvidiaDriverRecord
-R = TypeVar("R", ClusterPolicyRecord, GpuClusterRecord, NvidiaDriverRecord)
+R = TypeVar("R", bound=OperatorRecord | DeviceTaintRuleRecord)
 
 CRD_SERVED = Gauge(
     "gpuattr_cluster_clusterpolicy_served",
@@ -70,8 +75,6 @@ UNREAD = Counter(
     ["kind", "field"],
 )
 
-Emit = Callable[[OperatorRecord], Awaitable[None]]
-
 
 def _said(record: R) -> R:
     """The record without when it was read and at which version: what a change is judged on."""
@@ -79,7 +82,8 @@ def _said(record: R) -> R:
 
 
 class OperatorWatcher(ListWatcher[R], Generic[R]):
-    """One cluster-scoped GPU Operator kind, listed and watched whole."""
+    """One cluster-scoped GPU Operator kind, listed and watched whole (also any other
+    cluster-scoped kind an API server may not serve: :mod:`agents.kube.taintrulewatch`)."""
 
     optional_api = True  # 404: the kind's CRD is not installed (yet)
     group: ClassVar[str] = "nvidia.com"
@@ -88,21 +92,35 @@ class OperatorWatcher(ListWatcher[R], Generic[R]):
     title: ClassVar[str]
     served: ClassVar[Gauge]
     absent: ClassVar[str]  # what a 404 means for this kind
+    not_served_reason: ClassVar[str] = "crd-not-installed"
+    logger: ClassVar[logging.Logger] = log  # the health lines name the kind's own module
 
     def __init__(
-        self, *, api: Any, emit: Emit, now_ms: NowMs, settings: KubeSettings, retry_s: float
+        self,
+        *,
+        api: Any,
+        emit: Callable[[R], Awaitable[None]],
+        now_ms: NowMs,
+        settings: KubeSettings,
+        retry_s: float,
     ) -> None:
         super().__init__(node="", api=api, emit=emit, now_ms=now_ms, settings=settings)
         self.custom = client.CustomObjectsApi(api)
-        self.health = SourceHealth(
-            self.kind, f"{self.title} watch ({self.group}/{self.version})", log
-        )
+        self.health = SourceHealth(self.kind, self._what(), self.logger)
         self.retry_s = retry_s
         self.published: dict[str, R] = {}  # name → last published
         self._listing = False
 
     def _translate(self, obj: Mapping[str, Any], deleted: bool) -> R | None:
         raise NotImplementedError
+
+    def _what(self) -> str:
+        """How the health lines and the status record name this watch."""
+        return f"{self.title} watch ({self.group}/{self.version})"
+
+    def _why_not_served(self) -> str:
+        """What a 404 means, right after the API path in the not-served detail."""
+        return f"(404): {self.absent}"
 
     def _list_call(self) -> Callable[..., Any]:
         return functools.partial(
@@ -168,14 +186,14 @@ class OperatorWatcher(ListWatcher[R], Generic[R]):
         return replace(record, ts_ms=self.now_ms(), deleted=True)
 
     async def _not_served(self) -> bool:
-        """The kind's CRD is not installed: publish what was published as deleted, wait
-        ``retry_s`` and list again."""
+        """The kind is not served (its CRD is not installed, its API version not enabled):
+        publish what was published as deleted, wait ``retry_s`` and list again."""
         SOURCE_ERRORS.labels(self.kind, "not_served").inc()
         self.served.set(0)
         self.health.disabled(
-            "crd-not-installed",
-            f"the API server does not serve {self.plural}.{self.group}/{self.version} (404): "
-            f"{self.absent}; no {self.title} is published; listing again within "
+            self.not_served_reason,
+            f"the API server does not serve {self.plural}.{self.group}/{self.version} "
+            f"{self._why_not_served()}; no {self.title} is published; listing again within "
             f"{self.retry_s:g}s",
         )
         for name in sorted(self.published):

@@ -1,5 +1,6 @@
 """``gpuattr demo --json`` run as a user runs it, for the scenario tests: its stdout's records read
-while it runs, waits on them (bounded), and a clean stop (SIGTERM, exit 0) however the test ends."""
+while it runs, waits on them (bounded), and a clean stop (SIGTERM, exit 0) however the test ends
+(or, to see it stop by itself, a bounded wait for its own exit)."""
 
 from __future__ import annotations
 
@@ -19,18 +20,27 @@ from tests.helpers import wait_for
 Records = list[dict[str, Any]]
 
 
+def alerts_said(records: Records) -> str:
+    return f"alerts: {[(a['kind'], a['status']) for a in records if a['schema'] == 'alert']}"
+
+
 @dataclass
 class Demo:
-    """The running demo's records so far and its stderr."""
+    """The running demo's records so far and its stderr (``said``: what of the records a failure
+    message lists)."""
 
     proc: asyncio.subprocess.Process
+    said: Callable[[Records], str] = alerts_said
     records: Records = field(default_factory=list)
     err: list[bytes] = field(default_factory=list)
 
     def told(self) -> str:
-        said = [(a["kind"], a["status"]) for a in self.records if a["schema"] == "alert"]
         logs = b"".join(self.err).decode(errors="replace")[-3000:]
-        return f"alerts: {said}\nstderr:\n{logs}"
+        return f"{self.said(self.records)}\nstderr:\n{logs}"
+
+    async def exited(self, timeout_s: float) -> None:
+        """The demo has stopped by itself (its ``--duration`` is up) within ``timeout_s``."""
+        await asyncio.wait_for(self.proc.wait(), timeout=timeout_s)
 
     async def until(self, check: Callable[[Records], Any], timeout_s: float) -> Any:
         """What ``check`` returns once it is truthy on the records so far."""
@@ -50,10 +60,11 @@ async def demo(
     duration_s: float,
     speed: float | None = None,
     env: Mapping[str, str] | None = None,
+    said: Callable[[Records], str] = alerts_said,
 ) -> AsyncIterator[Demo]:
     """The demo on the session's broker (``speed``: the doubles' clock only; ``env``: settings
-    beside the process's own); stopped with SIGTERM on leaving (it must exit 0: checked by the
-    caller through ``proc.returncode``)."""
+    beside the process's own; ``said``: see :class:`Demo`); stopped with SIGTERM on leaving
+    unless it has exited (it must exit 0: checked by the caller through ``proc.returncode``)."""
     fast = ["--speed", str(speed)] if speed is not None else []
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -74,7 +85,7 @@ async def demo(
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, **(env or {})},
     )
-    run = Demo(proc)
+    run = Demo(proc, said)
 
     async def read_out() -> None:
         assert proc.stdout is not None

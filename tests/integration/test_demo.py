@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
-
-import orjson
 import pytest
 
 from sim.scenario import load
 from tests.contract import assert_valid
+from tests.integration.demo_run import demo
 
 pytestmark = pytest.mark.integration
 
@@ -18,27 +14,10 @@ pytestmark = pytest.mark.integration
 async def test_demo_json_covers_all_gpus_and_an_idle_alert_fires_and_resolves(
     kafka_bootstrap: str,
 ) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpuattr.cli",
-        "--log-level",
-        "WARNING",
-        "--bootstrap",
-        kafka_bootstrap,
-        "demo",
-        "--scenario",
-        "mixed",
-        "--duration",
-        "65",
-        "--json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=240)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    records = [orjson.loads(line) for line in out.splitlines() if line.startswith(b"{")]
+    async with demo(kafka_bootstrap, "mixed", duration_s=65) as run:
+        await run.exited(240)  # it stops by itself once its duration is up
+    assert run.proc.returncode == 0, run.told()
+    records = run.records
     for record in records:  # the consumer contract holds for real output
         assert_valid(record)
     events = [r for r in records if r["schema"] == "attribution"]

@@ -15,19 +15,13 @@ has had its effect, then stops the demo with SIGTERM (it cleans up and exits 0):
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import sys
-from collections.abc import Callable
 from typing import Any
 
-import orjson
 import pytest
 
 from sim.scenario import gpu_uuid
 from tests.contract import assert_valid
-from tests.helpers import wait_for
+from tests.integration.demo_run import Records, demo
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +30,6 @@ MEMORY_BOUND = gpu_uuid("eff-a", 1)
 IDLE = gpu_uuid("eff-a", 3)
 HOT = gpu_uuid("eff-b", 0)
 REMAPPING = gpu_uuid("eff-b", 1)
-Records = list[dict[str, Any]]
 
 
 def alerts(records: Records, kind: str, gpu: str, status: str = "firing") -> Records:
@@ -52,6 +45,15 @@ def alerts(records: Records, kind: str, gpu: str, status: str = "firing") -> Rec
 
 def pods(record: dict[str, Any]) -> set[str]:
     return {h["pod"] for h in record["holders"]}
+
+
+def alerts_said(records: Records) -> str:
+    said = [
+        (a["kind"], a["status"], a["node"], a["gpu_uuid"], sorted(pods(a)))
+        for a in records
+        if a["schema"] == "alert"
+    ]
+    return f"alerts: {said}"
 
 
 def events(records: Records, node: str, gpu: str | None = None) -> Records:
@@ -108,74 +110,18 @@ def retry_holds_a_while(records: Records) -> bool:
 async def test_efficiency_demo_names_the_owner_of_waste_and_of_sick_gpus(
     kafka_bootstrap: str,
 ) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpuattr.cli",
-        "--log-level",
-        "WARNING",
-        "--bootstrap",
-        kafka_bootstrap,
-        "demo",
-        "--scenario",
-        "efficiency",
-        "--duration",
-        "400",  # an upper bound: the test stops it once every trace has had its effect
-        "--json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
-    )
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    records: Records = []
-    err: list[bytes] = []
-
-    async def read_out() -> None:
-        assert proc.stdout is not None
-        async for line in proc.stdout:
-            if line.startswith(b"{"):
-                records.append(orjson.loads(line))
-
-    async def read_err() -> None:
-        assert proc.stderr is not None
-        async for line in proc.stderr:
-            err.append(line)
-
-    def told() -> str:
-        said = [
-            (a["kind"], a["status"], a["node"], a["gpu_uuid"], sorted(pods(a)))
-            for a in records
-            if a["schema"] == "alert"
-        ]
-        logs = b"".join(err).decode(errors="replace")[-3000:]
-        return f"alerts: {said}\nstderr:\n{logs}"
-
-    readers = [asyncio.create_task(read_out()), asyncio.create_task(read_err())]
-    try:
-
-        async def until(check: Callable[[Records], bool], timeout_s: float) -> None:
-            await wait_for(
-                lambda: check(records),
-                timeout_s,
-                every_s=0.2,
-                what=lambda: f"{getattr(check, '__name__', 'check')}; {told()}",
-            )
-
-        await until(low_efficiency_names_the_trainer, 180)  # 20 s window from the start
-        await until(notebook_is_idle, 60)
-        await until(memory_bound_is_said, 60)
-        await until(memory_fault_names_the_evaluator, 60)  # a row remapped from 23 s
-        await until(thermal_names_the_solver, 120)  # over 85 °C from 31 s, 15 s window
-        await until(counters_reset_on_eff_c, 120)  # the exporter restarts at 60 s
-        await until(memory_fault_resolved, 180)  # the evaluator leaves at 100 s
-        await until(retry_holds_a_while, 120)  # a new holder from 105 s
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)  # the demo stops cleanly, exit 0
-        await asyncio.wait_for(proc.wait(), timeout=120)
-        await asyncio.wait_for(asyncio.gather(*readers), timeout=30)
-    assert proc.returncode == 0, told()
+    # an upper bound: the test stops it once every trace has had its effect
+    async with demo(kafka_bootstrap, "efficiency", duration_s=400, said=alerts_said) as run:
+        await run.until(low_efficiency_names_the_trainer, 180)  # 20 s window from the start
+        await run.until(notebook_is_idle, 60)
+        await run.until(memory_bound_is_said, 60)
+        await run.until(memory_fault_names_the_evaluator, 60)  # a row remapped from 23 s
+        await run.until(thermal_names_the_solver, 120)  # over 85 °C from 31 s, 15 s window
+        await run.until(counters_reset_on_eff_c, 120)  # the exporter restarts at 60 s
+        await run.until(memory_fault_resolved, 180)  # the evaluator leaves at 100 s
+        await run.until(retry_holds_a_while, 120)  # a new holder from 105 s
+    records = run.records
+    assert run.proc.returncode == 0, run.told()
 
     for record in records:  # the consumer contract holds for real output
         assert_valid(record)
@@ -186,14 +132,14 @@ async def test_efficiency_demo_names_the_owner_of_waste_and_of_sick_gpus(
         ("idle", IDLE),
         ("thermal", HOT),
         ("memory-fault", REMAPPING),
-    }, told()
+    }, run.told()
     # the busy-but-ineffective GPU is not idle, the idle one not ineffective (one episode, one
     # meaning), the memory-bound one is neither
     assert not alerts(records, "idle", INEFFECTIVE)
     assert not alerts(records, "low-efficiency", IDLE)
     assert not [a for a in every_alert if a["gpu_uuid"] == MEMORY_BOUND]
     # the exporter restart reset every counter and raised nothing
-    assert not [a for a in every_alert if a["node"] == "eff-c"], told()
+    assert not [a for a in every_alert if a["node"] == "eff-c"], run.told()
     # the evaluator's memory fault is never handed to the pod that took its GPU afterwards
     evaluator = {
         a["id"] for a in alerts(records, "memory-fault", REMAPPING) if "llm-eval-x8k2p" in pods(a)
@@ -201,7 +147,7 @@ async def test_efficiency_demo_names_the_owner_of_waste_and_of_sick_gpus(
     for a in every_alert:
         if a["id"] in evaluator:
             assert "llm-eval-retry-m3q9d" not in pods(a), a
-    assert not [a for a in every_alert if "llm-eval-retry-m3q9d" in pods(a)], told()
+    assert not [a for a in every_alert if "llm-eval-retry-m3q9d" in pods(a)], run.told()
     # the alerts carry their figures
     (ineffective, *_) = alerts(records, "low-efficiency", INEFFECTIVE)
     assert ineffective["figures"]["effective_pct"] < 15

@@ -17,18 +17,13 @@ role's watcher (``agents.kube.policywatch``), which reads it from the simulated 
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-import orjson
 import pytest
 
 from tests.contract import assert_valid
-from tests.helpers import wait_for
+from tests.integration.demo_run import Records, demo
 
 pytestmark = pytest.mark.integration
 
@@ -95,74 +90,23 @@ def mig_pending_then_failed(records: list[dict[str, Any]]) -> bool:
     )
 
 
+def node_statuses_said(records: Records) -> str:
+    said = [(s["node"], s["state"], s["summary"]) for s in records if s["schema"] == "node-status"]
+    return f"node statuses: {said}"
+
+
 async def test_operator_lab_demo_tells_each_nodes_stack(kafka_bootstrap: str) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpuattr.cli",
-        "--log-level",
-        "WARNING",
-        "--bootstrap",
-        kafka_bootstrap,
-        "demo",
-        "--scenario",
-        "operator-lab",
-        "--duration",
-        "400",  # an upper bound: the test stops it once every story has been told
-        "--json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
-    )
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    records: list[dict[str, Any]] = []
-    err: list[bytes] = []
-
-    async def read_out() -> None:
-        assert proc.stdout is not None
-        async for line in proc.stdout:
-            if line.startswith(b"{"):
-                records.append(orjson.loads(line))
-
-    async def read_err() -> None:
-        assert proc.stderr is not None
-        async for line in proc.stderr:
-            err.append(line)
-
-    def logs() -> str:
-        return b"".join(err).decode(errors="replace")[-3000:]
-
-    readers = [asyncio.create_task(read_out()), asyncio.create_task(read_err())]
-    try:
-
-        def told(records: list[dict[str, Any]]) -> str:
-            said = [
-                (s["node"], s["state"], s["summary"])
-                for s in records
-                if s["schema"] == "node-status"
-            ]
-            return f"node statuses: {said}\nstderr:\n{logs()}"
-
-        async def until(check: Callable[[list[dict[str, Any]]], bool], timeout_s: float) -> None:
-            await wait_for(
-                lambda: check(records),
-                timeout_s,
-                every_s=0.2,
-                what=lambda: f"{getattr(check, '__name__', 'check')}; {told(records)}",
-            )
-
-        await until(toolkit_is_the_boundary, 180)
-        await until(exporter_off_on_purpose, 60)
-        await until(lambda r: disabled_by_intent(r) >= HELD_ON_B, 60)
-        await until(crashloop_then_ready, 240)  # ready from 105 s of scenario time
-        await until(mig_pending_then_failed, 240)  # failed from 120 s
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)  # the demo stops cleanly, exit 0
-        await asyncio.wait_for(proc.wait(), timeout=120)
-        await asyncio.wait_for(asyncio.gather(*readers), timeout=30)
-    assert proc.returncode == 0, logs()
+    # an upper bound: the test stops it once every story has been told
+    async with demo(
+        kafka_bootstrap, "operator-lab", duration_s=400, said=node_statuses_said
+    ) as run:
+        await run.until(toolkit_is_the_boundary, 180)
+        await run.until(exporter_off_on_purpose, 60)
+        await run.until(lambda r: disabled_by_intent(r) >= HELD_ON_B, 60)
+        await run.until(crashloop_then_ready, 240)  # ready from 105 s of scenario time
+        await run.until(mig_pending_then_failed, 240)  # failed from 120 s
+    records = run.records
+    assert run.proc.returncode == 0, run.told()
 
     for record in records:  # the consumer contract holds for real output, node-status included
         assert_valid(record)
