@@ -324,7 +324,7 @@ def test_an_unreachable_server_skips_the_rest(facts: ServerFacts, status: str) -
 NODE = exporter.NodeFacts(("n1",), frozenset({GPU_A, GPU_B}), {}, ("kubelet allocatable",))
 
 
-def _rows(uuids: list[str], hostname: str = "n1", **kw: object) -> str:
+def _rows(uuids: list[str], hostname: str = "n1") -> str:
     return render(
         [
             ExporterRow(
@@ -333,8 +333,7 @@ def _rows(uuids: list[str], hostname: str = "n1", **kw: object) -> str:
                 model="H100",
                 hostname=hostname,
                 values=(("DCGM_FI_DEV_GPU_UTIL", 5.0),),
-                **kw,
-            )  # type: ignore[arg-type]
+            )
             for i, u in enumerate(uuids)
         ]
     )
