@@ -98,7 +98,12 @@ async def test_the_agents_lines_are_green_on_the_real_node_and_each_fault_turns_
     node.write_inventory(inventory)
     async with ExporterDouble(Telemetry(real_node).rows) as double:
         settings = doctor(
-            "agent", kube, node=node.name, socket=node.podresources_socket, url=double.url
+            "agent",
+            kube,
+            node=node.name,
+            socket=node.podresources_socket,
+            url=double.url,
+            inventory=inventory,
         )
         lines = [
             *await kubelet.check(settings),
