@@ -191,6 +191,7 @@ def _doctor(kafka: KafkaSettings, args: argparse.Namespace) -> int:
         sink_group=SinkSettings().group_id,
         node=args.node if args.role == "agent" else None,
         timeout_s=args.timeout,
+        inventory=InventorySettings(),
     )
     lines = asyncio.run(run_doctor(settings))
     if args.json:

@@ -97,7 +97,7 @@ class Listed(NamedTuple):
     pods: frozenset[str]  # namespace/name of every pod listed, with devices or without
 
 
-def _allocatable_not_served(exc: grpc.aio.AioRpcError) -> bool:
+def allocatable_not_served(exc: grpc.aio.AioRpcError) -> bool:
     """Kubelets before 1.21 lack the method; 1.21-1.27 with the feature gate off answer with a
     plain error (UNKNOWN) "... GetAllocatableResources disabled"."""
     code, details = exc.code(), exc.details() or ""
@@ -293,7 +293,7 @@ class PodResourcesCollector:
         except grpc.aio.AioRpcError as exc:
             if exc.code() in CONNECTION_LOST:
                 raise
-            if _allocatable_not_served(exc):
+            if allocatable_not_served(exc):
                 self._log_allocatable_missing(exc)
                 return None
             self._failed(exc.code().name.lower(), f"GetAllocatableResources failed: {exc}")
