@@ -15,8 +15,8 @@ GPU-hours are *held* (each pod's share of a device, the one accounting figure th
 too), never "used" by a pod. A held GPU no sample speaks for is shown with why, never as idle;
 a device without a profiling field has no effective figure, never 0. Every table names its
 columns (Grafana would otherwise show ``Value #A``). Queries read the recording rules in
-deploy/helm/gpuattr/files/prometheus-rules.yaml or take ``max by`` a series' identity first, so a device
-whose partition is changing hands between workers is counted once.
+deploy/helm/gpuattr/files/prometheus-rules.yaml or take ``max by`` a series' identity first, so
+a device whose partition is changing hands between workers is counted once.
 """
 
 from __future__ import annotations

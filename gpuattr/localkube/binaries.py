@@ -1,9 +1,9 @@
 """Build the local cluster's binaries from the Go module proxy into a cache directory, once.
 
 The one place versions are pinned: :data:`KUBERNETES_VERSION`,
-:data:`DRA_EXAMPLE_DRIVER_VERSION` and :data:`HELM_VERSION`. Five builds, each cached in a directory of its own, each
-made in a private staging directory and renamed into place (concurrent callers never see a
-half-built directory):
+:data:`DRA_EXAMPLE_DRIVER_VERSION` and :data:`HELM_VERSION`. Five builds, each cached in a
+directory of its own, each made in a private staging directory and renamed into place
+(concurrent callers never see a half-built directory):
 
 * ``kubernetes-<v>/bin``: kube-apiserver and kubectl (:func:`resolve_binaries`);
 * ``kubernetes-<v>/node/bin``: kubelet, kube-scheduler, kube-controller-manager, with the
