@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: demo test lint typecheck unit integration clean kube-binaries dashboard
+.PHONY: demo test lint typecheck unit integration clean kube-binaries dashboard manifests
 
 $(BIN)/gpuattr: pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON)"; exit 1; }
@@ -32,11 +32,16 @@ lint: $(BIN)/gpuattr $(TOOLS)/check-jsonschema
 
 typecheck: $(BIN)/gpuattr
 	$(BIN)/mypy
-	$(BIN)/mypy deploy/grafana/dashboard.py
+	$(BIN)/mypy deploy/grafana/dashboard.py deploy/helm/render_kustomize.py
 
-# the Grafana dashboard is code: regenerate its committed JSON (tests fail when it is stale)
+# the Grafana dashboard is code: regenerate its committed JSON and the chart's copy (tests fail
+# when either is stale)
 dashboard: $(BIN)/gpuattr
-	$(BIN)/python deploy/grafana/dashboard.py > deploy/grafana/gpuattr.json
+	$(BIN)/python deploy/grafana/dashboard.py --write
+
+# the kustomize base is rendered from the Helm chart's defaults (tests fail when it is stale)
+manifests: kube-binaries
+	$(BIN)/python deploy/helm/render_kustomize.py
 
 # the real-API-server tier's binaries: built once from the Go module proxy (minutes), then cached
 kube-binaries: $(BIN)/gpuattr

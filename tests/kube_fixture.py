@@ -105,8 +105,11 @@ class Rest:
             f"/api/v1/namespaces/{name}/serviceaccounts", {"metadata": {"name": "default"}}
         )
 
-    async def allowed(self, verb: str, resource: str, *, group: str = "", ns: str = "") -> bool:
-        """SelfSubjectAccessReview: may this token do ``verb`` on ``resource``?"""
+    async def allowed(
+        self, verb: str, resource: str, *, group: str = "", ns: str = "", name: str = ""
+    ) -> bool:
+        """SelfSubjectAccessReview: may this token do ``verb`` on ``resource`` (``name``: one
+        object of it)?"""
         review = await self.create(
             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
             {
@@ -118,6 +121,7 @@ class Rest:
                         "resource": resource,
                         "group": group,
                         "namespace": ns,
+                        "name": name,
                     }
                 },
             },

@@ -1,6 +1,9 @@
 """The gpu-attribution Grafana dashboard, as code (grafana-foundation-sdk, Grafana 11.6 schema).
 
-    .venv/bin/python deploy/grafana/dashboard.py > deploy/grafana/gpuattr.json   (make dashboard)
+    .venv/bin/python deploy/grafana/dashboard.py --write   (make dashboard)
+
+writes deploy/grafana/gpuattr.json and the Helm chart's copy, deploy/helm/gpuattr/files/gpuattr.json
+(Helm reads only files inside its chart); without ``--write`` it prints the JSON.
 
 The committed JSON is this module's output; tests/unit/test_dashboard.py fails when it is stale,
 re-reads it through the SDK's own models, and tests/integration/test_prometheus_handover.py runs
@@ -12,14 +15,15 @@ GPU-hours are *held* (each pod's share of a device, the one accounting figure th
 too), never "used" by a pod. A held GPU no sample speaks for is shown with why, never as idle;
 a device without a profiling field has no effective figure, never 0. Every table names its
 columns (Grafana would otherwise show ``Value #A``). Queries read the recording rules in
-deploy/kustomize/base/monitoring.yaml or take ``max by`` a series' identity first, so a device
-whose partition is changing hands between workers is counted once.
+deploy/helm/gpuattr/files/prometheus-rules.yaml or take ``max by`` a series' identity first, so
+a device whose partition is changing hands between workers is counted once.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from grafana_foundation_sdk.builders import bargauge, prometheus, stat, table, timeseries
@@ -776,5 +780,14 @@ def render() -> str:
     return json.dumps(build(), indent=2, sort_keys=True) + "\n"
 
 
+HERE = Path(__file__).resolve().parent
+#: the dashboard's two copies: for `kubectl apply -k deploy/grafana` and for the chart
+OUTPUTS = (HERE / "gpuattr.json", HERE.parent / "helm" / "gpuattr" / "files" / "gpuattr.json")
+
 if __name__ == "__main__":
-    sys.stdout.write(render())
+    if sys.argv[1:] == ["--write"]:
+        text = render()
+        for path in OUTPUTS:
+            path.write_text(text)
+    else:
+        sys.stdout.write(render())

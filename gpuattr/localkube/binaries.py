@@ -1,9 +1,9 @@
 """Build the local cluster's binaries from the Go module proxy into a cache directory, once.
 
-The one place versions are pinned: :data:`KUBERNETES_VERSION` and
-:data:`DRA_EXAMPLE_DRIVER_VERSION`. Four builds, each cached in a directory of its own, each
-made in a private staging directory and renamed into place (concurrent callers never see a
-half-built directory):
+The one place versions are pinned: :data:`KUBERNETES_VERSION`,
+:data:`DRA_EXAMPLE_DRIVER_VERSION` and :data:`HELM_VERSION`. Five builds, each cached in a
+directory of its own, each made in a private staging directory and renamed into place
+(concurrent callers never see a half-built directory):
 
 * ``kubernetes-<v>/bin``: kube-apiserver and kubectl (:func:`resolve_binaries`);
 * ``kubernetes-<v>/node/bin``: kubelet, kube-scheduler, kube-controller-manager, with the
@@ -14,7 +14,9 @@ half-built directory):
   (:func:`resolve_own_binaries`);
 * ``dra-example-driver-<v>/bin``: the upstream DRA example driver's kubelet plugin, built
   through a wrapper module that requires it (``go install ...@<v>`` needs the proxy's version
-  list, which is not served here) (:func:`resolve_dra_driver`).
+  list, which is not served here) (:func:`resolve_dra_driver`);
+* ``helm-<v>/bin``: ``helm``, built the same way, for the chart in ``deploy/helm/gpuattr``
+  (:func:`resolve_helm`).
 
 ``k8s.io/kubernetes``
 is not meant to be used as a module: its go.mod replaces every ``k8s.io/*`` staging module with a
@@ -42,12 +44,14 @@ log = logging.getLogger("gpuattr.localkube")
 
 KUBERNETES_VERSION = "1.35.4"
 DRA_EXAMPLE_DRIVER_VERSION = "0.4.0"
+HELM_VERSION = "4.3.2"
 MODULE = "k8s.io/kubernetes"
 COMMANDS = ("kube-apiserver", "kubectl")
 NODE_COMMANDS = ("kubelet", "kube-scheduler", "kube-controller-manager")
 OWN_MAINS = ("fakecri", "deviceplugin")
 DRA_MODULE = "sigs.k8s.io/dra-example-driver"
 DRA_COMMAND = "dra-example-kubeletplugin"
+HELM_MODULE = "helm.sh/helm/v4"
 GO_SOURCES = Path(__file__).parent / "go"
 _MARKER = ".built"
 
@@ -112,6 +116,15 @@ def render_own_gomod(version: str = KUBERNETES_VERSION) -> str:
 
 def render_dra_gomod(version: str = DRA_EXAMPLE_DRIVER_VERSION) -> str:
     return f"module gpuattr.local/drabuild\n\ngo 1.26.0\n\nrequire {DRA_MODULE} v{version}\n"
+
+
+def render_helm_gomod(version: str = HELM_VERSION) -> str:
+    return f"module gpuattr.local/helmbuild\n\ngo 1.25.0\n\nrequire {HELM_MODULE} v{version}\n"
+
+
+def helm_ldflags(version: str = HELM_VERSION) -> str:
+    """Stamp the release in: ``helm version`` and the chart's ``kubeVersion`` checks read it."""
+    return f"-X {HELM_MODULE}/internal/version.version=v{version}"
 
 
 def own_sources_hash() -> str:
@@ -207,6 +220,19 @@ def _build_dra(go: str, staging: Path, version: str) -> Path:
     return out
 
 
+def _build_helm(go: str, staging: Path, version: str) -> Path:
+    env = _env()
+    (staging / "go.mod").write_text(render_helm_gomod(version))
+    target = f"{HELM_MODULE}/cmd/helm"
+    (staging / "tools.go").write_text(_TOOLS_GO.format(imports=f'\t_ "{target}"\n'))
+    _go(go, staging, "mod", "tidy", env=env)
+    out = staging / "bin"
+    ldflags = f"-ldflags=-s -w {helm_ldflags(version)}"
+    _go(go, staging, "build", "-trimpath", ldflags, "-o", f"{out}/", target, env=env)
+    (out / _MARKER).write_text(version)
+    return out
+
+
 Builder = Callable[[str, Path, str], Path]
 
 
@@ -259,13 +285,20 @@ def resolve_dra_driver(cache_dir: Path, version: str = DRA_EXAMPLE_DRIVER_VERSIO
     return _resolve(root, version, _build_dra, f"the DRA example driver {version}")
 
 
+def resolve_helm(cache_dir: Path, version: str = HELM_VERSION) -> Path:
+    """The directory holding ``helm``."""
+    root = cache_dir / f"helm-{version}"
+    return _resolve(root, version, _build_helm, f"helm {version}")
+
+
 class NodeBinaries(NamedTuple):
-    """Every binary a local node needs, once built."""
+    """Every binary a local node and the real-API-server tests need, once built."""
 
     control_plane: Path  # kube-apiserver, kubectl
     node: Path  # kubelet, kube-scheduler, kube-controller-manager
     own: Path  # fakecri, deviceplugin
     dra: Path  # dra-example-kubeletplugin
+    helm: Path  # helm (the chart's install and render)
 
 
 def resolve_all(cache_dir: Path) -> NodeBinaries:
@@ -275,4 +308,5 @@ def resolve_all(cache_dir: Path) -> NodeBinaries:
         resolve_node_binaries(cache_dir),
         resolve_own_binaries(cache_dir),
         resolve_dra_driver(cache_dir),
+        resolve_helm(cache_dir),
     )

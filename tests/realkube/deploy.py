@@ -10,16 +10,19 @@ import yaml
 
 from gpuattr.localkube import LocalKube
 from tests.kube_fixture import KubeError, Rest
-from tests.kustomize_render import BASE, MICROK8S
+from tests.kustomize_render import BASE, MICROK8S, ROOT
+from tests.realkube.crds import install_crds
 
 KUSTOMIZATIONS = {"base": BASE, "microk8s": MICROK8S}
-#: kinds whose CRDs this API server does not have (Strimzi's operator installs them)
-NOT_SERVED = {
-    ("kafka.strimzi.io/v1beta2", "KafkaTopic"),
-    ("kafka.strimzi.io/v1beta2", "KafkaUser"),
-    ("monitoring.coreos.com/v1", "PodMonitor"),
-    ("monitoring.coreos.com/v1", "PrometheusRule"),
-}
+FIXTURES = ROOT / "tests" / "fixtures"
+#: the operators' genuine CRDs (vendored: PROVENANCE.md beside them) for the kinds we ship:
+#: Strimzi's Kafka, KafkaNodePool, KafkaTopic, KafkaUser; the Prometheus Operator's PodMonitor
+#: and PrometheusRule
+OPERATOR_CRDS = (
+    *sorted((FIXTURES / "strimzi").glob("*.yaml")),
+    *sorted((FIXTURES / "prometheus-operator").glob("*.yaml")),
+)
+KAFKA_NAMESPACE = "kafka"  # the base's KafkaTopics and KafkaUsers
 NAMESPACE = "gpuattr"  # the worker's and the sink's (Pod Security restricted)
 AGENT_NAMESPACE = "gpuattr-agent"  # the agent's alone (privileged: its hostPath)
 
@@ -43,8 +46,10 @@ def render(kube: LocalKube, directory: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(kubectl(kube, "kustomize", str(directory))) if d]
 
 
-def served(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [d for d in docs if (d["apiVersion"], d["kind"]) not in NOT_SERVED]
+async def install_operator_crds(admin: Rest) -> None:
+    """Strimzi's and the Prometheus Operator's CRDs, served: their objects are then validated by
+    the server against the genuine schemas."""
+    await install_crds(admin, *OPERATOR_CRDS)
 
 
 async def ensure_namespace(rest: Rest, name: str, labels: dict[str, str] | None = None) -> None:

@@ -16,7 +16,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from aiokafka import AIOKafkaConsumer
 
 from contract import codec
@@ -30,6 +29,7 @@ from infra.topics import topic_specs
 from tests.gpuoperator_objects import NOT_READY, not_ready_status, seed_policy
 from tests.helpers import wait_for_async
 from tests.kube_fixture import Rest
+from tests.realkube.crds import install_crds
 from tests.realkube.deploy import NAMESPACE, cluster_token
 
 pytestmark = pytest.mark.integration
@@ -47,18 +47,7 @@ NOT_SERVED = 'gpuattr_agent_source_errors_total{error="not_served",source="clust
 
 
 async def install_crd(admin: Rest) -> None:
-    """The vendored CRD, created as is (409: already there), and served."""
-    status, body = await admin.call("POST", CRDS, yaml.safe_load(CRD_FILE.read_text()))
-    assert status in (201, 409), body
-
-    async def established() -> bool:
-        crd = await admin.get(CRD)
-        listed = (crd.get("status") or {}).get("conditions") or []
-        conditions = {c["type"]: c["status"] for c in listed}
-        served, _ = await admin.call("GET", POLICIES)
-        return conditions.get("Established") == "True" and served == 200
-
-    await wait_for_async(established, timeout_s=30, what="the CRD established and served")
+    await install_crds(admin, CRD_FILE)
 
 
 async def remove_crd(admin: Rest) -> None:

@@ -2,9 +2,8 @@
 
 Manifests: ``kubectl apply --server-side --dry-run=server`` of the kustomize base and every
 overlay (rendered by kubectl's own kustomize) is accepted: schema, defaulting, admission and
-field ownership, by the server itself. KafkaTopic objects are left out: their CRD belongs to
-Strimzi's operator and is not installed here (tests/unit/test_deploy.py checks them against our
-topic specs).
+field ownership, by the server itself. The Strimzi and Prometheus Operator objects too: their
+genuine CRDs (tests/fixtures/strimzi, tests/fixtures/prometheus-operator) are installed first.
 
 RBAC: the base's Namespaces, ServiceAccounts, ClusterRole and binding are applied for real; the
 agent's ServiceAccount gets a token from the TokenRequest API and runs the agent's watchers with
@@ -37,15 +36,15 @@ from tests.kustomize_render import ROOT, base_docs, microk8s_docs
 from tests.realkube.cluster import create_node, gpu_pod, watching
 from tests.realkube.deploy import (
     AGENT_NAMESPACE,
+    KAFKA_NAMESPACE,
     KUSTOMIZATIONS,
     NAMESPACE,
-    NOT_SERVED,
     apply,
     apply_namespaces,
     apply_rbac,
     ensure_namespace,
+    install_operator_crds,
     render,
-    served,
 )
 from tests.unit.test_dashboard import COMMITTED
 
@@ -62,16 +61,18 @@ async def test_server_side_dry_run_accepts_every_manifest(real_kube: LocalKube, 
 
     # kubectl's kustomize orders by kind; the objects must be the same
     assert sorted(docs, key=key) == sorted(ours, key=key), "kubectl's kustomize disagrees"
-    left_out = [d for d in docs if (d["apiVersion"], d["kind"]) in NOT_SERVED]
-    assert {d["kind"] for d in left_out} >= {"KafkaTopic", "KafkaUser"}, "the base ships Strimzi's"
+    admin = Rest.admin(real_kube)
+    await install_operator_crds(admin)
     # the namespaces must exist for the namespaced objects to pass admission in a dry run
     apply_namespaces(real_kube)
-    out = apply(real_kube, served(docs), dry_run=True)
+    await ensure_namespace(admin, KAFKA_NAMESPACE)
+    out = apply(real_kube, docs, dry_run=True)
     lines = [line for line in out.splitlines() if line.strip()]
-    assert len(lines) == len(served(docs)), out
+    assert len(lines) == len(docs), out
     assert all(line.endswith("serverside-applied (server dry run)") for line in lines), out
-    kinds = {d["kind"] for d in served(docs)}
+    kinds = {d["kind"] for d in docs}
     assert kinds >= {"DaemonSet", "Deployment", "ClusterRole", "ClusterRoleBinding", "Secret"}
+    assert kinds >= {"KafkaTopic", "KafkaUser", "PodMonitor", "PrometheusRule"}
 
 
 ACCOUNTS = {

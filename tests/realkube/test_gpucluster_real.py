@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from agents.kube.policywatch import WATCHERS, OperatorRecord
 from agents.kube.watch import make_api_client
@@ -52,8 +51,9 @@ from tests.gpuoperator_objects import (
     refused_message,
     seed_policy,
 )
-from tests.helpers import wait_for, wait_for_async
+from tests.helpers import wait_for
 from tests.kube_fixture import KubeError, Rest
+from tests.realkube.crds import install_crds
 from tests.realkube.deploy import cluster_token
 from tests.realkube.test_clusterpolicy_real import POLICIES, allowed, install_crd
 
@@ -72,22 +72,10 @@ DRA_LABELS = {
 }
 
 
-async def install(admin: Rest, file: str, path: str) -> None:
-    """A vendored CRD, created as is (409: already there), and served."""
-    crd = yaml.safe_load((HERE / file).read_text())
-    status, body = await admin.call("POST", CRDS, crd)
-    assert status in (201, 409), body
-
-    async def served() -> bool:
-        got, _ = await admin.call("GET", path)
-        return got == 200
-
-    await wait_for_async(served, timeout_s=30, what=f"{file} established and served")
-
-
 async def install_dra_crds(admin: Rest) -> None:
-    await install(admin, "nvidia.com_gpuclusters.yaml", CLUSTERS)
-    await install(admin, "nvidia.com_nvidiadrivers.yaml", DRIVERS)
+    await install_crds(
+        admin, HERE / "nvidia.com_gpuclusters.yaml", HERE / "nvidia.com_nvidiadrivers.yaml"
+    )
 
 
 async def test_the_crds_apply_enforce_their_rules_and_the_cluster_role_only_reads_them(

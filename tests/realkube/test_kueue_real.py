@@ -48,6 +48,7 @@ from tests.kueue_objects import (
     podset,
     workload,
 )
+from tests.realkube.crds import install_crds
 from tests.realkube.deploy import cluster_token, ensure_namespace
 
 pytestmark = pytest.mark.integration
@@ -60,16 +61,7 @@ WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
 async def install_kueue(admin: Rest) -> None:
-    """The vendored CRDs, created as they are (409: already there), and served."""
-    for plural in PLURALS:
-        crd = yaml.safe_load((HERE / f"kueue.x-k8s.io_{plural}.yaml").read_text())
-        status, body = await admin.call("POST", CRDS, crd)
-        assert status in (201, 409), body
-
-    async def served() -> bool:
-        return all([(await admin.call("GET", f"{API}/{p}"))[0] == 200 for p in PLURALS])
-
-    await wait_for_async(served, timeout_s=30, what="Kueue's CRDs established and served")
+    await install_crds(admin, *(HERE / f"kueue.x-k8s.io_{p}.yaml" for p in PLURALS))
 
 
 async def uninstall_kueue(admin: Rest) -> None:

@@ -12,7 +12,9 @@ import pytest
 from gpuattr.localkube.binaries import LocalKubeError, NodeBinaries
 from gpuattr.localkube.node import DRA_DRIVER, UNIX_PATH_MAX, LocalNode
 
-BINS = NodeBinaries(Path("/nonexistent"), Path("/nonexistent"), Path("/nonexistent"), Path("/x"))
+BINS = NodeBinaries(
+    Path("/nonexistent"), Path("/nonexistent"), Path("/nonexistent"), Path("/x"), Path("/x")
+)
 SOCKET_TAIL = f"/kubelet/plugins_registry/{DRA_DRIVER}-reg.sock"
 
 
