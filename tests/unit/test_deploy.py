@@ -26,7 +26,7 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 def test_manifests_validate_strictly(render: Any) -> None:
     # operators' CRDs (Strimzi topics, Prometheus Operator monitors and rules) have no schema
     # here: topics are checked against our specs below, rules by promtool
-    crds = ("kafka.strimzi.io/v1beta2", "monitoring.coreos.com/v1")
+    crds = ("kafka.strimzi.io/v1", "monitoring.coreos.com/v1")
     docs = [d for d in render() if d["apiVersion"] not in crds]
     assert {d["kind"] for d in docs} >= {
         "DaemonSet",

@@ -34,7 +34,7 @@ CHART = ROOT / "deploy" / "helm" / "gpuattr"
 FULL_VALUES = ROOT / "tests" / "fixtures" / "helm" / "full-values.yaml"
 FIXTURES = ROOT / "tests" / "fixtures"
 #: operators' kinds: no Kubernetes schema (the real-server test applies their genuine CRDs)
-CRD_GROUPS = ("kafka.strimzi.io/v1beta2", "monitoring.coreos.com/v1")
+CRD_GROUPS = ("kafka.strimzi.io/v1", "monitoring.coreos.com/v1")
 MICROK8S_ROOT = "/var/snap/microk8s/common/var/lib/kubelet"
 
 Doc = dict[str, Any]
