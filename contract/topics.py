@@ -34,7 +34,7 @@ class TopicDoc(Record, frozen=True):
     #: compacted (the latest record per key is kept; a key's tombstone removes it), not
     #: deleted by age
     compacted: bool = False
-    #: its own partition count; None: ``KafkaSettings.partitions`` (the input's, for co-partitioning)
+    #: its own partition count; None: ``KafkaSettings.partitions`` (co-partitioned with the input)
     partitions: int | None = None
     #: the broker stamps each record with its append time (``message.timestamp.type``)
     log_append_time: bool = False
