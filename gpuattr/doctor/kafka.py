@@ -14,6 +14,7 @@ import asyncio
 import ssl
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from aiokafka import AIOKafkaProducer
@@ -25,7 +26,7 @@ from aiokafka.errors import (
     SaslAuthenticationFailed,
     UnsupportedSaslMechanismError,
 )
-from aiokafka.protocol.admin import DescribeGroupsRequest
+from aiokafka.protocol.admin import DescribeGroupsResponse_v3
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
 from aiokafka.structs import TopicPartition
@@ -59,6 +60,9 @@ UNKNOWN_TOPIC = 3
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
 LOG_APPEND_TIME = 1  # a record's timestamp type
+#: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+COORDINATOR_NOT_READY = frozenset({14, 15, 16})
+RETRY_S = 0.2  # between askings of a question the broker answers "not yet"
 
 
 class MetadataResponse_v8(Response):  # type: ignore[misc]
@@ -126,6 +130,31 @@ class AuthorizedMetadataRequest(Request[MetadataRequest_v8]):  # type: ignore[mi
         return request_struct_class(self._topics, False, True, True)
 
 
+class DescribeGroupsRequest_v3(RequestStruct):  # type: ignore[misc]
+    # aiokafka 0.14's own v3 request parses its answer as v2, dropping the operations
+    API_KEY = 15
+    API_VERSION = 3
+    RESPONSE_TYPE = DescribeGroupsResponse_v3
+    SCHEMA = Schema(
+        ("groups", Array(String("utf-8"))),
+        ("include_authorized_operations", Boolean),
+    )
+
+
+class AuthorizedDescribeGroupsRequest(Request[DescribeGroupsRequest_v3]):  # type: ignore[misc]
+    """DescribeGroups with the principal's authorized operations on each group."""
+
+    API_KEY: ClassVar[int] = 15
+
+    def __init__(self, groups: Sequence[str]) -> None:
+        self._groups = list(groups)
+
+    def build(
+        self, request_struct_class: type[DescribeGroupsRequest_v3]
+    ) -> DescribeGroupsRequest_v3:
+        return request_struct_class(self._groups, True)
+
+
 async def check(settings: DoctorSettings, now: Callable[[], float] = time.time) -> list[Line]:
     """The Kafka lines: connect, topics, ACLs, clock. ``now``: this host's clock, in s."""
     kafka = settings.kafka
@@ -165,7 +194,7 @@ async def check(settings: DoctorSettings, now: Callable[[], float] = time.time) 
     try:
         asked = await _metadata(admin, [*(w.name for w in wants), probe_topic], settings)
         visible = await _metadata(admin, None, settings)
-        brokers = len(asked.brokers)
+        brokers = asked.brokers
         seen = {w.name: _seen(asked, w.name) for w in wants}
         described = await _cleanup_policies(admin, asked, [w.name for w in wants], settings)
         seen = {
@@ -186,7 +215,7 @@ async def check(settings: DoctorSettings, now: Callable[[], float] = time.time) 
         },
         absent=frozenset(t.name for t in asked.topics if t.error_code == UNKNOWN_TOPIC),
         groups=groups,
-        cluster=operations(asked.cluster_authorized_operations) or frozenset(),
+        cluster=operations(asked.cluster_authorized) or frozenset(),
     )
     return [
         judge_connect(client, None, brokers=brokers),
@@ -223,32 +252,55 @@ async def _reach(
     return "unreachable", last
 
 
+@dataclass(frozen=True, slots=True)
+class TopicMeta:
+    name: str
+    error_code: int
+    partitions: int
+    authorized: int  # the operations' bitfield
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    brokers: int
+    topics: tuple[TopicMeta, ...]
+    cluster_authorized: int
+
+
 async def _metadata(
     admin: AIOKafkaAdminClient, topics: Sequence[str] | None, settings: DoctorSettings
-) -> Any:
+) -> Metadata:
     async with asyncio.timeout(settings.timeout_s):
-        return await admin._send_request(AuthorizedMetadataRequest(topics))  # no public API
+        response = await admin._send_request(AuthorizedMetadataRequest(topics))  # no public API
+    return Metadata(
+        brokers=len(response.brokers),
+        topics=tuple(
+            TopicMeta(name, error_code, len(partitions), authorized)
+            for error_code, name, _internal, partitions, authorized in response.topics
+        ),
+        cluster_authorized=response.cluster_authorized_operations,
+    )
 
 
-def _seen(metadata: Any, name: str) -> TopicSeen:
+def _seen(metadata: Metadata, name: str) -> TopicSeen:
     for topic in metadata.topics:
         if topic.name == name:
             if topic.error_code == UNKNOWN_TOPIC:
                 return TopicSeen(name, "missing")
             if topic.error_code == TOPIC_AUTHORIZATION_FAILED:
                 return TopicSeen(name, "hidden")
-            return TopicSeen(name, "present", len(topic.partitions))
+            return TopicSeen(name, "present", topic.partitions)
     return TopicSeen(name, "missing")
 
 
-def _ops(topic: Any) -> frozenset[str] | None:
+def _ops(topic: TopicMeta) -> frozenset[str] | None:
     if topic.error_code == TOPIC_AUTHORIZATION_FAILED:
         return None
-    return operations(topic.topic_authorized_operations)
+    return operations(topic.authorized)
 
 
 async def _cleanup_policies(
-    admin: AIOKafkaAdminClient, metadata: Any, names: Sequence[str], settings: DoctorSettings
+    admin: AIOKafkaAdminClient, metadata: Metadata, names: Sequence[str], settings: DoctorSettings
 ) -> dict[str, str]:
     """Each topic's cleanup.policy, for the topics the role may DescribeConfigs (asking for the
     others would only be denied)."""
@@ -257,7 +309,7 @@ async def _cleanup_policies(
         for t in metadata.topics
         if t.name in names
         and not t.error_code
-        and "DescribeConfigs" in (operations(t.topic_authorized_operations) or ())
+        and "DescribeConfigs" in (operations(t.authorized) or ())
     ]
     if not readable:
         return {}
@@ -278,22 +330,27 @@ async def _cleanup_policies(
 async def _group_operations(
     admin: AIOKafkaAdminClient, group: str, settings: DoctorSettings
 ) -> frozenset[str] | None:
-    """The principal's operations on its group (DescribeGroups v3+), None when it may not
-    describe the group."""
-    try:
-        async with asyncio.timeout(settings.timeout_s):
-            node = await admin.find_coordinator(group)
-            response = await admin._send_request(
-                DescribeGroupsRequest([group], include_authorized_operations=True), node
-            )
-    except KafkaError as exc:
-        if getattr(exc, "errno", None) == GROUP_AUTHORIZATION_FAILED:
-            return None
-        raise
-    (described,) = response.groups
-    if described[0] == GROUP_AUTHORIZATION_FAILED:
-        return None
-    return operations(described[-1])
+    """The principal's operations on its group (DescribeGroups v3), None when it may not
+    describe the group. A fresh cluster makes its offsets topic at the first asking and answers
+    "not available" or "loading" until it is there: asked again until the bound."""
+    async with asyncio.timeout(settings.timeout_s):
+        while True:
+            try:
+                node = await admin.find_coordinator(group)
+            except KafkaError as exc:
+                if getattr(exc, "errno", None) == GROUP_AUTHORIZATION_FAILED:
+                    return None
+                if not exc.retriable:
+                    raise
+            else:
+                response = await admin._send_request(AuthorizedDescribeGroupsRequest([group]), node)
+                (described,) = response.groups
+                error_code, authorized = described[0], described[-1]
+                if error_code == GROUP_AUTHORIZATION_FAILED:
+                    return None
+                if error_code not in COORDINATOR_NOT_READY:
+                    return operations(authorized)
+            await asyncio.sleep(RETRY_S)
 
 
 async def _clock(
