@@ -50,7 +50,7 @@ from gpuattr.doctor.kafkajudge import (
     skip_after_connect,
 )
 from gpuattr.doctor.lines import Line
-from gpuattr.doctor.run import DoctorSettings
+from gpuattr.doctor.settings import DoctorSettings
 from infra.acls import DEFAULT_PRINCIPALS, role_acls
 from infra.kafka import client_options
 from infra.topics import topic_specs

@@ -8,38 +8,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 
 from gpuattr.doctor.lines import Line, fail
+from gpuattr.doctor.settings import DoctorSettings
 from infra.acls import Role
-from infra.settings import (
-    ClusterSettings,
-    DcgmSettings,
-    KafkaSettings,
-    KubeletSettings,
-    KubeSettings,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class DoctorSettings:
-    """The settings of the role being checked, read from the same environment it runs with."""
-
-    role: Role
-    kafka: KafkaSettings
-    kubelet: KubeletSettings
-    dcgm: DcgmSettings
-    kube: KubeSettings
-    cluster: ClusterSettings
-    worker_app_id: str
-    sink_group: str
-    #: the agent's node (its NODE_NAME); None for the other roles
-    node: str | None
-    #: how long one check may wait for an answer
-    timeout_s: float = 10.0
-    #: the clock offset against the broker beyond which the line fails
-    max_skew_s: float = 2.0
-
 
 Group = Callable[[DoctorSettings], Awaitable[list[Line]]]
 

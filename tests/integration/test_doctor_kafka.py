@@ -30,7 +30,7 @@ from pydantic import SecretStr
 from gpuattr.doctor import kafka as doctor_kafka
 from gpuattr.doctor.kafkajudge import ACLS, CHECKS, CLOCK, CONNECT, TOPICS
 from gpuattr.doctor.lines import Line
-from gpuattr.doctor.run import DoctorSettings
+from gpuattr.doctor.settings import DoctorSettings
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, LocalKafkaSecurity
 from gpuattr.procs import kafka_env, settings_env
 from infra.acls import DEFAULT_PRINCIPALS, Acl, Role, create_acls, role_acls
