@@ -14,7 +14,7 @@ import asyncio
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from aiokafka import AIOKafkaProducer
@@ -184,30 +184,11 @@ async def check(settings: DoctorSettings, now: Callable[[], float] = time.time) 
         for spec in topic_specs(kafka, settings.worker_app_id)
         if spec.name != probe_topic and any(g.matches("topic", spec.name) for g in grants)
     ]
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=kafka.bootstrap,
-        request_timeout_ms=int(settings.timeout_s * 1000),
-        **options,
-    )
-    async with asyncio.timeout(settings.timeout_s):
-        await admin.start()
     try:
-        asked = await _metadata(admin, [*(w.name for w in wants), probe_topic], settings)
-        visible = await _metadata(admin, None, settings)
-        brokers = asked.brokers
-        seen = {w.name: _seen(asked, w.name) for w in wants}
-        described = await _cleanup_policies(admin, asked, [w.name for w in wants], settings)
-        seen = {
-            name: TopicSeen(s.name, s.state, s.partitions, described.get(name))
-            for name, s in seen.items()
-        }
-        groups = {
-            g.name: await _group_operations(admin, g.name, settings)
-            for g in grants
-            if g.resource == "group"
-        }
-    finally:
-        await admin.close()
+        asked, visible, seen, groups = await _ask(settings, options, wants, grants, probe_topic)
+    except (KafkaError, TimeoutError) as exc:  # connected, then the broker stopped answering
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return [judge_connect(client, "other", detail), *skip_after_connect()]
     access = Access(
         topics={
             **{t.name: _ops(t) for t in visible.topics if not t.error_code},
@@ -218,11 +199,45 @@ async def check(settings: DoctorSettings, now: Callable[[], float] = time.time) 
         cluster=operations(asked.cluster_authorized) or frozenset(),
     )
     return [
-        judge_connect(client, None, brokers=brokers),
+        judge_connect(client, None, brokers=asked.brokers),
         judge_topics(wants, seen),
         judge_acls(kafka.sasl_username, grants, access),
         await _clock(settings, options, probe_topic, _seen(asked, probe_topic), access, now),
     ]
+
+
+async def _ask(
+    settings: DoctorSettings,
+    options: dict[str, Any],
+    wants: Sequence[TopicWant],
+    grants: Sequence[Grant],
+    probe_topic: str,
+) -> tuple[Metadata, Metadata, dict[str, TopicSeen], dict[str, frozenset[str] | None]]:
+    """Metadata of the role's topics and of every topic it may see, their cleanup policies
+    where it may read them, and its operations on its groups."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka.bootstrap,
+        request_timeout_ms=int(settings.timeout_s * 1000),
+        **options,
+    )
+    try:
+        async with asyncio.timeout(settings.timeout_s):
+            await admin.start()
+        asked = await _metadata(admin, [*(w.name for w in wants), probe_topic], settings)
+        visible = await _metadata(admin, None, settings)
+        described = await _cleanup_policies(admin, asked, [w.name for w in wants], settings)
+        seen = {
+            w.name: replace(_seen(asked, w.name), cleanup_policy=described.get(w.name))
+            for w in wants
+        }
+        groups = {
+            g.name: await _group_operations(admin, g.name, settings)
+            for g in grants
+            if g.resource == "group"
+        }
+    finally:
+        await admin.close()
+    return asked, visible, seen, groups
 
 
 async def _reach(

@@ -52,7 +52,7 @@ PARTITIONS = 2
 TIMEOUT_S = 20.0  # a bound on each question, never a wait for something to happen
 GOOD = {role: f"doc-{role}" for role in DEFAULT_PRINCIPALS}
 #: one user per fault case (users are made when the broker's storage is formatted)
-CASE_USERS = ("doc-missing", "doc-narrow", "doc-broad", "doc-cli")
+CASE_USERS = ("doc-missing", "doc-probe", "doc-narrow", "doc-broad", "doc-cli")
 
 
 @pytest.fixture(scope="module")
@@ -251,6 +251,16 @@ async def test_a_missing_topic_fails_topics_only(doctor_broker: LocalKafka) -> N
     assert lines[TOPICS].facts["missing"] == [gone]
     assert gone in lines[TOPICS].said
     assert "gpuattr topics" in lines[TOPICS].fix
+
+
+async def test_a_missing_probe_topic_fails_the_clock_only(doctor_broker: LocalKafka) -> None:
+    inst = await install(doctor_broker, "cluster", "doc-probe")
+    probe = inst.kafka.topic("doctor")
+    await delete_topic(inst, probe)
+    lines = by_check(await doctor_kafka.check(inst.settings()))
+    assert only_red(list(lines.values())) == [CLOCK], lines
+    assert lines[CLOCK].said == f"probe topic {probe} does not exist"
+    assert "gpuattr topics" in lines[CLOCK].fix
 
 
 async def test_an_acl_too_narrow_fails_acls_only_naming_the_grant(
