@@ -403,6 +403,10 @@ async def _clock(
             acked = now() * 1000
     except KafkaError as exc:
         return judge_probe_fault(topic, user, "error", f"{type(exc).__name__}: {exc}")
+    except TimeoutError:
+        return judge_probe_fault(
+            topic, user, "error", f"no acknowledgement within {settings.timeout_s * 2:.0f} s"
+        )
     finally:
         await producer.stop()
     if metadata.timestamp_type != LOG_APPEND_TIME:
