@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from contract import delivery, inputs, interning, outputs
+from contract import delivery, inputs, interning, outputs, probe
 from contract.records import Record, field_names
 
 #: what every payload this codec writes begins with: its kind and version, read without parsing
@@ -151,8 +151,9 @@ class Codec:
         return record if intern is None else intern(record)
 
 
-#: every record on every topic: agents' inputs, the worker's outputs, the sink's failures
-WIRE = Codec(inputs.KINDS, outputs.KINDS, delivery.KINDS, interned=inputs.KEPT)
+#: every record on every topic: agents' inputs, the worker's outputs, the sink's failures, the
+#: doctor's probe
+WIRE = Codec(inputs.KINDS, outputs.KINDS, delivery.KINDS, probe.KINDS, interned=inputs.KEPT)
 REGISTRY = WIRE.registry
 kind_of = WIRE.kind_of
 encode = WIRE.encode

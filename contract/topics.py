@@ -19,9 +19,11 @@ TopicRole = Literal[
     "node-status",
     "demand-events",
     "demand",
+    "doctor",
 ]
 
-DAY_MS = 24 * 3600 * 1000
+HOUR_MS = 3600 * 1000
+DAY_MS = 24 * HOUR_MS
 
 
 class TopicDoc(Record, frozen=True):
@@ -32,6 +34,10 @@ class TopicDoc(Record, frozen=True):
     #: compacted (the latest record per key is kept; a key's tombstone removes it), not
     #: deleted by age
     compacted: bool = False
+    #: its own partition count; None: ``KafkaSettings.partitions`` (co-partitioned with the input)
+    partitions: int | None = None
+    #: the broker stamps each record with its append time (``message.timestamp.type``)
+    log_append_time: bool = False
 
 
 TOPICS: tuple[TopicDoc, ...] = (
@@ -99,6 +105,15 @@ TOPICS: tuple[TopicDoc, ...] = (
         "deadletter: an input the worker could not use; delivery.failure: an alert every "
         "destination attempt refused; output.refused: an output too large to send",
         14 * DAY_MS,
+    ),
+    TopicDoc(
+        "doctor",
+        "none",
+        "doctor.probe: one record per `gpuattr doctor` run, stamped with the broker's append "
+        "time to measure this host's clock against the broker's; nobody reads it",
+        HOUR_MS,
+        partitions=1,
+        log_append_time=True,
     ),
 )
 

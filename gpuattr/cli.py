@@ -172,7 +172,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _doctor(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     from gpuattr.doctor.lines import exit_status, render_json, render_text
-    from gpuattr.doctor.run import DoctorSettings, run_doctor
+    from gpuattr.doctor.run import run_doctor
+    from gpuattr.doctor.settings import DoctorSettings
 
     kubelet = KubeletSettings()
     if args.kubelet_socket:

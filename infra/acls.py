@@ -16,6 +16,9 @@ that the two agree.
 - reader (``gpuattr report``, the demo's view, dashboards): reads ``attribution``, ``alerts``,
   ``flags``, ``node-status``, ``demand`` and ``demand-events``, without a group.
 
+- every role (reader too): writes ``doctor``, the probe ``gpuattr doctor`` times the broker's
+  clock with.
+
 Nothing else: with ``allow.everyone.if.no.acl.found=false`` every other request is denied.
 An ACL grants a topic, not a record kind: what only the cluster role may send (its ticks,
 ClusterPolicies, pending-pod lists) carries its signature instead (:mod:`contract.signature`).
@@ -108,6 +111,8 @@ def role_acls(
             topic("demand-events", "Read"),
         ],
     }
+    for role_grants in grants.values():
+        role_grants.append(topic("doctor", "Write"))
     return {
         role: tuple(sorted(Acl(principals[role], *grant) for grant in role_grants))
         for role, role_grants in grants.items()

@@ -34,13 +34,14 @@ def topic_specs(kafka: KafkaSettings, app_id: str | None = None) -> list[TopicSp
     return changelogs + [
         TopicSpec(
             name=kafka.topic(doc.role),
-            partitions=kafka.partitions,
+            partitions=doc.partitions or kafka.partitions,
             replication=kafka.replication,
             config=(
                 {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
                 if doc.compacted
                 else {"retention.ms": str(doc.retention_ms), "cleanup.policy": "delete"}
-            ),
+            )
+            | ({"message.timestamp.type": "LogAppendTime"} if doc.log_append_time else {}),
         )
         for doc in TOPICS
     ]

@@ -4,7 +4,9 @@
 
 runs ``helm template`` on ``deploy/helm/gpuattr`` with its default values and writes each
 template's documents to the base file of the same name (``agent.yaml``, ``cluster.yaml``, …,
-split by Helm's ``# Source:`` comments), and the base's ``kustomization.yaml``. The overlays
+split by Helm's ``# Source:`` comments), and the base's ``kustomization.yaml``. First it writes
+the chart's ``files/kafka.yaml`` (the KafkaTopics' and KafkaUsers' content) from their owners,
+:mod:`contract.topics`/:mod:`infra.topics` and :mod:`infra.acls`. The overlays
 stay kustomize patches on that base. ``helm`` is the one ``gpuattr kube --build`` builds from the
 Go module proxy (:func:`gpuattr.localkube.binaries.resolve_helm`).
 tests/unit/test_helm_chart.py fails when the committed base is not this script's output.
@@ -74,10 +76,66 @@ def base_files(rendered: str) -> dict[str, str]:
     return files
 
 
+KAFKA_FILE = CHART / "files" / "kafka.yaml"
+KAFKA_HEADER = (
+    "# Generated from contract/topics.py and infra/acls.py by deploy/helm/render_kustomize.py\n"
+    "# (`make manifests`): the topics and each role's ACLs, for the Strimzi KafkaTopics and\n"
+    "# KafkaUsers. `partitions: null`: the chart's kafka.partitions.\n"
+)
+
+
+def kafka_file() -> str:
+    """The chart's ``files/kafka.yaml``: every topic (name, own partition count, config) and each
+    role's user with its ACLs, for the default topic prefix, worker app id and sink group."""
+    import yaml
+
+    from contract.topics import TOPICS
+    from infra.acls import DEFAULT_PRINCIPALS, ROLES, role_acls
+    from infra.settings import KafkaSettings, SinkSettings, WorkerSettings
+    from infra.topics import topic_specs
+
+    kafka = KafkaSettings()
+    app_id = WorkerSettings().app_id
+    own = {kafka.topic(doc.role): doc.partitions for doc in TOPICS}
+    topics = [
+        {
+            # a Kubernetes name: the topic's, with the prefix's dot as a dash
+            "object": spec.name.replace(".", "-"),
+            "name": spec.name,
+            "partitions": own.get(spec.name),
+            "config": dict(spec.config),
+        }
+        for spec in topic_specs(kafka, app_id)
+    ]
+    users = []
+    acls = role_acls(kafka, app_id, SinkSettings().group_id)
+    for role in ROLES:
+        rules: dict[tuple[str, str, str], list[str]] = {}
+        for acl in acls[role]:
+            ops = rules.setdefault((acl.resource, acl.name, acl.pattern), [])
+            ops.append(acl.operation)
+        users.append(
+            {
+                "name": DEFAULT_PRINCIPALS[role],
+                "acls": [
+                    {
+                        "resource": {"type": kind, "name": name, "patternType": pattern},
+                        "operations": ops,
+                    }
+                    for (kind, name, pattern), ops in rules.items()
+                ],
+            }
+        )
+    body = yaml.safe_dump({"topics": topics, "users": users}, sort_keys=False, width=100)
+    return KAFKA_HEADER + body
+
+
 def main() -> None:
     from gpuattr.localkafka.jars import default_cache_dir
     from gpuattr.localkube.binaries import resolve_helm
 
+    KAFKA_FILE.write_text(kafka_file())
+    sys.stdout.write(f"wrote {KAFKA_FILE}\n")
     helm = resolve_helm(default_cache_dir()) / "helm"
     for name, text in base_files(helm_template(helm)).items():
         (BASE / name).write_text(text)

@@ -13,9 +13,6 @@ from gpuattr.doctor.lines import Line, fail
 from gpuattr.doctor.settings import DoctorSettings
 from infra.acls import Role
 
-#: DoctorSettings is re-exported: the CLI and the groups name it from here or from .settings
-__all__ = ["GROUPS", "DoctorSettings", "run_doctor"]
-
 Group = Callable[[DoctorSettings], Awaitable[list[Line]]]
 
 

@@ -89,6 +89,12 @@ def test_lint_strict(helm: Path, values: list[str]) -> None:
     assert "0 chart(s) failed" in done.stdout
 
 
+def test_the_charts_topics_and_users_are_their_owners_render() -> None:
+    """files/kafka.yaml is made from contract/topics.py and infra/acls.py, never kept by hand."""
+    gen = generator()
+    assert gen.KAFKA_FILE.read_text() == gen.kafka_file(), "stale chart file: `make manifests`"
+
+
 def test_the_committed_base_is_the_charts_default_render(helm: Path) -> None:
     gen = generator()
     files = gen.base_files(gen.helm_template(helm))

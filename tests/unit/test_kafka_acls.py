@@ -76,11 +76,18 @@ def test_each_role_may_do_only_its_job() -> None:
     assert who("Read", "gpuattr-worker") == {"gpuattr-worker"}  # the worker's group
     assert {a.user for a in every if a.operation == "Create"} == {"gpuattr-worker"}
     assert [a.name for a in every if a.pattern == "prefix"] == ["gpuattr-worker-"] * 3
-    assert [(a.operation, a.name) for a in rules["agent"]] == [("Write", "gpuattr.node-events")]
-    assert [(a.operation, a.name) for a in rules["cluster"]] == [
-        ("Write", "gpuattr.demand-events"),
+    assert [(a.operation, a.name) for a in rules["agent"]] == [
+        ("Write", "gpuattr.doctor"),
         ("Write", "gpuattr.node-events"),
     ]
+    assert [(a.operation, a.name) for a in rules["cluster"]] == [
+        ("Write", "gpuattr.demand-events"),
+        ("Write", "gpuattr.doctor"),
+        ("Write", "gpuattr.node-events"),
+    ]
+    # the doctor's clock probe: every role writes it, nobody reads it
+    assert who("Write", "gpuattr.doctor") == set(DEFAULT_PRINCIPALS.values())
+    assert who("Read", "gpuattr.doctor") == set()
     # demand: the cluster role's pending pods and the workers' supply in, the pools'
     # demand records out
     assert who("Write", "gpuattr.demand-events") == {"gpuattr-cluster", "gpuattr-worker"}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.topics import DAY_MS, TOPICS, TopicDoc
+from contract.topics import DAY_MS, HOUR_MS, TOPICS, TopicDoc
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN = "<!-- topics: made from contract/topics.py (tests/unit/test_topic_docs.py) -->"
@@ -15,7 +15,11 @@ END = "<!-- /topics -->"
 
 
 def kept(doc: TopicDoc) -> str:
-    return "compacted" if doc.compacted else f"{doc.retention_ms // DAY_MS} d"
+    if doc.compacted:
+        return "compacted"
+    if doc.retention_ms < DAY_MS:
+        return f"{doc.retention_ms // HOUR_MS} h"
+    return f"{doc.retention_ms // DAY_MS} d"
 
 
 def table() -> str:
