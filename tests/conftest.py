@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from hypothesis import settings
 
-from tests.kafka_fixture import kafka_bootstrap
+from tests.kafka_fixture import kafka_bootstrap, secure_broker
 
 # CI runs the fuzz tests on a fixed sequence of examples (a red CI means a code change, not a
 # lucky draw); local runs draw new examples every time and keep failures in .hypothesis/.
@@ -17,7 +17,7 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-__all__ = ["kafka_bootstrap"]
+__all__ = ["kafka_bootstrap", "secure_broker"]
 
 
 @pytest.fixture(autouse=True)

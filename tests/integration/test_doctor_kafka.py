@@ -18,7 +18,6 @@ import asyncio
 import os
 import sys
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,7 +30,7 @@ from gpuattr.doctor import kafka as doctor_kafka
 from gpuattr.doctor.kafkajudge import ACLS, CHECKS, CLOCK, CONNECT, TOPICS
 from gpuattr.doctor.lines import Line
 from gpuattr.doctor.settings import DoctorSettings
-from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, LocalKafkaSecurity
+from gpuattr.localkafka import LocalKafka
 from gpuattr.procs import kafka_env, settings_env
 from infra.acls import DEFAULT_PRINCIPALS, Acl, Role, create_acls, role_acls
 from infra.admin import create_topics
@@ -51,20 +50,12 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 2
 TIMEOUT_S = 20.0  # a bound on each question, never a wait for something to happen
 GOOD = {role: f"doc-{role}" for role in DEFAULT_PRINCIPALS}
-#: one user per fault case (users are made when the broker's storage is formatted)
-CASE_USERS = ("doc-missing", "doc-probe", "doc-narrow", "doc-broad", "doc-cli")
 
 
-@pytest.fixture(scope="module")
-def doctor_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
-    security = LocalKafkaSecurity.generate([*GOOD.values(), *CASE_USERS])
-    config = LocalKafkaConfig(data_dir=tmp_path_factory.mktemp("doctor-kafka"), security=security)
-    broker = LocalKafka(config)
-    asyncio.run(broker.start())  # the JVM is a child process: no loop has to outlive this call
-    try:
-        yield broker
-    finally:
-        broker.stop_sync()
+@pytest.fixture
+def doctor_broker(secure_broker: LocalKafka) -> LocalKafka:
+    """The session's secured broker (:func:`tests.kafka_fixture.secure_broker`)."""
+    return secure_broker
 
 
 @dataclass

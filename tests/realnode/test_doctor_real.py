@@ -1,14 +1,13 @@
 """``gpuattr doctor``'s kubelet, API-server and exporter groups on the real node: the real
 kubelet's PodResources socket, the real API server with the shipped RBAC's tokens, and the
 exporter double serving the node's GPUs (or another node's). Each fault turns exactly its line
-red. The CRD helpers are local and simple (a shared realkube helper is being factored out)."""
+red."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpuattr.doctor import api, exporter, kubelet
 from gpuattr.doctor.lines import Line
@@ -26,13 +25,14 @@ from sim.exporter_rows import ExporterRow
 from sim.exporter_server import ExporterDouble
 from tests.helpers import wait_for_async
 from tests.kube_fixture import Rest
+from tests.realkube.crds import CRDS, install_crds
 from tests.realkube.deploy import apply_rbac
 from tests.realnode.node import agent_pod, namespace
 from tests.realnode.pipeline import Telemetry
 
 pytestmark = pytest.mark.integration
 
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
 GPU_OPERATOR = Path(__file__).parents[1] / "fixtures" / "gpu-operator"
 INTENT = {
     "clusterpolicies.nvidia.com": (
@@ -215,16 +215,6 @@ async def _remove(rest: Rest, crd: str, path: str) -> None:
     await wait_for_async(gone, timeout_s=60, what=f"{crd} no longer served")
 
 
-async def _install(rest: Rest, file: str, path: str) -> None:
-    status, body = await rest.call("POST", CRDS, yaml.safe_load((GPU_OPERATOR / file).read_text()))
-    assert status in (201, 409), body
-
-    async def served() -> bool:
-        return (await rest.call("GET", path))[0] == 200
-
-    await wait_for_async(served, timeout_s=60, what=f"{file} served")
-
-
 async def test_the_cluster_role_without_the_operators_crds_turns_api_intent_red(
     real_node: LocalCluster, tmp_path: Path
 ) -> None:
@@ -239,8 +229,7 @@ async def test_the_cluster_role_without_the_operators_crds_turns_api_intent_red(
         "the GPU Operator's CRDs are not installed"
         in lines[[x.check for x in lines].index("api.intent")].said
     )
-    for file, path in INTENT.values():
-        await _install(rest, file, path)
+    await install_crds(rest, *(GPU_OPERATOR / file for file, _ in INTENT.values()))
     lines = await api.check(settings)
     assert red(lines) == [], lines
     intent = next(x for x in lines if x.check == "api.intent")
