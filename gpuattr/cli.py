@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -170,29 +170,52 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _doctor(kafka: KafkaSettings, args: argparse.Namespace) -> int:
+def _doctor(args: argparse.Namespace) -> int:
     from gpuattr.doctor.lines import exit_status, render_json, render_text
     from gpuattr.doctor.run import run_doctor
-    from gpuattr.doctor.settings import DoctorSettings
+    from gpuattr.doctor.settings import DoctorSettings, refusal
 
-    kubelet = KubeletSettings()
+    refused: dict[str, str] = {}
+
+    def read(group: str, make: Callable[[], T], otherwise: T) -> T:
+        """The role's settings as the role reads them; a refusal is the group's line."""
+        try:
+            return make()
+        except ValidationError as err:
+            refused[group] = "; ".join(filter(None, (refused.get(group), refusal(err))))
+            return otherwise
+
+    kubelet = read("kubelet", KubeletSettings, KubeletSettings.model_construct())
     if args.kubelet_socket:
         kubelet = kubelet.model_copy(update={"socket_path": args.kubelet_socket})
-    dcgm = DcgmSettings()
+    dcgm = read("exporter", DcgmSettings, DcgmSettings.model_construct())
     if args.dcgm_url:
         dcgm = dcgm.model_copy(update={"url": args.dcgm_url})
+    # only the roles that read them: another role's refusal is not this one's
+    sink = read("secrets", SinkSettings, None) if args.role == "sink" else None
+    key = read("secrets", ClusterKeySettings, None) if args.role in ("cluster", "worker") else None
     settings = DoctorSettings(
         role=args.role,
-        kafka=kafka,
+        kafka=read("kafka", lambda: _kafka(args), KafkaSettings.model_construct()),
         kubelet=kubelet,
         dcgm=dcgm,
-        kube=KubeSettings(),
-        cluster=ClusterSettings(),
-        worker_app_id=WorkerSettings().app_id,
-        sink_group=SinkSettings().group_id,
+        kube=read("api", KubeSettings, KubeSettings.model_construct()),
+        cluster=read("api", ClusterSettings, ClusterSettings.model_construct()),
+        worker_app_id=read("kafka", lambda: WorkerSettings().app_id, "gpuattr-worker"),
+        sink_group=sink.group_id if sink else "gpuattr-sink",
         node=args.node if args.role == "agent" else None,
         timeout_s=args.timeout,
-        inventory=InventorySettings(),
+        inventory=read("exporter", InventorySettings, InventorySettings.model_construct()),
+        signing_key_set=key is not None and key.key() is not None,
+        sink_destinations=tuple(
+            name
+            for name, value in (
+                ("Slack", sink and sink.slack_webhook_url),
+                ("webhook", sink and sink.webhook_url),
+            )
+            if value
+        ),
+        refused=refused,
     )
     lines = asyncio.run(run_doctor(settings))
     if args.json:
@@ -308,6 +331,8 @@ def _main(argv: Sequence[str] | None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command == "doctor":  # a refused setting is one of its lines, not its end
+        return _doctor(args)
     kafka = _kafka(args)
     if args.command == "kafka":
         from gpuattr.localkafka import LocalKafkaConfig, run_forever
@@ -377,8 +402,6 @@ def _main(argv: Sequence[str] | None) -> int:
                 )
             )
         return 0
-    if args.command == "doctor":
-        return _doctor(kafka, args)
     if args.command == "acls" and args.print:
         return _acls(kafka, args)
     if kafka.bootstrap is None and args.command in (
