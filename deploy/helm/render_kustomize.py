@@ -2,9 +2,10 @@
 
     .venv/bin/python deploy/helm/render_kustomize.py   (make manifests)
 
-runs ``helm template`` on ``deploy/helm/gpuattr`` with its default values and writes each
-template's documents to the base file of the same name (``agent.yaml``, ``cluster.yaml``, …,
-split by Helm's ``# Source:`` comments), and the base's ``kustomization.yaml``. First it writes
+runs ``helm template`` on ``deploy/helm/gpuattr`` with its default values, without its ``helm
+test`` Pods (``BASE_FLAGS``), and writes each template's documents to the base file of the same
+name (``agent.yaml``, ``cluster.yaml``, …, split by Helm's ``# Source:`` comments), and the
+base's ``kustomization.yaml``. First it writes
 the chart's ``files/kafka.yaml`` (the KafkaTopics' and KafkaUsers' content) from their owners,
 :mod:`contract.topics`/:mod:`infra.topics` and :mod:`infra.acls`. The overlays
 stay kustomize patches on that base. ``helm`` is the one ``gpuattr kube --build`` builds from the
@@ -23,6 +24,8 @@ CHART = HERE / "gpuattr"
 BASE = HERE.parent / "kustomize" / "base"
 RELEASE = "gpuattr"
 SOURCE = f"# Source: {CHART.name}/templates/"
+#: the base is what ``helm install`` applies: the ``helm test`` doctor Pods are not in it
+BASE_FLAGS = ("--skip-tests",)
 HEADER = (
     "# Generated from the Helm chart deploy/helm/gpuattr (default values) by\n"
     "# deploy/helm/render_kustomize.py: edit the chart, then run `make manifests`.\n"
@@ -137,7 +140,7 @@ def main() -> None:
     KAFKA_FILE.write_text(kafka_file())
     sys.stdout.write(f"wrote {KAFKA_FILE}\n")
     helm = resolve_helm(default_cache_dir()) / "helm"
-    for name, text in base_files(helm_template(helm)).items():
+    for name, text in base_files(helm_template(helm, *BASE_FLAGS)).items():
         (BASE / name).write_text(text)
         sys.stdout.write(f"wrote {BASE / name}\n")
 

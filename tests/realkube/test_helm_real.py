@@ -5,9 +5,12 @@ server holds the kustomize base's): the genuine Strimzi and Prometheus Operator 
 installed, then ``helm install`` with tests/fixtures/helm/full-values.yaml, as a user runs it
 with a kubeconfig. The server accepts every object (a strict server-side dry run of the same
 render agrees, and no field of an operator's object was pruned: each is in the genuine schema);
-Pod Security admits each workload's pod in its namespace (the agent's with hostPID); and the
-agent's, the cluster role's, the workers' and the sink's ServiceAccounts, with real tokens, may do
-what their role needs and nothing more. ``helm uninstall`` removes the release.
+Pod Security admits each workload's pod in its namespace (the agent's with hostPID), and each
+``helm test`` doctor Pod with its role's ServiceAccount (a server-side dry run: this API server
+has no kubelet, so the doctor Pods are admitted, never run, and ``helm test``, which waits for
+them to finish, is not run); and the agent's, the cluster role's, the workers' and the sink's
+ServiceAccounts, with real tokens, may do what their role needs and nothing more. ``helm
+uninstall`` removes the release.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from gpuattr.localkube.binaries import resolve_helm
 from tests.kube_fixture import Rest
 from tests.realkube.deploy import apply, install_operator_crds, kubectl
 from tests.realkube.test_deploy_real import WRITES, pod_of
-from tests.unit.test_helm_chart import CHART, FULL_VALUES
+from tests.unit.test_helm_chart import CHART, FULL_VALUES, doctor_pods
 
 AGENT_NS, APP_NS = "gpuattr-agent", "gpuattr"  # full-values.yaml's (the Kafka's too: APP_NS)
 RELEASE = "gpuattr"
@@ -74,19 +77,21 @@ def contains(stored: Any, sent: Any) -> bool:
     return bool(stored == sent)
 
 
-async def installed(kube: LocalKube) -> list[dict[str, Any]]:
-    """The genuine CRDs, then the chart with every option on: the documents it rendered."""
+async def installed(kube: LocalKube) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The genuine CRDs, then the chart with every option on: the documents it rendered that
+    ``helm install`` applies, and its ``helm test`` doctor Pods (which it does not)."""
     await install_operator_crds(Rest.admin(kube))
     values = ["-f", str(FULL_VALUES)]
     docs = [
         d for d in yaml.safe_load_all(helm(kube, "template", RELEASE, str(CHART), *values)) if d
     ]
     helm(kube, "install", RELEASE, str(CHART), *values, "--namespace", "default")
-    return docs
+    doctors = list(doctor_pods(docs).values())
+    return [d for d in docs if d not in doctors], doctors
 
 
 async def test_helm_install_with_every_option_and_least_privilege(helm_kube: LocalKube) -> None:
-    docs = await installed(helm_kube)
+    docs, doctors = await installed(helm_kube)
     status = json.loads(helm(helm_kube, "status", RELEASE, "--namespace", "default", "-o", "json"))
     assert status["info"]["status"] == "deployed"
     assert {d["kind"] for d in docs} >= OPERATOR_KINDS
@@ -119,6 +124,21 @@ async def test_helm_install_with_every_option_and_least_privilege(helm_kube: Loc
     for workload in workloads:
         out = apply(helm_kube, [pod_of(workload)], dry_run=True)
         assert out.strip().endswith("serverside-applied (server dry run)"), out
+    # `helm test`'s doctor Pods, each as its role in its role's namespace: Pod Security admits
+    # them, their ServiceAccounts exist, no field is unknown
+    assert len(doctors) == 4
+    out = apply(helm_kube, doctors, dry_run=True)
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == len(doctors), out
+    assert all(line.endswith("serverside-applied (server dry run)") for line in lines), out
+    # ...which this server judges: the worker's doctor as root is refused in its namespace
+    doctor = {d["metadata"]["name"]: d for d in doctors}["gpuattr-doctor-worker"]
+    (ctr,) = doctor["spec"]["containers"]
+    root = {**ctr, "securityContext": {**ctr["securityContext"], "runAsNonRoot": False}}
+    del root["securityContext"]["runAsUser"]
+    refused = {**doctor, "spec": {**doctor["spec"], "containers": [root]}}
+    with pytest.raises(AssertionError, match="violates PodSecurity"):
+        apply(helm_kube, [refused], dry_run=True)
 
     admin = Rest.admin(helm_kube)
     tokens = {

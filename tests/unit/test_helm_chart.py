@@ -97,10 +97,10 @@ def test_the_charts_topics_and_users_are_their_owners_render() -> None:
 
 def test_the_committed_base_is_the_charts_default_render(helm: Path) -> None:
     gen = generator()
-    files = gen.base_files(gen.helm_template(helm))
+    files = gen.base_files(gen.helm_template(helm, *gen.BASE_FLAGS))
     committed = {p.name: p.read_text() for p in BASE.iterdir()}
     assert files == committed, "stale base: run `make manifests`"
-    assert same(template(helm), base_docs())
+    assert same(template(helm, *gen.BASE_FLAGS), base_docs())
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_the_committed_base_is_the_charts_default_render(helm: Path) -> None:
 def test_the_overlays_are_values(
     helm: Path, values: list[str], overlay: Callable[[], list[Doc]]
 ) -> None:
-    assert same(template(helm, *values), overlay())
+    assert same(template(helm, *generator().BASE_FLAGS, *values), overlay())
 
 
 @pytest.mark.parametrize("values", [[], ["-f", str(FULL_VALUES)]], ids=["default", "full"])
@@ -169,6 +169,63 @@ def test_full_values_make_every_option(helm: Path) -> None:
     assert secrets == {"gpuattr-cluster-secrets", "gpuattr-worker-secrets"}  # no agent's, sink's
     dashboard = one(docs, "ConfigMap", "gpuattr-grafana-dashboard")
     assert dashboard["data"] == {"gpuattr.json": DASHBOARD.read_text()}
+
+
+WORKLOAD_KINDS = {"agent": "DaemonSet", "cluster": "Deployment"}
+WORKLOAD_KINDS |= {"worker": "Deployment", "sink": "Deployment"}
+#: what the doctor's Pod takes from its role's: who it is, where it runs, what it sees
+SAME_POD = ("serviceAccountName", "nodeSelector", "tolerations", "hostPID", "runtimeClassName")
+SAME_POD += ("volumes",)
+SAME_CONTAINER = ("image", "imagePullPolicy", "env", "envFrom", "volumeMounts", "securityContext")
+
+
+def doctor_pods(docs: list[Doc]) -> dict[str, Doc]:
+    """The ``helm test`` Pods, by name."""
+    return {
+        d["metadata"]["name"]: d
+        for d in docs
+        if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"
+    }
+
+
+@pytest.mark.parametrize("values", [[], ["-f", str(FULL_VALUES)]], ids=["default", "full"])
+def test_helm_test_runs_the_doctor_as_each_role(helm: Path, values: list[str]) -> None:
+    """Each role's doctor Pod is the role's pod but for what it runs: the same ServiceAccount,
+    env, Secret, mounts and node, so the doctor checks exactly what the role runs with."""
+    docs = template(helm, *values)
+    pods = doctor_pods(docs)
+    assert set(pods) == {f"gpuattr-doctor-{role}" for role in WORKLOAD_KINDS}
+    for role, kind in WORKLOAD_KINDS.items():
+        pod = pods[f"gpuattr-doctor-{role}"]
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+        workload = one(docs, kind, f"gpuattr-{role}")
+        assert pod["metadata"]["namespace"] == workload["metadata"]["namespace"]
+        assert pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == (
+            "before-hook-creation"
+        )
+        # a workload's selector would adopt (and a ReplicaSet delete) a Pod it matches
+        selector = workload["spec"]["selector"]["matchLabels"].items()
+        assert not selector <= pod["metadata"]["labels"].items(), role
+        want = workload["spec"]["template"]["spec"]
+        got = pod["spec"]
+        assert got["restartPolicy"] == "Never"
+        for field in SAME_POD:
+            assert got.get(field) == want.get(field), (role, field)
+        (ctr,) = got["containers"]
+        (role_ctr,) = want["containers"]
+        assert ctr["command"] == ["gpuattr", "doctor", "--role", role]
+        assert "args" not in ctr
+        for field in SAME_CONTAINER:
+            assert ctr.get(field) == role_ctr.get(field), (role, field)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [list(generator().BASE_FLAGS), ["--set", "doctor.enabled=false"]],
+    ids=["skip-tests", "disabled"],
+)
+def test_no_doctor_pods(helm: Path, values: list[str]) -> None:
+    assert doctor_pods(template(helm, *values)) == {}
 
 
 def test_a_fixed_exporter_url_instead_of_discovery(helm: Path) -> None:
