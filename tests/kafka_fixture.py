@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, LocalKafkaSecurity
+from infra.acls import DEFAULT_PRINCIPALS
 
 
 @pytest.fixture(scope="session")
@@ -26,9 +27,10 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         broker.stop_sync()
 
 
-#: the secured broker's users: one per role and one per doctor case (SCRAM users are made when
-#: its storage is formatted, so every test's user is named here)
+#: the secured broker's users: each role's default principal and one per doctor case (SCRAM
+#: users are made when its storage is formatted, so every test's user is named here)
 SECURE_USERS = (
+    *DEFAULT_PRINCIPALS.values(),
     *(f"doc-{role}" for role in ("agent", "cluster", "worker", "sink", "reader")),
     *("doc-missing", "doc-probe", "doc-narrow", "doc-broad", "doc-cli"),
     *("e2e-agent", "e2e-cluster", "e2e-narrow"),

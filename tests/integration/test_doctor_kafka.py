@@ -14,14 +14,10 @@ tests (tests/unit/test_doctor_kafka_judge.py).
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import SecretStr
@@ -43,6 +39,7 @@ from infra.settings import (
     KubeSettings,
 )
 from infra.topics import topic_specs
+from tests.doctor_cli import doctor
 from tests.helpers import wait_for_async
 
 pytestmark = pytest.mark.integration
@@ -312,44 +309,17 @@ async def test_gpuattr_doctor_prints_json_lines_and_exits_by_them(
     once a topic is gone."""
     inst = await install(doctor_broker, "reader", "doc-cli")
 
-    async def doctor() -> tuple[int, dict[str, Any]]:
-        env = {
-            **os.environ,
-            **kafka_env(inst.kafka),
-            **settings_env(WORKER_APP_ID=inst.app_id, SINK_GROUP_ID=inst.sink_group),
-        }
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gpuattr.cli",
-            "doctor",
-            "--role",
-            "reader",
-            "--json",
-            "--timeout",
-            str(TIMEOUT_S),
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
-        assert proc.returncode is not None
-        return proc.returncode, {"stdout": orjson.loads(out), "stderr": err.decode()}
-
-    status, result = await doctor()
-    report = result["stdout"]
-    assert status == 0, result
-    assert report["role"] == "reader"
-    assert report["ok"] is True
-    assert [(c["check"], c["status"]) for c in report["checks"]] == [
-        (check, "ok") for check in CHECKS
-    ]
+    env = {
+        **kafka_env(inst.kafka),
+        **settings_env(WORKER_APP_ID=inst.app_id, SINK_GROUP_ID=inst.sink_group),
+    }
+    good = await doctor("reader", env)
+    assert good.code == 0, good.lines
+    assert list(good.statuses().items()) == [(check, "ok") for check in CHECKS]
 
     await delete_topic(inst, inst.kafka.topic("flags"))
-    status, result = await doctor()
-    report = result["stdout"]
-    assert status == 1, result
-    assert report["ok"] is False
-    assert [c["status"] for c in report["checks"]] == ["ok", "fail", "ok", "ok"]
-    assert report["checks"][1]["fix"]
-    assert inst.kafka.topic("flags") in report["checks"][1]["said"]
+    gone = await doctor("reader", env)
+    assert gone.code == 1, gone.lines
+    assert list(gone.statuses().values()) == ["ok", "fail", "ok", "ok"]
+    assert gone.lines[TOPICS]["fix"]
+    assert inst.kafka.topic("flags") in str(gone.lines[TOPICS]["said"])

@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from pydantic import SecretStr
 
 from contract.inputs import ClockTick
 from contract.outputs import Alert, AttributionEvent
-from gpuattr.localkafka import LocalKafka, LocalKafkaConfig, LocalKafkaSecurity
+from gpuattr.localkafka import LocalKafka
 from gpuattr.procs import kafka_env, settings_env
 from infra.acls import DEFAULT_PRINCIPALS, ROLES, Role, describe_acls, role_acls
 from infra.admin import TopicSpec, create_topics
@@ -60,17 +60,11 @@ SIGNING_KEY = "secure-pipeline-signing-key-7f3a"
 ATTEMPT_S = 30.0  # bound on every attempt: a denial is an error, never a timeout
 
 
-@pytest.fixture(scope="module")
-def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
-    """The embedded broker with its security on, one SCRAM user per role and an admin."""
-    security = LocalKafkaSecurity.generate(DEFAULT_PRINCIPALS.values())
-    config = LocalKafkaConfig(data_dir=tmp_path_factory.mktemp("secure-kafka"), security=security)
-    broker = LocalKafka(config)
-    asyncio.run(broker.start())  # the JVM is a child process: no loop has to outlive this call
-    try:
-        yield broker
-    finally:
-        broker.stop_sync()
+@pytest.fixture
+def secure_kafka(secure_broker: LocalKafka) -> LocalKafka:
+    """The session's secured broker (:func:`tests.kafka_fixture.secure_broker`): one SCRAM user
+    per role (the default principals) and an admin; each test's topics under its own prefix."""
+    return secure_broker
 
 
 @dataclass
@@ -524,8 +518,9 @@ async def test_the_demo_runs_secured_with_one_user_per_role(tmp_path: Path) -> N
     assert any(r["schema"] == "attribution" for r in records)
     assert any(r["schema"] == "alert" for r in records)  # the idle notebook, after 20 s
     # agent 1, cluster 2 (node-events, demand-events), worker 13 (its inputs and group, the
-    # outputs, demand-events, its own topics), sink 3, reader 6 (the outputs, demand-events)
-    assert b"one Kafka user per role, 25 ACLs" in err
+    # outputs, demand-events, its own topics), sink 3, reader 6 (the outputs, demand-events),
+    # and each role's Write on the doctor's probe topic: 5
+    assert b"one Kafka user per role, 30 ACLs" in err
     expected = {
         "worker": "gpuattr-worker",
         "sink": "gpuattr-sink",
