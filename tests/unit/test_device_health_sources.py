@@ -285,6 +285,19 @@ def test_released_or_handed_over_resolves_and_never_passes_to_the_next_holder() 
     assert [h.pod for h in fired[2].holders] == ["other-0"]
 
 
+def test_a_shared_devices_release_names_its_tenants_device_wide() -> None:
+    """The resolution names the holders that have just left: two pods, so its figures are the
+    device's as a whole, as when it fired."""
+    sick = ctx(kubelet("Unhealthy"))
+    two = [ROW, A("ml", "train-1", "main", "nvidia.com/gpu", G)]
+    nobody, _ = attribute(sample(3000), [], ctx())
+    fired = run([attribute(sample(2000), two, sick)[0], nobody])
+    assert [(a.status, len({h.pod for h in a.holders}), a.device_wide) for a in fired] == [
+        ("firing", 2, True),
+        ("resolved", 2, True),
+    ]
+
+
 def test_unknown_holders_neither_open_nor_close_and_a_replay_re_emits() -> None:
     sick = ctx(kubelet("Unhealthy"))
     first, _ = attribute(sample(2000), [ROW], sick)

@@ -119,6 +119,16 @@ EVENT = events(load("time-slicing"), at_s=10.0, minutes=0)[-1]
             {"a": (0.5, "equal-split"), "b": (0.5, "equal-split")},
             id="unknown-split-by-pod",
         ),
+        pytest.param(  # two compute instances of one MIG instance, each listed whole, one pod
+            (holder("a", "x", ("MIG-G/1/0",), 1.0), holder("a", "x", ("MIG-G/1/1",), 1.0)),
+            {"a": (1.0, "whole")},
+            id="one-pod-over-the-device-holds-it-whole",
+        ),
+        pytest.param(  # two pods each given the device whole: the inputs disagree
+            (holder("a", "x", ("gpu-0",), 1.0), holder("b", "y", ("gpu-1",), 1.0)),
+            {"a": (0.5, "equal-split"), "b": (0.5, "equal-split")},
+            id="two-pods-over-the-device-split-equally",
+        ),
     ],
 )  # fmt: skip
 def test_pod_shares_of_listed_holders(

@@ -98,6 +98,7 @@ def make_alert(
     summary: str,
     holders: tuple[Holder, ...] | None = None,
 ) -> Alert:
+    listed = ev.holders if holders is None else holders
     return Alert(
         id=alert_id(kind, ev.node, ev.device_uuid, since_ms),
         kind=kind,
@@ -108,12 +109,13 @@ def make_alert(
         model=ev.model,
         mig=ev.mig,
         sharing=ev.sharing,
-        holders=ev.holders if holders is None else holders,
+        holders=listed,
         figures=figures,
         window_s=window_s,
         started_ms=since_ms,
         ts_ms=ev.ts_ms,
-        device_wide=ev.tenant_count > 1,
+        # of the pods the alert names: a resolution may name the holders that have just left
+        device_wide=len({(h.namespace, h.pod) for h in listed}) > 1,
         summary=summary,
     )
 

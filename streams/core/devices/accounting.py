@@ -15,9 +15,11 @@ The rule, per device:
    several pods) is split equally between them: no finer split exists.
 3. A pod's share is the sum over the units it holds, at most 1.
 4. Where a unit's share is unknown (replicas not advertised, capacity unreadable), or the units
-   add up to more than the device (two claims each allocating it whole: the inputs disagree), no
-   figure is invented: the device is split equally between the pods holding it, and the record
-   says so (``basis: equal-split``).
+   of several pods add up to more than the device (two claims each allocating it whole: the
+   inputs disagree), no figure is invented: the device is split equally between the pods
+   holding it, and the record says so (``basis: equal-split``). One pod whose units add up to
+   more than the device (two compute instances of one MIG instance, each listed whole) holds it
+   whole: rule 3.
 
 These are *allocation* shares — what a pod was given — never a usage split: on a shared device
 the hardware measures the device, not the pod.
@@ -91,7 +93,7 @@ def account(held: Sequence[Held]) -> Accounting:
         units[h.unit.key] = h.unit
     pods = sorted({(h.namespace, h.pod) for h in held})
     known = all(u.share is not None for u in units.values()) and (
-        sum(u.share or 0.0 for u in units.values()) <= 1.0 + 1e-9
+        len(pods) == 1 or sum(u.share or 0.0 for u in units.values()) <= 1.0 + 1e-9
     )
 
     containers: dict[tuple[str, str, str, str], float | None] = {}
