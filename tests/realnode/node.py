@@ -32,7 +32,7 @@ from tests.helpers import wait_for_async
 from tests.kube_fixture import KubeError, Rest
 
 IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
-AGENT_NS, AGENT_POD = "gpuattr", "gpuattr-agent"
+AGENT_NS, AGENT_POD = "gpuattr-agent", "gpuattr-agent"
 
 
 def pod(
